@@ -1,0 +1,40 @@
+// swift-tools-version:6.0
+import PackageDescription
+
+let strictSettings: [SwiftSetting] = [
+    .enableUpcomingFeature("ExistentialAny"),
+    .enableUpcomingFeature("MemberImportVisibility"),
+]
+
+let package = Package(
+    name: "autosaved",
+    products: [
+        .library(name: "Documents", targets: ["Documents"]),
+        .library(name: "Posix", targets: ["Posix"]),
+    ],
+    targets: [
+        // _GNU_SOURCE-only pieces of glibc (renameat2, RENAME_*, O_TMPFILE, struct ucred, openat2).
+        .target(name: "CLinux"),
+        // libsystemd through pkg-config; the shim header suppresses sd-journal's automatic CODE_* fields.
+        .systemLibrary(
+            name: "CSystemd",
+            pkgConfig: "libsystemd",
+            providers: [.apt(["libsystemd-dev"])]
+        ),
+        .target(name: "Posix", dependencies: ["CLinux"], swiftSettings: strictSettings),
+        .target(name: "Documents", dependencies: ["Posix"], swiftSettings: strictSettings),
+        // A small command-line driver over Documents used by the crash, strace and benchmark harnesses.
+        .executableTarget(
+            name: "DocumentsProbe",
+            dependencies: ["Documents", "Posix"],
+            swiftSettings: strictSettings
+        ),
+        .testTarget(name: "PosixTests", dependencies: ["Posix"], swiftSettings: strictSettings),
+        .testTarget(
+            name: "DocumentsTests",
+            dependencies: ["Documents", "Posix", "DocumentsProbe"],
+            swiftSettings: strictSettings
+        ),
+    ],
+    swiftLanguageModes: [.v6]
+)

@@ -1,0 +1,167 @@
+import Foundation
+import Posix
+import Synchronization
+
+/// Reads nodes from disk into wrappers and compares wrappers with disk.
+enum DiskReader {
+    struct ReadNode {
+        var node: FileWrapper.Node
+        var attributes: [String: any Sendable]
+        var sync: SyncRecord?
+    }
+
+    static func readNode(at path: String, immediate: Bool) throws -> ReadNode {
+        let parentPath = (path as NSString).deletingLastPathComponent
+        let name = (path as NSString).lastPathComponent
+        let parent = try open(directory: parentPath.isEmpty ? "." : parentPath, for: path)
+        return try parent.closeAfter { try readNode(name: name, in: parent, path: path, immediate: immediate) }
+    }
+
+    private static func open(directory: String, for path: String) throws -> FileDescriptor {
+        do throws(Errno) {
+            return try FileDescriptor.open(directory, .readOnly, options: [.directory])
+        } catch {
+            throw DocumentError(operation: .openDirectory, path: path, errno: error)
+        }
+    }
+
+    static func readNode(name: String, in parent: FileDescriptor, path: String, immediate: Bool) throws -> ReadNode {
+        let status: FileStatus
+        do throws(Errno) { status = try parent.status(of: name) } catch {
+            throw DocumentError(operation: .stat, path: path, errno: error)
+        }
+        let attributes = attributes(of: status)
+        switch status.kind {
+        case .regular:
+            let identity = DiskIdentity(status)
+            let contents: FileWrapper.Contents
+            if immediate {
+                contents = .loaded(try readContents(name: name, in: parent, path: path, expecting: nil))
+            } else {
+                contents = .onDisk(path: path, identity: identity)
+            }
+            return ReadNode(
+                node: .regularFile(contents), attributes: attributes,
+                sync: SyncRecord(path: path, identity: identity, childNames: nil))
+        case .symbolicLink:
+            let destination: String
+            do throws(Errno) { destination = try parent.readSymbolicLink(name) } catch {
+                throw DocumentError(operation: .readLink, path: path, errno: error)
+            }
+            return ReadNode(
+                node: .symbolicLink(destination), attributes: attributes,
+                sync: SyncRecord(path: path, identity: DiskIdentity(status), childNames: nil))
+        case .directory:
+            let directory: FileDescriptor
+            do throws(Errno) { directory = try FileDescriptor.open(name, relativeTo: parent, options: [.directory, .noFollow]) } catch {
+                throw DocumentError(operation: .openDirectory, path: path, errno: error)
+            }
+            return try directory.closeAfter {
+                let entries: [DirectoryEntry]
+                do throws(Errno) { entries = try directory.directoryEntries() } catch {
+                    throw DocumentError(operation: .listDirectory, path: path, errno: error)
+                }
+                var children: [String: FileWrapper] = [:]
+                for entry in entries where !TemporaryName.isTemporary(entry.name) {
+                    let childPath = path + "/" + entry.name
+                    let read = try readNode(name: entry.name, in: directory, path: childPath, immediate: immediate)
+                    let child = FileWrapper(node: read.node, preferredFilename: entry.name)
+                    child.state.withLock {
+                        $0.filename = entry.name
+                        $0.attributes = read.attributes
+                        $0.sync = read.sync
+                    }
+                    children[entry.name] = child
+                }
+                return ReadNode(
+                    node: .directory(children), attributes: attributes,
+                    sync: SyncRecord(path: path, identity: DiskIdentity(status), childNames: Set(children.keys)))
+            }
+        case .other:
+            throw DocumentError(
+                operation: .stat, path: path, errno: .invalidArgument,
+                detail: "not a regular file, directory or symbolic link")
+        }
+    }
+
+    static func readContents(at path: String, expecting identity: DiskIdentity?) throws -> Data {
+        let file: FileDescriptor
+        do throws(Errno) { file = try FileDescriptor.open(path, .readOnly, options: [.noFollow]) } catch {
+            throw DocumentError(operation: .open, path: path, errno: error)
+        }
+        return try file.closeAfter { try readAll(file, path: path, expecting: identity) }
+    }
+
+    static func readContents(name: String, in parent: FileDescriptor, path: String, expecting identity: DiskIdentity?)
+        throws -> Data
+    {
+        let file: FileDescriptor
+        do throws(Errno) { file = try FileDescriptor.open(name, relativeTo: parent, .readOnly, options: [.noFollow]) } catch {
+            throw DocumentError(operation: .open, path: path, errno: error)
+        }
+        return try file.closeAfter { try readAll(file, path: path, expecting: identity) }
+    }
+
+    private static func readAll(_ file: FileDescriptor, path: String, expecting identity: DiskIdentity?) throws -> Data {
+        do {
+            let status = try file.status()
+            if let identity, DiskIdentity(status) != identity {
+                throw DocumentError(
+                    operation: .read, path: path, errno: .noSuchFile,
+                    detail: "the file changed on disk since it was read; read the wrapper again")
+            }
+            return Data(try file.readToEnd(sizeHint: Int(status.size)))
+        } catch let error as Errno {
+            throw DocumentError(operation: .read, path: path, errno: error)
+        }
+    }
+
+    static func attributes(of status: FileStatus) -> [String: any Sendable] {
+        let type: FileAttributeType =
+            switch status.kind {
+            case .regular: .typeRegular
+            case .directory: .typeDirectory
+            case .symbolicLink: .typeSymbolicLink
+            case .other: .typeUnknown
+            }
+        return [
+            FileAttributeKey.posixPermissions.rawValue: Int(status.permissions.rawValue),
+            FileAttributeKey.size.rawValue: Int(status.size),
+            FileAttributeKey.ownerAccountID.rawValue: Int(status.userID),
+            FileAttributeKey.groupOwnerAccountID.rawValue: Int(status.groupID),
+            FileAttributeKey.systemFileNumber.rawValue: Int(truncatingIfNeeded: status.inode),
+            FileAttributeKey.modificationDate.rawValue: Date(timeIntervalSince1970: status.modified.timeIntervalSince1970),
+            FileAttributeKey.type.rawValue: type.rawValue,
+        ]
+    }
+
+    // MARK: Comparing
+
+    static func matches(_ wrapper: FileWrapper, path: String) -> Bool {
+        guard let status = try? FileDescriptor.currentWorkingDirectory.status(of: path) else { return false }
+        switch wrapper.node {
+        case .regularFile(let contents):
+            guard status.kind == .regular else { return false }
+            if case .onDisk(let source, let identity) = contents, source == path, identity == DiskIdentity(status) {
+                return true
+            }
+            if let sync = wrapper.syncRecord, sync.path == path, sync.identity == DiskIdentity(status) { return true }
+            guard let mine = wrapper.regularFileContents, Int64(mine.count) == status.size,
+                let theirs = try? readContents(at: path, expecting: nil)
+            else { return false }
+            return mine == theirs
+        case .symbolicLink(let destination):
+            guard status.kind == .symbolicLink else { return false }
+            return (try? FileDescriptor.currentWorkingDirectory.readSymbolicLink(path)) == destination
+        case .directory(let children):
+            guard status.kind == .directory,
+                let directory = try? FileDescriptor.open(path, options: [.directory, .noFollow])
+            else { return false }
+            let names = (try? directory.closeAfter { () throws(Errno) -> [DirectoryEntry] in
+                try directory.directoryEntries()
+            })?.map(\.name).filter { !TemporaryName.isTemporary($0) }
+            guard let names, Set(names) == Set(children.keys) else { return false }
+            return children.allSatisfy { key, child in matches(child, path: path + "/" + key) }
+        }
+    }
+}

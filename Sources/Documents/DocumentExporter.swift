@@ -1,0 +1,190 @@
+import Foundation
+import Posix
+
+/// Why an export did not happen.
+public enum DocumentExportError: Error, Hashable, Sendable, CustomStringConvertible {
+    /// The collection of documents was empty.
+    case noDocuments
+    /// The destination is missing or not a directory.
+    case destinationNotADirectory(String)
+    /// A document declares no writable content type.
+    case noWritableContentType(document: String)
+    /// A writer received a snapshot of another type than its document's.
+    case snapshotTypeMismatch(expected: String, got: String)
+    /// `filenames` has a different count from `documents`.
+    case filenameCountMismatch(documents: Int, filenames: Int)
+    /// A file name is empty, `.`/`..`, or contains `/` or a NUL byte.
+    case invalidFilename(String)
+
+    public var description: String {
+        switch self {
+        case .noDocuments: "there are no documents to export"
+        case .destinationNotADirectory(let path): "the export destination '\(path)' is not a directory"
+        case .noWritableContentType(let document): "the document type \(document) declares no writable content type"
+        case .snapshotTypeMismatch(let expected, let got): "the writer expected a snapshot of type \(expected), got \(got)"
+        case .filenameCountMismatch(let documents, let filenames):
+            "\(documents) documents were given \(filenames) file names"
+        case .invalidFilename(let name): "'\(name)' is not a valid file name"
+        }
+    }
+}
+
+/// Exports documents to a directory with the semantics of SwiftUI's `fileExporter`,
+/// without a dialog: a non-empty collection in, one URL per document out, in order.
+///
+/// The export is all-or-nothing: every document is first written completely and
+/// durably under a temporary name, then all are renamed into place. Cancelling the
+/// task before that point calls the cancellation handler (not the completion handler)
+/// and leaves no file behind, half-written or whole.
+public struct DocumentExporter: Sendable {
+    /// How far an export has got.
+    public struct Progress: Sendable, Hashable {
+        public enum Phase: String, Sendable, Hashable {
+            /// Documents are being written under temporary names.
+            case writing
+            /// The written documents are being renamed into place.
+            case committing
+            case finished
+        }
+
+        public var phase: Phase
+        /// Documents written (while `writing`) or put in place (while `committing`).
+        public var completed: Int
+        public var total: Int
+        /// The destination of the document just handled.
+        public var url: URL?
+
+        /// From 0 to 1: writing counts for 90 %, committing for the rest.
+        public var fractionCompleted: Double {
+            guard total > 0 else { return 1 }
+            switch phase {
+            case .writing: return 0.9 * Double(completed) / Double(total)
+            case .committing: return 0.9 + 0.1 * Double(completed) / Double(total)
+            case .finished: return 1
+            }
+        }
+    }
+
+    /// The directory documents are exported into.
+    public var destination: URL
+    /// The content types to export as, preferred first; empty means each document's own
+    /// writable types. A document that cannot write any of them is exported as its first
+    /// writable type.
+    public var contentTypes: [UTType]
+    /// The base name of a document given no file name.
+    public var defaultFilename: String
+
+    public init(destination: URL, contentTypes: [UTType] = [], defaultFilename: String = "Untitled") {
+        self.destination = destination
+        self.contentTypes = contentTypes
+        self.defaultFilename = defaultFilename
+    }
+
+    /// The type `Document` is exported as.
+    @MainActor
+    public func contentType<Document: WritableDocument>(for document: Document.Type) throws -> UTType {
+        let writable = Document.writableContentTypes
+        guard let first = writable.first else {
+            throw DocumentExportError.noWritableContentType(document: String(describing: Document.self))
+        }
+        return contentTypes.first(where: { wanted in writable.contains(wanted) }) ?? first
+    }
+
+    /// Exports `documents`, calling exactly one of `onCompletion` (with the URLs in the
+    /// documents' order, or the error) and `onCancellation` (when the task is cancelled
+    /// before the documents are put in place).
+    ///
+    /// - Parameters:
+    ///   - documents: A non-empty collection.
+    ///   - filenames: One name per document; a name without the content type's
+    ///     extension gets it. Default: ``defaultFilename``. Names that repeat within
+    ///     the export get " 2", " 3", … before the extension.
+    ///   - progress: Called after each document is written and after each is put in place.
+    @MainActor
+    public func export<C: Collection>(
+        documents: C,
+        filenames: [String]? = nil,
+        progress: (@MainActor (Progress) -> Void)? = nil,
+        onCompletion: @MainActor (Result<[URL], any Error>) -> Void,
+        onCancellation: (@MainActor () -> Void)? = nil
+    ) async where C.Element: WritableDocument, C.Element.Writer.Destination == URL {
+        do {
+            let urls = try await export(documents: documents, filenames: filenames, progress: progress)
+            onCompletion(.success(urls))
+        } catch is CancellationError {
+            onCancellation?()
+        } catch {
+            onCompletion(.failure(error))
+        }
+    }
+
+    /// Exports `documents` and returns one URL per document, in order.
+    ///
+    /// - Throws: `CancellationError` when the task is cancelled before the documents
+    ///   are put in place (nothing is left behind); ``DocumentExportError``;
+    ///   ``DocumentError`` for file-system failures.
+    @MainActor
+    public func export<C: Collection>(
+        documents: C,
+        filenames: [String]? = nil,
+        progress: (@MainActor (Progress) -> Void)? = nil
+    ) async throws -> [URL] where C.Element: WritableDocument, C.Element.Writer.Destination == URL {
+        guard !documents.isEmpty else { throw DocumentExportError.noDocuments }
+        if let filenames, filenames.count != documents.count {
+            throw DocumentExportError.filenameCountMismatch(documents: documents.count, filenames: filenames.count)
+        }
+        let directoryPath = destination.path
+        guard (try? FileDescriptor.currentWorkingDirectory.status(of: directoryPath, followSymlinks: true))?.kind
+            == .directory
+        else { throw DocumentExportError.destinationNotADirectory(directoryPath) }
+
+        let contentType = try contentType(for: C.Element.self)
+        let names = try uniqueFilenames(
+            filenames ?? Array(repeating: defaultFilename, count: documents.count), contentType: contentType)
+        var prepared: [PreparedWrite] = []
+        defer { for write in prepared { write.discard() } }
+        var urls: [URL] = []
+        for (index, document) in documents.enumerated() {
+            try Task.checkCancellation()
+            let url = destination.appendingPathComponent(names[index], isDirectory: false)
+            let snapshot = try await document.snapshot(contentType: contentType)
+            let writer = document.writer(configuration: .init(contentType: contentType, existingFile: nil))
+            prepared.append(try await writer.prepare(snapshot, for: url))
+            urls.append(url)
+            progress?(Progress(phase: .writing, completed: index + 1, total: documents.count, url: url))
+        }
+        try Task.checkCancellation()
+        for (index, write) in prepared.enumerated() {
+            try write.commit()
+            progress?(Progress(phase: .committing, completed: index + 1, total: documents.count, url: urls[index]))
+        }
+        prepared = []
+        progress?(Progress(phase: .finished, completed: documents.count, total: documents.count, url: nil))
+        return urls
+    }
+
+    private func uniqueFilenames(_ requested: [String], contentType: UTType) throws -> [String] {
+        var used: Set<String> = []
+        return try requested.map { name in
+            guard !name.isEmpty, name != ".", name != "..", !name.contains("/"), !name.utf8.contains(0) else {
+                throw DocumentExportError.invalidFilename(name)
+            }
+            var base = name
+            var ext = ""
+            if let preferred = contentType.preferredFilenameExtension {
+                if (name as NSString).pathExtension.lowercased() == preferred {
+                    base = (name as NSString).deletingPathExtension
+                }
+                ext = "." + preferred
+            }
+            var candidate = base + ext
+            var counter = 2
+            while used.contains(candidate) {
+                candidate = "\(base) \(counter)\(ext)"
+                counter += 1
+            }
+            used.insert(candidate)
+            return candidate
+        }
+    }
+}

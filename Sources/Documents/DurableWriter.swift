@@ -1,0 +1,695 @@
+import Foundation
+import Posix
+import Synchronization
+
+/// The one code path through which document bytes reach the disk.
+///
+/// A regular file is replaced by the durable recipe: a temporary file
+/// `.<name>.autosave-XXXXXX` created exclusively in the same directory, all bytes
+/// written, the old file's mode and owner restored, `fsync`, `renameat` over the
+/// destination, `fsync` of the directory. Any failure unlinks the temporary file and
+/// leaves the old file untouched. When ``write(_:to:options:originalContentsPath:)``
+/// returns, the new version is durable.
+///
+/// A directory (package) that exists is updated in place: only children that changed
+/// since the wrapper was last read or written are written (each by the recipe above),
+/// removed children are unlinked, and the directory is synced once. With `.atomic`, a
+/// new tree is built beside the old one — unchanged files hard-linked, changed ones
+/// written — and swapped in with `renameat2(RENAME_EXCHANGE)`; where the file system
+/// refuses the exchange, the old tree is renamed aside first. ``recover(at:recursive:)``
+/// resolves whatever a crash leaves behind.
+public struct DurableWriter: Sendable {
+    /// What to do when the destination is a symbolic link.
+    public enum SymlinkPolicy: Sendable, Hashable {
+        /// Write to the file the link points at, keeping the link (as editors do).
+        case follow
+        /// Refuse to write; the error's operation is `.followSymbolicLink`.
+        case refuse
+    }
+
+    public var symlinkPolicy: SymlinkPolicy
+
+    public init(symlinkPolicy: SymlinkPolicy = .follow) {
+        self.symlinkPolicy = symlinkPolicy
+    }
+
+    /// What a write did.
+    public struct Report: Sendable, Hashable {
+        /// The path actually written (after following symbolic links).
+        public var path = ""
+        /// Bytes of regular-file contents written.
+        public var bytesWritten = 0
+        /// Regular files and links written.
+        public var filesWritten = 0
+        /// Unchanged files hard-linked into a new package tree.
+        public var filesLinked = 0
+        /// Unchanged children left as they were.
+        public var filesUnchanged = 0
+        /// Children removed from a package.
+        public var entriesRemoved = 0
+    }
+
+    // MARK: Writing
+
+    /// Writes `wrapper` to `path` durably.
+    ///
+    /// - Parameters:
+    ///   - wrapper: A regular-file, directory or symbolic-link wrapper.
+    ///   - path: The destination. Its parent directory must exist.
+    ///   - options: `.atomic` swaps a package in whole; `.withNameUpdating` sets the
+    ///     wrappers' `filename`s to the names written.
+    ///   - originalContentsPath: Where unchanged children of a package can be
+    ///     hard-linked from; defaults to `path`.
+    /// - Returns: What was written.
+    /// - Throws: ``DocumentError`` naming the operation, the path and the errno.
+    @discardableResult
+    public func write(
+        _ wrapper: FileWrapper, to path: String, options: FileWrapper.WritingOptions = [],
+        originalContentsPath: String? = nil
+    ) throws -> Report {
+        var session = WriteSession(policy: symlinkPolicy)
+        let location = try session.resolve(path, followingLinks: !wrapper.isSymbolicLink)
+        defer { session.closeAll() }
+        switch wrapper.node {
+        case .regularFile:
+            try session.writeRegularFile(wrapper, at: location, syncDirectory: true)
+        case .symbolicLink(let destination):
+            try session.writeSymbolicLink(wrapper, destination: destination, at: location, syncDirectory: true)
+        case .directory:
+            try session.writeDirectory(
+                wrapper, at: location, atomic: options.contains(.atomic),
+                linkBase: originalContentsPath ?? location.path, syncParent: true)
+        }
+        session.commit(updatingNames: options.contains(.withNameUpdating))
+        if options.contains(.withNameUpdating) { wrapper.filename = location.name }
+        session.report.path = location.path
+        return session.report
+    }
+
+    /// Writes `contents` as a regular file at `path` durably; a file the write creates
+    /// gets `permissions` (default: 0666 less the process's umask).
+    @discardableResult
+    public func write(contents: Data, to path: String, permissions: FilePermissions? = nil) throws -> Report {
+        let wrapper = FileWrapper(regularFileWithContents: contents)
+        if let permissions {
+            wrapper.fileAttributes = [FileAttributeKey.posixPermissions.rawValue: Int(permissions.rawValue)]
+        }
+        return try write(wrapper, to: path)
+    }
+}
+
+/// A location to write: a name in an open directory.
+struct Location {
+    var directory: FileDescriptor
+    var directoryPath: String
+    var name: String
+    var existing: FileStatus?
+
+    var path: String { directoryPath == "/" ? "/" + name : directoryPath + "/" + name }
+}
+
+/// The state of one write: descriptors to close, the report, and the sync records to
+/// apply once the write has succeeded.
+struct WriteSession {
+    let policy: DurableWriter.SymlinkPolicy
+    var report = DurableWriter.Report()
+    private var opened: [FileDescriptor] = []
+    private var pending: [(FileWrapper, SyncRecord, String)] = []
+
+    static let newFilePermissions = FilePermissions(rawValue: 0o666 & ~CurrentProcess.fileCreationMask.rawValue)
+    static let newDirectoryPermissions = FilePermissions(rawValue: 0o777 & ~CurrentProcess.fileCreationMask.rawValue)
+
+    init(policy: DurableWriter.SymlinkPolicy) { self.policy = policy }
+
+    mutating func closeAll() {
+        for fd in opened { try? fd.close() }
+        opened = []
+    }
+
+    mutating func commit(updatingNames: Bool) {
+        for (wrapper, record, name) in pending {
+            wrapper.syncRecord = record
+            if updatingNames { wrapper.filename = name }
+        }
+        pending = []
+    }
+
+    private mutating func record(_ wrapper: FileWrapper, _ record: SyncRecord, name: String) {
+        pending.append((wrapper, record, name))
+    }
+
+    // MARK: Resolving the destination
+
+    mutating func openDirectory(_ path: String, relativeTo base: FileDescriptor = .currentWorkingDirectory)
+        throws -> FileDescriptor
+    {
+        do {
+            let fd = try FileDescriptor.open(path, relativeTo: base, .readOnly, options: [.directory])
+            opened.append(fd)
+            return fd
+        } catch {
+            throw DocumentError(operation: .openDirectory, path: path, errno: error)
+        }
+    }
+
+    /// Opens the destination's directory and, by policy, follows a symbolic link at the destination.
+    mutating func resolve(_ path: String, followingLinks: Bool) throws -> Location {
+        var current = path
+        for _ in 0..<40 {
+            let (directoryPath, name) = split(current)
+            guard !name.isEmpty, name != ".", name != ".." else {
+                throw DocumentError(
+                    operation: .open, path: path, errno: .invalidArgument, detail: "the destination has no file name")
+            }
+            let directory = try openDirectory(directoryPath)
+            let existing = try stat(name, in: directory, path: current)
+            guard let existing, existing.kind == .symbolicLink, followingLinks else {
+                return Location(directory: directory, directoryPath: directoryPath, name: name, existing: existing)
+            }
+            if policy == .refuse {
+                throw DocumentError(
+                    operation: .followSymbolicLink, path: current, errno: .tooManySymbolicLinks,
+                    detail: "the destination is a symbolic link and the symlink policy is refuse")
+            }
+            let destination: String
+            do throws(Errno) { destination = try directory.readSymbolicLink(name) } catch {
+                throw DocumentError(operation: .readLink, path: current, errno: error)
+            }
+            current = destination.hasPrefix("/") ? destination : directoryPath + "/" + destination
+        }
+        throw DocumentError(
+            operation: .followSymbolicLink, path: path, errno: .tooManySymbolicLinks,
+            detail: "more than 40 symbolic links")
+    }
+
+    private func split(_ path: String) -> (String, String) {
+        var trimmed = Substring(path)
+        while trimmed.count > 1 && trimmed.hasSuffix("/") { trimmed = trimmed.dropLast() }
+        guard let slash = trimmed.lastIndex(of: "/") else { return (".", String(trimmed)) }
+        let directory = trimmed[..<slash]
+        return (directory.isEmpty ? "/" : String(directory), String(trimmed[trimmed.index(after: slash)...]))
+    }
+
+    func stat(_ name: String, in directory: FileDescriptor, path: String) throws -> FileStatus? {
+        do throws(Errno) { return try directory.statusIfPresent(of: name) } catch {
+            throw DocumentError(operation: .stat, path: path, errno: error)
+        }
+    }
+
+    // MARK: Regular files
+
+    private func contents(of wrapper: FileWrapper, path: String) throws -> Data {
+        switch wrapper.node {
+        case .regularFile(.loaded(let data)):
+            return data
+        case .regularFile(.onDisk(let source, let identity)):
+            return try DiskReader.readContents(at: source, expecting: identity)
+        default:
+            preconditionFailure("not a regular file wrapper")
+        }
+    }
+
+    /// Creates `.<name>.autosave-XXXXXX` exclusively (0600, no symlink following).
+    private func createTemporary(in directory: FileDescriptor, directoryPath: String, for name: String)
+        throws -> (FileDescriptor, String)
+    {
+        while true {
+            let temporary = TemporaryName.make(for: name)
+            do {
+                let fd = try FileDescriptor.open(
+                    temporary, relativeTo: directory, .writeOnly, options: [.exclusiveCreate, .noFollow],
+                    permissions: FilePermissions(rawValue: 0o600))
+                return (fd, temporary)
+            } catch Errno.fileExists {
+                continue
+            } catch {
+                throw DocumentError(operation: .createTemporary, path: join(directoryPath, temporary), errno: error)
+            }
+        }
+    }
+
+    /// Sets mode and owner: those of the file being replaced, else the wrapper's
+    /// requested permissions, else the default for new files. The owner is set first
+    /// because `chown` clears set-id bits.
+    private func applyOwnership(
+        to fd: FileDescriptor, replacing existing: FileStatus?, requested: FilePermissions?, defaultMode: FilePermissions,
+        path: String
+    ) throws {
+        let current: FileStatus
+        do throws(Errno) { current = try fd.status() } catch { throw DocumentError(operation: .stat, path: path, errno: error) }
+        var mode = requested ?? defaultMode
+        if let existing, existing.kind == current.kind {
+            mode = existing.permissions
+            if existing.userID != current.userID || existing.groupID != current.groupID {
+                do {
+                    try fd.changeOwner(user: existing.userID, group: existing.groupID)
+                } catch Errno.notPermitted {
+                    // Without CAP_CHOWN only the group can be kept, and only one we belong to.
+                    try? fd.changeOwner(user: nil, group: existing.groupID)
+                } catch {
+                    throw DocumentError(operation: .changeOwner, path: path, errno: error)
+                }
+            }
+        }
+        if mode != current.permissions || mode.rawValue & 0o7000 != 0 {
+            do throws(Errno) { try fd.changeMode(mode) } catch { throw DocumentError(operation: .changeMode, path: path, errno: error) }
+        }
+    }
+
+    // MARK: Staging and committing
+
+    /// A node written completely and durably under a temporary name beside its
+    /// destination, waiting to be renamed into place.
+    struct Staged {
+        var wrapper: FileWrapper
+        var location: Location
+        var temporary: String
+        var isTree: Bool
+        var record: SyncRecord
+        var bytes: Int
+    }
+
+    mutating func stage(_ wrapper: FileWrapper, at location: Location, linkBase: String?) throws -> Staged {
+        switch wrapper.node {
+        case .regularFile: try stageRegularFile(wrapper, at: location)
+        case .symbolicLink(let destination): try stageSymbolicLink(wrapper, destination: destination, at: location)
+        case .directory: try stageTree(wrapper, at: location, linkBase: linkBase)
+        }
+    }
+
+    /// Renames a staged node over its destination (exchanging trees), then syncs the directory.
+    mutating func commit(_ staged: Staged, syncDirectory: Bool) throws {
+        let location = staged.location
+        let parent = location.directory
+        if staged.isTree, location.existing != nil {
+            var exchanged = true
+            do throws(Errno) {
+                try parent.rename(staged.temporary, to: location.name, flags: .exchange)
+            } catch let error where [.invalidArgument, .noSystemCall, .notSupported].contains(error) {
+                exchanged = false
+            } catch {
+                throw DocumentError(operation: .exchange, path: location.path, errno: error)
+            }
+            if exchanged {
+                if syncDirectory { try sync(parent, path: location.directoryPath) }
+                // The temporary name now holds the previous tree.
+                TreeRemover.remove(staged.temporary, in: parent)
+            } else {
+                try swapByRenamingAside(temporary: staged.temporary, at: location)
+            }
+        } else {
+            if staged.isTree || location.existing?.kind != .directory {
+                do throws(Errno) {
+                    try parent.rename(staged.temporary, to: location.name, flags: staged.isTree ? .noReplace : [])
+                } catch {
+                    throw DocumentError(operation: .rename, path: location.path, errno: error)
+                }
+            } else {
+                throw DocumentError(
+                    operation: .rename, path: location.path, errno: .isDirectory,
+                    detail: "a directory is in the way")
+            }
+            if syncDirectory { try sync(parent, path: location.directoryPath) }
+        }
+        record(staged.wrapper, staged.record, name: location.name)
+        report.bytesWritten += staged.bytes
+        if !staged.isTree { report.filesWritten += 1 }
+    }
+
+    /// Removes a staged node that will not be committed.
+    func discard(_ staged: Staged) {
+        TreeRemover.remove(staged.temporary, in: staged.location.directory)
+    }
+
+    mutating func writeRegularFile(_ wrapper: FileWrapper, at location: Location, syncDirectory: Bool) throws {
+        let staged = try stageRegularFile(wrapper, at: location)
+        do { try commit(staged, syncDirectory: syncDirectory) } catch {
+            discard(staged)
+            throw error
+        }
+    }
+
+    mutating func writeSymbolicLink(_ wrapper: FileWrapper, destination: String, at location: Location, syncDirectory: Bool)
+        throws
+    {
+        let staged = try stageSymbolicLink(wrapper, destination: destination, at: location)
+        do { try commit(staged, syncDirectory: syncDirectory) } catch {
+            discard(staged)
+            throw error
+        }
+    }
+
+    mutating func writeDirectory(
+        _ wrapper: FileWrapper, at location: Location, atomic: Bool, linkBase: String?, syncParent: Bool
+    ) throws {
+        if !atomic, let existing = location.existing, existing.kind == .directory {
+            let directory: FileDescriptor
+            do throws(Errno) {
+                directory = try FileDescriptor.open(
+                    location.name, relativeTo: location.directory, options: [.directory, .noFollow])
+            } catch {
+                throw DocumentError(operation: .openDirectory, path: location.path, errno: error)
+            }
+            opened.append(directory)
+            try updateInPlace(wrapper, directory: directory, path: location.path)
+            return
+        }
+        try replaceTree(wrapper, at: location, linkBase: linkBase, syncParent: syncParent)
+    }
+
+    private mutating func replaceTree(_ wrapper: FileWrapper, at location: Location, linkBase: String?, syncParent: Bool)
+        throws
+    {
+        let staged = try stageTree(wrapper, at: location, linkBase: linkBase)
+        do { try commit(staged, syncDirectory: syncParent) } catch {
+            discard(staged)
+            throw error
+        }
+    }
+
+    private mutating func stageRegularFile(_ wrapper: FileWrapper, at location: Location) throws -> Staged {
+        if location.existing?.kind == .directory {
+            throw DocumentError(
+                operation: .rename, path: location.path, errno: .isDirectory,
+                detail: "a directory is in the way of a regular file")
+        }
+        let data = try contents(of: wrapper, path: location.path)
+        let (fd, temporary) = try createTemporary(
+            in: location.directory, directoryPath: location.directoryPath, for: location.name)
+        let temporaryPath = join(location.directoryPath, temporary)
+        do {
+            let identity: DiskIdentity = try fd.closeAfter {
+                do throws(Errno) { try fd.writeAll(data) } catch {
+                    throw DocumentError(operation: .write, path: temporaryPath, errno: error)
+                }
+                try applyOwnership(
+                    to: fd, replacing: location.existing, requested: wrapper.requestedPermissions,
+                    defaultMode: Self.newFilePermissions, path: temporaryPath)
+                do throws(Errno) { try fd.sync() } catch {
+                    throw DocumentError(operation: .sync, path: temporaryPath, errno: error)
+                }
+                do throws(Errno) { return DiskIdentity(try fd.status()) } catch {
+                    throw DocumentError(operation: .stat, path: temporaryPath, errno: error)
+                }
+            }
+            return Staged(
+                wrapper: wrapper, location: location, temporary: temporary, isTree: false,
+                record: SyncRecord(path: location.path, identity: identity, childNames: nil), bytes: data.count)
+        } catch {
+            try? location.directory.unlink(temporary)
+            throw error
+        }
+    }
+
+    private mutating func stageSymbolicLink(_ wrapper: FileWrapper, destination: String, at location: Location) throws
+        -> Staged
+    {
+        if location.existing?.kind == .directory {
+            throw DocumentError(
+                operation: .rename, path: location.path, errno: .isDirectory,
+                detail: "a directory is in the way of a symbolic link")
+        }
+        while true {
+            let temporary = TemporaryName.make(for: location.name)
+            do throws(Errno) {
+                try location.directory.makeSymbolicLink(temporary, pointingTo: destination)
+                let status = try location.directory.status(of: temporary)
+                return Staged(
+                    wrapper: wrapper, location: location, temporary: temporary, isTree: false,
+                    record: SyncRecord(path: location.path, identity: DiskIdentity(status), childNames: nil), bytes: 0)
+            } catch .fileExists {
+                continue
+            } catch {
+                try? location.directory.unlink(temporary)
+                throw DocumentError(
+                    operation: .makeSymbolicLink, path: join(location.directoryPath, temporary), errno: error)
+            }
+        }
+    }
+
+    /// Builds a package under a temporary name beside `location`: unchanged files
+    /// hard-linked from `linkBase`, the others written; every directory synced.
+    private mutating func stageTree(_ wrapper: FileWrapper, at location: Location, linkBase: String?) throws -> Staged {
+        let parent = location.directory
+        var temporary = TemporaryName.make(for: location.name)
+        while true {
+            do throws(Errno) {
+                try parent.makeDirectory(temporary, permissions: FilePermissions(rawValue: 0o700))
+                break
+            } catch .fileExists {
+                temporary = TemporaryName.make(for: location.name)
+            } catch {
+                throw DocumentError(operation: .makeDirectory, path: join(location.directoryPath, temporary), errno: error)
+            }
+        }
+        do {
+            let temporaryPath = join(location.directoryPath, temporary)
+            let newTree: FileDescriptor
+            do throws(Errno) {
+                newTree = try FileDescriptor.open(temporary, relativeTo: parent, options: [.directory, .noFollow])
+            } catch {
+                throw DocumentError(operation: .openDirectory, path: temporaryPath, errno: error)
+            }
+            opened.append(newTree)
+            var linkSource: FileDescriptor? = nil
+            if let linkBase { linkSource = try? openDirectory(linkBase) }
+            let before = report.bytesWritten
+            try populate(
+                wrapper, into: newTree, buildPath: temporaryPath, finalPath: location.path, linkSource: linkSource,
+                linkBase: linkBase)
+            let bytes = report.bytesWritten - before
+            report.bytesWritten = before
+            try applyOwnership(
+                to: newTree, replacing: location.existing, requested: wrapper.requestedPermissions,
+                defaultMode: Self.newDirectoryPermissions, path: temporaryPath)
+            try sync(newTree, path: temporaryPath)
+            let identity: DiskIdentity
+            do throws(Errno) { identity = DiskIdentity(try newTree.status()) } catch {
+                throw DocumentError(operation: .stat, path: temporaryPath, errno: error)
+            }
+            let names = Set((wrapper.fileWrappers ?? [:]).keys)
+            return Staged(
+                wrapper: wrapper, location: location, temporary: temporary, isTree: true,
+                record: SyncRecord(path: location.path, identity: identity, childNames: names), bytes: bytes)
+        } catch {
+            TreeRemover.remove(temporary, in: parent)
+            throw error
+        }
+    }
+
+    /// The fallback where `RENAME_EXCHANGE` is refused: the old tree is renamed to
+    /// `.<name>.autosave-old-XXXXXX`, the new one to the destination. A crash between the
+    /// two renames is finished by ``DurableWriter/recover(at:recursive:)``: the new tree
+    /// was complete and synced before the first rename.
+    private mutating func swapByRenamingAside(temporary: String, at location: Location) throws {
+        let parent = location.directory
+        let old = TemporaryName.make(for: location.name, old: true)
+        do throws(Errno) { try parent.rename(location.name, to: old, flags: .noReplace) } catch {
+            throw DocumentError(operation: .rename, path: location.path, errno: error)
+        }
+        do throws(Errno) { try parent.rename(temporary, to: location.name, flags: .noReplace) } catch {
+            try? parent.rename(old, to: location.name, flags: .noReplace)
+            throw DocumentError(operation: .rename, path: location.path, errno: error)
+        }
+        try sync(parent, path: location.directoryPath)
+        TreeRemover.remove(old, in: parent)
+    }
+
+    /// Fills a fresh directory with `wrapper`'s children: unchanged files hard-linked from
+    /// `linkSource` when they still are what the wrapper last saw there, others written.
+    private mutating func populate(
+        _ wrapper: FileWrapper, into directory: FileDescriptor, buildPath: String, finalPath: String,
+        linkSource: FileDescriptor?, linkBase: String?
+    ) throws {
+        for (key, child) in wrapper.fileWrappers ?? [:] {
+            let childBuildPath = join(buildPath, key)
+            let childFinalPath = join(finalPath, key)
+            let childLinkBase = linkBase.map { join($0, key) }
+            switch child.node {
+            case .regularFile:
+                if let linkSource, let childLinkBase, let sync = child.syncRecord, sync.path == childLinkBase,
+                    (try? linkSource.status(of: key)).map(DiskIdentity.init) == sync.identity,
+                    (try? linkSource.link(key, to: key, in: directory)) != nil
+                {
+                    record(child, SyncRecord(path: childFinalPath, identity: sync.identity, childNames: nil), name: key)
+                    report.filesLinked += 1
+                    continue
+                }
+                let data = try contents(of: child, path: childFinalPath)
+                let fd: FileDescriptor
+                do {
+                    fd = try FileDescriptor.open(
+                        key, relativeTo: directory, .writeOnly, options: [.exclusiveCreate, .noFollow],
+                        permissions: FilePermissions(rawValue: 0o600))
+                } catch {
+                    throw DocumentError(operation: .createTemporary, path: childBuildPath, errno: error)
+                }
+                let identity: DiskIdentity = try fd.closeAfter {
+                    do throws(Errno) { try fd.writeAll(data) } catch {
+                        throw DocumentError(operation: .write, path: childBuildPath, errno: error)
+                    }
+                    let previous = try? linkSource?.status(of: key)
+                    try applyOwnership(
+                        to: fd, replacing: previous ?? nil, requested: child.requestedPermissions,
+                        defaultMode: Self.newFilePermissions, path: childBuildPath)
+                    do throws(Errno) { try fd.sync() } catch { throw DocumentError(operation: .sync, path: childBuildPath, errno: error) }
+                    do throws(Errno) { return DiskIdentity(try fd.status()) } catch {
+                        throw DocumentError(operation: .stat, path: childBuildPath, errno: error)
+                    }
+                }
+                record(child, SyncRecord(path: childFinalPath, identity: identity, childNames: nil), name: key)
+                report.bytesWritten += data.count
+                report.filesWritten += 1
+            case .symbolicLink(let destination):
+                do throws(Errno) { try directory.makeSymbolicLink(key, pointingTo: destination) } catch {
+                    throw DocumentError(operation: .makeSymbolicLink, path: childBuildPath, errno: error)
+                }
+                if let status = try? directory.status(of: key) {
+                    record(child, SyncRecord(path: childFinalPath, identity: DiskIdentity(status), childNames: nil), name: key)
+                }
+                report.filesWritten += 1
+            case .directory:
+                do throws(Errno) { try directory.makeDirectory(key, permissions: FilePermissions(rawValue: 0o700)) } catch {
+                    throw DocumentError(operation: .makeDirectory, path: childBuildPath, errno: error)
+                }
+                let sub: FileDescriptor
+                do throws(Errno) { sub = try FileDescriptor.open(key, relativeTo: directory, options: [.directory, .noFollow]) } catch {
+                    throw DocumentError(operation: .openDirectory, path: childBuildPath, errno: error)
+                }
+                opened.append(sub)
+                let subSource = linkSource.flatMap {
+                    try? FileDescriptor.open(key, relativeTo: $0, options: [.directory, .noFollow])
+                }
+                if let subSource { opened.append(subSource) }
+                try populate(
+                    child, into: sub, buildPath: childBuildPath, finalPath: childFinalPath, linkSource: subSource,
+                    linkBase: childLinkBase)
+                let previous = try? linkSource?.status(of: key)
+                try applyOwnership(
+                    to: sub, replacing: previous ?? nil, requested: child.requestedPermissions,
+                    defaultMode: Self.newDirectoryPermissions, path: childBuildPath)
+                try sync(sub, path: childBuildPath)
+                if let status = try? sub.status() {
+                    record(
+                        child,
+                        SyncRecord(
+                            path: childFinalPath, identity: DiskIdentity(status),
+                            childNames: Set((child.fileWrappers ?? [:]).keys)),
+                        name: key)
+                }
+            }
+        }
+    }
+
+    /// Updates an existing package directory: writes changed children, removes the
+    /// ones no longer present, syncs the directory once if anything changed.
+    private mutating func updateInPlace(_ wrapper: FileWrapper, directory: FileDescriptor, path: String) throws {
+        let children = wrapper.fileWrappers ?? [:]
+        let previous = wrapper.syncRecord
+        let knownNames: Set<String>
+        if let previous, previous.path == path, let names = previous.childNames {
+            knownNames = names
+        } else {
+            do throws(Errno) {
+                knownNames = Set(try directory.directoryEntries().map(\.name).filter { !TemporaryName.isTemporary($0) })
+            } catch {
+                throw DocumentError(operation: .listDirectory, path: path, errno: error)
+            }
+        }
+        var changed = false
+        for name in knownNames where children[name] == nil {
+            guard let status = try stat(name, in: directory, path: join(path, name)) else { continue }
+            let result: Result<Void, Errno> =
+                status.kind == .directory
+                ? Result { () throws(Errno) in try TreeRemover.removeOrThrow(name, in: directory) }
+                : Result { () throws(Errno) in try directory.unlink(name) }
+            if case .failure(let error) = result {
+                throw DocumentError(operation: .unlink, path: join(path, name), errno: error)
+            }
+            report.entriesRemoved += 1
+            changed = true
+        }
+        for (key, child) in children {
+            let childPath = join(path, key)
+            let node = child.node
+            if case .directory = node {} else if child.syncRecord?.path == childPath {
+                report.filesUnchanged += 1
+                continue
+            }
+            let location = Location(
+                directory: directory, directoryPath: path, name: key,
+                existing: try stat(key, in: directory, path: childPath))
+            switch node {
+            case .regularFile:
+                if location.existing?.kind == .directory {
+                    do throws(Errno) { try TreeRemover.removeOrThrow(key, in: directory) } catch {
+                        throw DocumentError(operation: .unlink, path: childPath, errno: error)
+                    }
+                    try writeRegularFile(
+                        child, at: Location(directory: directory, directoryPath: path, name: key, existing: nil),
+                        syncDirectory: false)
+                } else {
+                    try writeRegularFile(child, at: location, syncDirectory: false)
+                }
+                changed = true
+            case .symbolicLink(let destination):
+                try writeSymbolicLink(child, destination: destination, at: location, syncDirectory: false)
+                changed = true
+            case .directory:
+                if location.existing?.kind == .directory {
+                    let sub: FileDescriptor
+                    do throws(Errno) { sub = try FileDescriptor.open(key, relativeTo: directory, options: [.directory, .noFollow]) } catch {
+                        throw DocumentError(operation: .openDirectory, path: childPath, errno: error)
+                    }
+                    opened.append(sub)
+                    try updateInPlace(child, directory: sub, path: childPath)
+                } else {
+                    try replaceTree(child, at: location, linkBase: nil, syncParent: false)
+                    changed = true
+                }
+            }
+        }
+        if changed { try sync(directory, path: path) }
+        let identity = (try? directory.status()).map(DiskIdentity.init) ?? previous?.identity
+        if let identity {
+            record(wrapper, SyncRecord(path: path, identity: identity, childNames: Set(children.keys)), name: wrapper.filename ?? "")
+        }
+    }
+
+    // MARK: Helpers
+
+    func sync(_ directory: FileDescriptor, path: String) throws {
+        do throws(Errno) { try directory.sync() } catch { throw DocumentError(operation: .syncDirectory, path: path, errno: error) }
+    }
+}
+
+func join(_ directory: String, _ name: String) -> String {
+    directory == "/" ? "/" + name : directory + "/" + name
+}
+
+/// Removes a directory tree (or a single entry) beneath an open directory, never following links.
+enum TreeRemover {
+    /// Removes `name` in `parent`, whatever it is; errors are ignored (recovery retries).
+    static func remove(_ name: String, in parent: FileDescriptor) {
+        try? removeOrThrow(name, in: parent)
+    }
+
+    static func removeOrThrow(_ name: String, in parent: FileDescriptor) throws(Errno) {
+        let status = try parent.status(of: name)
+        guard status.kind == .directory else {
+            try parent.unlink(name)
+            return
+        }
+        let directory = try FileDescriptor.open(name, relativeTo: parent, options: [.directory, .noFollow])
+        try directory.closeAfter { () throws(Errno) in
+            for entry in try directory.directoryEntries() {
+                if entry.kind == .directory || entry.kind == nil {
+                    try removeOrThrow(entry.name, in: directory)
+                } else {
+                    try directory.unlink(entry.name)
+                }
+            }
+        }
+        try parent.unlink(name, directory: true)
+    }
+}

@@ -1,0 +1,333 @@
+import Foundation
+import Posix
+import Synchronization
+
+/// A representation of a file-system node — a regular file, a directory or a symbolic
+/// link — held in memory, with Apple's `FileWrapper` API.
+///
+/// A wrapper remembers where and as what it was last read or written (its *sync
+/// record*). Regular-file contents never change after creation (replace the child
+/// instead, as on Apple platforms), so a child whose sync record names the place it is
+/// being written to is known unchanged: incremental package saves skip it and
+/// `.atomic` saves hard-link it. That is what makes package saves cost O(changed).
+///
+/// Thread safety: every property is guarded by a lock, so a wrapper may be handed to a
+/// background save; as with Apple's class, don't mutate a tree while it is being written.
+public final class FileWrapper: @unchecked Sendable {
+    // MARK: Options
+
+    /// Options for reading a wrapper from disk.
+    public struct ReadingOptions: OptionSet, Sendable {
+        public let rawValue: UInt
+        public init(rawValue: UInt) { self.rawValue = rawValue }
+        /// Read every regular file's contents now instead of on first access.
+        public static let immediate = ReadingOptions(rawValue: 1 << 0)
+        /// Accepted for compatibility; contents are always read, never mapped.
+        public static let withoutMapping = ReadingOptions(rawValue: 1 << 1)
+    }
+
+    /// Options for writing a wrapper to disk.
+    public struct WritingOptions: OptionSet, Sendable {
+        public let rawValue: UInt
+        public init(rawValue: UInt) { self.rawValue = rawValue }
+        /// Build a directory beside the destination and swap it in whole. Regular files
+        /// are always replaced atomically, with or without this option.
+        public static let atomic = WritingOptions(rawValue: 1 << 0)
+        /// Set `filename` of the wrapper and its children to the names written.
+        public static let withNameUpdating = WritingOptions(rawValue: 1 << 1)
+    }
+
+    // MARK: State
+
+    enum Contents {
+        case loaded(Data)
+        /// Not read yet: `path` with `identity` is read on first access.
+        case onDisk(path: String, identity: DiskIdentity)
+    }
+
+    enum Node {
+        case regularFile(Contents)
+        case directory([String: FileWrapper])
+        case symbolicLink(String)
+    }
+
+    struct State {
+        var node: Node
+        var filename: String?
+        var preferredFilename: String?
+        var attributes: [String: any Sendable] = [:]
+        var sync: SyncRecord?
+    }
+
+    let state: Mutex<State>
+
+    init(node: Node, preferredFilename: String? = nil) {
+        state = Mutex(State(node: node, preferredFilename: preferredFilename))
+    }
+
+    // MARK: Creating
+
+    /// A regular-file wrapper holding `contents`.
+    public convenience init(regularFileWithContents contents: Data) {
+        self.init(node: .regularFile(.loaded(contents)))
+    }
+
+    /// A directory wrapper whose children are `childrenByPreferredName`; each child's
+    /// preferred filename and filename become its key.
+    public convenience init(directoryWithFileWrappers childrenByPreferredName: [String: FileWrapper]) {
+        for (key, child) in childrenByPreferredName {
+            child.state.withLock {
+                if $0.preferredFilename == nil { $0.preferredFilename = key }
+                $0.filename = key
+            }
+        }
+        self.init(node: .directory(childrenByPreferredName))
+    }
+
+    /// A symbolic-link wrapper pointing at `url` (its path, kept as given).
+    public convenience init(symbolicLinkWithDestinationURL url: URL) {
+        self.init(node: .symbolicLink(url.isFileURL ? url.path : url.relativeString))
+    }
+
+    /// Reads the node at `url`: lazily (contents on first access) unless `.immediate`.
+    public convenience init(url: URL, options: ReadingOptions = []) throws {
+        let path = url.path
+        let node = try DiskReader.readNode(at: path, immediate: options.contains(.immediate))
+        self.init(node: node.node)
+        state.withLock {
+            $0.filename = (path as NSString).lastPathComponent
+            $0.preferredFilename = $0.filename
+            $0.attributes = node.attributes
+            $0.sync = node.sync
+        }
+    }
+
+    /// Re-reads the wrapper's node from `url`, replacing what it held.
+    public func read(from url: URL, options: ReadingOptions = []) throws {
+        let path = url.path
+        let node = try DiskReader.readNode(at: path, immediate: options.contains(.immediate))
+        state.withLock {
+            $0.node = node.node
+            $0.filename = (path as NSString).lastPathComponent
+            $0.attributes = node.attributes
+            $0.sync = node.sync
+        }
+    }
+
+    // MARK: Kind
+
+    public var isRegularFile: Bool {
+        state.withLock { if case .regularFile = $0.node { true } else { false } }
+    }
+
+    public var isDirectory: Bool {
+        state.withLock { if case .directory = $0.node { true } else { false } }
+    }
+
+    public var isSymbolicLink: Bool {
+        state.withLock { if case .symbolicLink = $0.node { true } else { false } }
+    }
+
+    // MARK: Names and attributes
+
+    /// The name of the node on disk, or the key under which its parent holds it.
+    public var filename: String? {
+        get { state.withLock { $0.filename } }
+        set { state.withLock { $0.filename = newValue } }
+    }
+
+    /// The name a parent uses as this wrapper's key when it is added; a parent that
+    /// already has a child by that name gives it a unique key instead.
+    public var preferredFilename: String? {
+        get { state.withLock { $0.preferredFilename } }
+        set { state.withLock { $0.preferredFilename = newValue } }
+    }
+
+    /// File attributes keyed by `FileAttributeKey` raw values: after a read, the node's
+    /// permissions, size, owner, modification date and inode; before a write, a
+    /// `.posixPermissions` value sets the mode of a file the write creates.
+    public var fileAttributes: [String: Any] {
+        get { state.withLock { $0.attributes.mapValues { $0 as Any } } }
+        set {
+            let sendable = newValue.compactMapValues(FileWrapper.sendableAttribute)
+            state.withLock { $0.attributes = sendable }
+        }
+    }
+
+    private static func sendableAttribute(_ value: Any) -> (any Sendable)? {
+        switch value {
+        case let v as Int: v
+        case let v as NSNumber: v.intValue
+        case let v as Date: v
+        case let v as String: v
+        case let v as UInt64: v
+        default: nil
+        }
+    }
+
+    // MARK: Regular files
+
+    /// The contents of a regular-file wrapper (read now if the wrapper was read lazily);
+    /// `nil` for other kinds or when a lazily read file can no longer be read.
+    public var regularFileContents: Data? {
+        let pending: (String, DiskIdentity)? = state.withLock {
+            guard case .regularFile(let contents) = $0.node else { return nil }
+            if case .onDisk(let path, let identity) = contents { return (path, identity) }
+            return nil
+        }
+        if let (path, identity) = pending {
+            guard let data = try? DiskReader.readContents(at: path, expecting: identity) else { return nil }
+            state.withLock { $0.node = .regularFile(.loaded(data)) }
+            return data
+        }
+        return state.withLock {
+            if case .regularFile(.loaded(let data)) = $0.node { return data }
+            return nil
+        }
+    }
+
+    /// Whether a regular file's contents are in memory (`false` until a lazily read one is accessed).
+    public var isContentsLoaded: Bool {
+        state.withLock {
+            if case .regularFile(.onDisk) = $0.node { return false }
+            return true
+        }
+    }
+
+    // MARK: Symbolic links
+
+    /// The destination of a symbolic-link wrapper, as a file URL; `nil` for other kinds.
+    public var symbolicLinkDestinationURL: URL? {
+        state.withLock {
+            guard case .symbolicLink(let destination) = $0.node else { return nil }
+            return URL(fileURLWithPath: destination)
+        }
+    }
+
+    // MARK: Directories
+
+    /// The children of a directory wrapper by key; `nil` for other kinds.
+    public var fileWrappers: [String: FileWrapper]? {
+        state.withLock {
+            guard case .directory(let children) = $0.node else { return nil }
+            return children
+        }
+    }
+
+    /// Adds `child` under its preferred filename, or under a unique variant of it when
+    /// that key is taken (`2__#$!@%!#__name`, as Apple does), and returns the key used.
+    ///
+    /// - Precondition: this is a directory wrapper and `child` has a preferred filename.
+    @discardableResult
+    public func addFileWrapper(_ child: FileWrapper) -> String {
+        guard let preferred = child.preferredFilename, !preferred.isEmpty else {
+            preconditionFailure("addFileWrapper: the child file wrapper has no preferredFilename")
+        }
+        let key: String = state.withLock { state in
+            guard case .directory(var children) = state.node else {
+                preconditionFailure("addFileWrapper: called on a file wrapper that is not a directory")
+            }
+            let key = Self.uniqueKey(for: preferred, in: children)
+            children[key] = child
+            state.node = .directory(children)
+            return key
+        }
+        child.filename = key
+        return key
+    }
+
+    /// Creates a regular-file wrapper with `contents`, adds it, and returns its key.
+    @discardableResult
+    public func addRegularFile(withContents contents: Data, preferredFilename: String) -> String {
+        let child = FileWrapper(regularFileWithContents: contents)
+        child.preferredFilename = preferredFilename
+        return addFileWrapper(child)
+    }
+
+    /// Removes `child` from this directory wrapper; nothing happens if it is not a child.
+    public func removeFileWrapper(_ child: FileWrapper) {
+        state.withLock { state in
+            guard case .directory(var children) = state.node,
+                let key = children.first(where: { $0.value === child })?.key
+            else { return }
+            children.removeValue(forKey: key)
+            state.node = .directory(children)
+        }
+    }
+
+    /// The key under which this directory wrapper holds `child`, or `nil`.
+    public func keyForChildFileWrapper(_ child: FileWrapper) -> String? {
+        state.withLock { state in
+            guard case .directory(let children) = state.node else { return nil }
+            return children.first(where: { $0.value === child })?.key
+        }
+    }
+
+    static func uniqueKey(for preferred: String, in children: [String: FileWrapper]) -> String {
+        if children[preferred] == nil { return preferred }
+        var counter = 2
+        while children["\(counter)__#$!@%!#__\(preferred)"] != nil { counter += 1 }
+        return "\(counter)__#$!@%!#__\(preferred)"
+    }
+
+    // MARK: Writing and comparing
+
+    /// Writes the wrapper to `url` through ``DurableWriter`` (following a symbolic link
+    /// at the destination). A regular file is always replaced atomically and durably.
+    /// A directory that exists is updated in place — only changed children are
+    /// written — unless `.atomic` asks for a new directory swapped in whole; unchanged
+    /// children are hard-linked from `originalContentsURL` (or the destination) then.
+    public func write(to url: URL, options: WritingOptions = [], originalContentsURL: URL? = nil) throws {
+        _ = try DurableWriter().write(self, to: url.path, options: options, originalContentsPath: originalContentsURL?.path)
+    }
+
+    /// Whether the node at `url` holds what this wrapper holds: the same kind, the same
+    /// bytes, the same link destination, and for directories the same children.
+    public func matchesContents(of url: URL) -> Bool {
+        DiskReader.matches(self, path: url.path)
+    }
+}
+
+// MARK: Sync records
+
+/// What identifies a file's contents on disk without reading them.
+struct DiskIdentity: Hashable, Sendable {
+    var device: UInt64
+    var inode: UInt64
+    var size: Int64
+    var modified: FileTime
+
+    init(_ status: FileStatus) {
+        device = status.device
+        inode = status.inode
+        size = status.size
+        modified = status.modified
+    }
+}
+
+/// Where a wrapper was last read from or written to, and what was there.
+struct SyncRecord: Sendable {
+    var path: String
+    var identity: DiskIdentity
+    /// For directories: the children's keys at that moment, so a later write knows
+    /// which names to remove without listing the directory.
+    var childNames: Set<String>?
+}
+
+extension FileWrapper {
+    var syncRecord: SyncRecord? {
+        get { state.withLock { $0.sync } }
+        set { state.withLock { $0.sync = newValue } }
+    }
+
+    var node: Node { state.withLock { $0.node } }
+
+    /// The `.posixPermissions` attribute, if any.
+    var requestedPermissions: FilePermissions? {
+        state.withLock { state in
+            (state.attributes[FileAttributeKey.posixPermissions.rawValue] as? Int).map {
+                FilePermissions(rawValue: mode_t($0))
+            }
+        }
+    }
+}

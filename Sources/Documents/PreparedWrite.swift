@@ -1,0 +1,71 @@
+import Posix
+
+/// A write that has been done completely and durably under a temporary name beside
+/// its destination, and waits to be put in place with ``commit()`` or thrown away with
+/// ``discard()``. Used to make a batch all-or-nothing: stage every file, then commit
+/// them together (``DocumentExporter`` does). A prepared write that is neither
+/// committed nor discarded is discarded when it is released.
+public final class PreparedWrite {
+    private var session: WriteSession
+    private var staged: WriteSession.Staged?
+    private let updatingNames: Bool
+
+    init(session: WriteSession, staged: WriteSession.Staged, updatingNames: Bool) {
+        self.session = session
+        self.staged = staged
+        self.updatingNames = updatingNames
+    }
+
+    deinit {
+        if let staged { session.discard(staged) }
+        session.closeAll()
+    }
+
+    /// The destination path.
+    public var path: String { staged?.location.path ?? session.report.path }
+
+    /// Renames the prepared node over its destination and syncs the directory.
+    @discardableResult
+    public func commit() throws -> DurableWriter.Report {
+        guard let staged else { return session.report }
+        do {
+            try session.commit(staged, syncDirectory: true)
+        } catch {
+            discard()
+            throw error
+        }
+        self.staged = nil
+        session.commit(updatingNames: updatingNames)
+        session.report.path = staged.location.path
+        session.closeAll()
+        return session.report
+    }
+
+    /// Removes the temporary node; the destination is untouched.
+    public func discard() {
+        if let staged { session.discard(staged) }
+        staged = nil
+        session.closeAll()
+    }
+}
+
+extension DurableWriter {
+    /// Writes `wrapper` completely and durably beside `path` without replacing
+    /// anything; ``PreparedWrite/commit()`` puts it in place. Packages are always
+    /// prepared as a whole new tree (unchanged files hard-linked from
+    /// `originalContentsPath`, default `path`).
+    public func prepare(
+        _ wrapper: FileWrapper, to path: String, options: FileWrapper.WritingOptions = [],
+        originalContentsPath: String? = nil
+    ) throws -> PreparedWrite {
+        var session = WriteSession(policy: symlinkPolicy)
+        do {
+            let location = try session.resolve(path, followingLinks: !wrapper.isSymbolicLink)
+            let staged = try session.stage(wrapper, at: location, linkBase: originalContentsPath ?? location.path)
+            return PreparedWrite(session: session, staged: staged, updatingNames: options.contains(.withNameUpdating))
+        } catch {
+            session.closeAll()
+            throw error
+        }
+    }
+}

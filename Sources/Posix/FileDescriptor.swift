@@ -1,0 +1,366 @@
+import Glibc
+
+/// An open file descriptor.
+///
+/// Not `Sendable`: a descriptor has one owner, which closes it in one place,
+/// usually through ``closeAfter(_:)``.
+public struct FileDescriptor: RawRepresentable, Hashable {
+    public let rawValue: CInt
+
+    public init(rawValue: CInt) { self.rawValue = rawValue }
+
+    /// The directory descriptor that makes `*at` calls resolve against the working directory.
+    public static var currentWorkingDirectory: FileDescriptor { FileDescriptor(rawValue: AT_FDCWD) }
+
+    /// How a file is opened for reading and writing.
+    public struct AccessMode: RawRepresentable, Hashable, Sendable {
+        public let rawValue: CInt
+        public init(rawValue: CInt) { self.rawValue = rawValue }
+        public static let readOnly = AccessMode(rawValue: O_RDONLY)
+        public static let writeOnly = AccessMode(rawValue: O_WRONLY)
+        public static let readWrite = AccessMode(rawValue: O_RDWR)
+    }
+
+    /// Flags for `openat`. `closeOnExec` is always added.
+    public struct OpenOptions: OptionSet, Hashable, Sendable {
+        public let rawValue: CInt
+        public init(rawValue: CInt) { self.rawValue = rawValue }
+        public static let create = OpenOptions(rawValue: O_CREAT)
+        public static let exclusiveCreate = OpenOptions(rawValue: O_CREAT | O_EXCL)
+        public static let truncate = OpenOptions(rawValue: O_TRUNC)
+        public static let append = OpenOptions(rawValue: O_APPEND)
+        public static let noFollow = OpenOptions(rawValue: O_NOFOLLOW)
+        public static let directory = OpenOptions(rawValue: O_DIRECTORY)
+        public static let nonBlocking = OpenOptions(rawValue: O_NONBLOCK)
+        /// `O_PATH`: a handle for `*at` calls and `fstat` only.
+        public static let pathOnly = OpenOptions(rawValue: 0o10000000)
+    }
+
+    /// Opens `path`, relative to `directory` when it is not absolute.
+    ///
+    /// - Parameters:
+    ///   - path: The path to open. A path containing a NUL byte is refused with `EINVAL`.
+    ///   - directory: The directory a relative path resolves against.
+    ///   - mode: Read, write or both.
+    ///   - options: `O_*` flags; `O_CLOEXEC` is always added.
+    ///   - permissions: The mode of a file that `options` creates.
+    /// - Returns: The new descriptor.
+    /// - Throws: `Errno`.
+    ///
+    /// The corresponding C function is `openat`.
+    public static func open(
+        _ path: String,
+        relativeTo directory: FileDescriptor = .currentWorkingDirectory,
+        _ mode: AccessMode = .readOnly,
+        options: OpenOptions = [],
+        permissions: FilePermissions = .init(rawValue: 0o600)
+    ) throws(Errno) -> FileDescriptor {
+        let flags = mode.rawValue | options.rawValue | O_CLOEXEC
+        let fd = try withCPath(path) { p in
+            valueOrErrno { system_openat(directory.rawValue, p, flags, permissions.rawValue) }
+        }.get()
+        return FileDescriptor(rawValue: fd)
+    }
+
+    /// Opens `path` beneath `directory` only: `..`, absolute paths and symbolic links
+    /// that lead outside `directory` fail with `EXDEV`; with `noSymlinks`, any
+    /// symbolic link in the path fails with `ELOOP`.
+    ///
+    /// The corresponding C function is `openat2` with `RESOLVE_BENEATH`.
+    public static func openBeneath(
+        _ path: String,
+        relativeTo directory: FileDescriptor,
+        _ mode: AccessMode = .readOnly,
+        options: OpenOptions = [],
+        permissions: FilePermissions = .init(rawValue: 0o600),
+        noSymlinks: Bool = false
+    ) throws(Errno) -> FileDescriptor {
+        let flags = mode.rawValue | options.rawValue | O_CLOEXEC
+        let fd = try withCPath(path) { p in
+            valueOrErrno {
+                system_openat_beneath(directory.rawValue, p, flags, permissions.rawValue, noSymlinks: noSymlinks)
+            }
+        }.get()
+        return FileDescriptor(rawValue: fd)
+    }
+
+    /// Closes the descriptor. Never retried: after `EINTR` the descriptor is already released.
+    ///
+    /// The corresponding C function is `close`.
+    public func close() throws(Errno) {
+        if system_close(rawValue) == -1 {
+            let code = system_errno
+            if code != EINTR { throw Errno(rawValue: code) }
+        }
+    }
+
+    /// Runs `body` with the descriptor, then closes it whatever `body` did.
+    public func closeAfter<R, E: Error>(_ body: () throws(E) -> R) throws(E) -> R {
+        defer { try? close() }
+        return try body()
+    }
+
+    /// Duplicates the descriptor (with `FD_CLOEXEC`).
+    ///
+    /// The corresponding C function is `fcntl(F_DUPFD_CLOEXEC)`.
+    public func duplicate() throws(Errno) -> FileDescriptor {
+        FileDescriptor(rawValue: try valueOrErrno { system_dup(rawValue) }.get())
+    }
+}
+
+// MARK: Reading and writing
+
+extension FileDescriptor {
+    /// Reads up to `buffer.count` bytes. Returns 0 at end of file.
+    ///
+    /// The corresponding C function is `read`.
+    public func read(into buffer: UnsafeMutableRawBufferPointer) throws(Errno) -> Int {
+        try valueOrErrno { system_read(rawValue, buffer.baseAddress, buffer.count) }.get()
+    }
+
+    /// Reads from the current offset to the end of the file.
+    public func readToEnd(sizeHint: Int = 0) throws(Errno) -> [UInt8] {
+        var bytes: [UInt8] = []
+        bytes.reserveCapacity(max(sizeHint, 0) + 1)
+        var chunk = max(64 * 1024, sizeHint + 1)
+        while true {
+            let start = bytes.count
+            bytes.append(contentsOf: repeatElement(0, count: chunk))
+            let n = try bytes.withUnsafeMutableBytes { all in
+                Result { () throws(Errno) in try read(into: UnsafeMutableRawBufferPointer(rebasing: all[start...])) }
+            }.get()
+            bytes.removeLast(chunk - n)
+            if n == 0 { return bytes }
+            if n == chunk { chunk = min(chunk * 2, 16 * 1024 * 1024) }
+        }
+    }
+
+    /// Writes every byte of `buffer`, looping over short writes.
+    ///
+    /// The corresponding C function is `write`.
+    public func writeAll(_ buffer: UnsafeRawBufferPointer) throws(Errno) {
+        var offset = 0
+        while offset < buffer.count {
+            let n = try valueOrErrno {
+                system_write(rawValue, buffer.baseAddress! + offset, buffer.count - offset)
+            }.get()
+            offset += n
+        }
+    }
+
+    /// Writes every byte of `bytes` (a `[UInt8]`, `Data`, …).
+    public func writeAll<S: Sequence<UInt8>>(_ bytes: S) throws(Errno) {
+        let result = bytes.withContiguousStorageIfAvailable { buffer in
+            Result { () throws(Errno) in try writeAll(UnsafeRawBufferPointer(buffer)) }
+        }
+        if let result { return try result.get() }
+        try Array(bytes).withUnsafeBytes { buffer in Result { () throws(Errno) in try writeAll(buffer) } }.get()
+    }
+
+    /// Flushes the file's data and metadata to the storage device.
+    ///
+    /// The corresponding C function is `fsync`.
+    public func sync() throws(Errno) {
+        try nothingOrErrno { system_fsync(rawValue) }.get()
+    }
+
+    /// Truncates or extends the file to `length` bytes.
+    ///
+    /// The corresponding C function is `ftruncate`.
+    public func truncate(to length: Int64) throws(Errno) {
+        try nothingOrErrno { system_ftruncate(rawValue, off_t(length)) }.get()
+    }
+}
+
+// MARK: Metadata
+
+extension FileDescriptor {
+    /// The status of the open file.
+    ///
+    /// The corresponding C function is `fstat`.
+    public func status() throws(Errno) -> FileStatus {
+        var buf = stat()
+        try nothingOrErrno { system_fstat(rawValue, &buf) }.get()
+        return FileStatus(buf)
+    }
+
+    /// The status of `name` relative to this directory.
+    ///
+    /// - Parameter followSymlinks: When `false`, a symbolic link is described itself (`AT_SYMLINK_NOFOLLOW`).
+    ///
+    /// The corresponding C function is `fstatat`.
+    public func status(of name: String, followSymlinks: Bool = false) throws(Errno) -> FileStatus {
+        var buf = stat()
+        let flags = followSymlinks ? 0 : AT_SYMLINK_NOFOLLOW
+        try withCPath(name) { p in nothingOrErrno { system_fstatat(rawValue, p, &buf, flags) } }.get()
+        return FileStatus(buf)
+    }
+
+    /// The status of `name`, or `nil` when nothing exists there.
+    public func statusIfPresent(of name: String, followSymlinks: Bool = false) throws(Errno) -> FileStatus? {
+        do { return try status(of: name, followSymlinks: followSymlinks) } catch Errno.noSuchFile { return nil }
+    }
+
+    /// Sets the permission bits.
+    ///
+    /// The corresponding C function is `fchmod`.
+    public func changeMode(_ permissions: FilePermissions) throws(Errno) {
+        try nothingOrErrno { system_fchmod(rawValue, permissions.rawValue) }.get()
+    }
+
+    /// Sets the owner and group; pass `nil` to leave either as it is.
+    ///
+    /// The corresponding C function is `fchown`.
+    public func changeOwner(user: UInt32?, group: UInt32?) throws(Errno) {
+        let uid = user.map { uid_t($0) } ?? uid_t.max
+        let gid = group.map { gid_t($0) } ?? gid_t.max
+        try nothingOrErrno { system_fchown(rawValue, uid, gid) }.get()
+    }
+
+    /// Sets the access and modification times.
+    ///
+    /// The corresponding C function is `futimens`.
+    public func setTimes(accessed: FileTime, modified: FileTime) throws(Errno) {
+        var times = [
+            timespec(tv_sec: accessed.seconds, tv_nsec: Int(accessed.nanoseconds)),
+            timespec(tv_sec: modified.seconds, tv_nsec: Int(modified.nanoseconds)),
+        ]
+        try nothingOrErrno { system_futimens(rawValue, &times) }.get()
+    }
+}
+
+// MARK: Directory operations (this descriptor is a directory)
+
+extension FileDescriptor {
+    /// Renames `name` in this directory to `newName` in `newDirectory`, replacing what is there.
+    ///
+    /// The corresponding C function is `renameat`.
+    public func rename(_ name: String, to newName: String, in newDirectory: FileDescriptor? = nil) throws(Errno) {
+        let target = (newDirectory ?? self).rawValue
+        try withCPath(name) { old in
+            withCPath(newName) { new in nothingOrErrno { system_renameat(rawValue, old, target, new) } }
+        }.get()
+    }
+
+    /// Flags for ``rename(_:to:in:flags:)``.
+    public struct RenameFlags: OptionSet, Hashable, Sendable {
+        public let rawValue: CUnsignedInt
+        public init(rawValue: CUnsignedInt) { self.rawValue = rawValue }
+        /// Swap the two names atomically; both must exist.
+        public static var exchange: RenameFlags { RenameFlags(rawValue: system_RENAME_EXCHANGE) }
+        /// Fail with `EEXIST` instead of replacing.
+        public static var noReplace: RenameFlags { RenameFlags(rawValue: system_RENAME_NOREPLACE) }
+    }
+
+    /// Renames with flags: `.exchange` swaps two names atomically, `.noReplace` refuses to replace.
+    ///
+    /// The corresponding C function is `renameat2`.
+    public func rename(
+        _ name: String, to newName: String, in newDirectory: FileDescriptor? = nil, flags: RenameFlags
+    ) throws(Errno) {
+        let target = (newDirectory ?? self).rawValue
+        try withCPath(name) { old in
+            withCPath(newName) { new in
+                nothingOrErrno { system_renameat2(rawValue, old, target, new, flags.rawValue) }
+            }
+        }.get()
+    }
+
+    /// Creates a hard link `newName` in `newDirectory` to `name` in this directory.
+    ///
+    /// The corresponding C function is `linkat`.
+    public func link(_ name: String, to newName: String, in newDirectory: FileDescriptor? = nil) throws(Errno) {
+        let target = (newDirectory ?? self).rawValue
+        try withCPath(name) { old in
+            withCPath(newName) { new in nothingOrErrno { system_linkat(rawValue, old, target, new, 0) } }
+        }.get()
+    }
+
+    /// Removes `name`; with `directory: true`, removes an empty directory.
+    ///
+    /// The corresponding C function is `unlinkat`.
+    public func unlink(_ name: String, directory: Bool = false) throws(Errno) {
+        let flags = directory ? AT_REMOVEDIR : 0
+        try withCPath(name) { p in nothingOrErrno { system_unlinkat(rawValue, p, flags) } }.get()
+    }
+
+    /// Creates the directory `name`.
+    ///
+    /// The corresponding C function is `mkdirat`.
+    public func makeDirectory(_ name: String, permissions: FilePermissions = .init(rawValue: 0o755)) throws(Errno) {
+        try withCPath(name) { p in nothingOrErrno { system_mkdirat(rawValue, p, permissions.rawValue) } }.get()
+    }
+
+    /// Creates a symbolic link `name` pointing at `destination`.
+    ///
+    /// The corresponding C function is `symlinkat`.
+    public func makeSymbolicLink(_ name: String, pointingTo destination: String) throws(Errno) {
+        try withCPath(destination) { d in
+            withCPath(name) { p in nothingOrErrno { system_symlinkat(d, rawValue, p) } }
+        }.get()
+    }
+
+    /// The destination of the symbolic link `name`.
+    ///
+    /// The corresponding C function is `readlinkat`.
+    public func readSymbolicLink(_ name: String) throws(Errno) -> String {
+        var capacity = 256
+        while true {
+            var buffer = [CChar](repeating: 0, count: capacity)
+            let n = try withCPath(name) { p in
+                buffer.withUnsafeMutableBufferPointer { b in
+                    valueOrErrno { system_readlinkat(rawValue, p, b.baseAddress!, capacity) }
+                }
+            }.get()
+            if n < capacity {
+                return String(decoding: buffer[..<n].map { UInt8(bitPattern: $0) }, as: UTF8.self)
+            }
+            capacity *= 4
+        }
+    }
+
+    /// The entries of this directory, without `.` and `..`, in the order the file system gives.
+    ///
+    /// The descriptor stays open and its offset is untouched: the listing reads a duplicate.
+    ///
+    /// The corresponding C functions are `fdopendir` and `readdir`.
+    public func directoryEntries() throws(Errno) -> [DirectoryEntry] {
+        let copy = try FileDescriptor.open(".", relativeTo: self, .readOnly, options: [.directory])
+        guard let stream = system_fdopendir(copy.rawValue) else {
+            let error = Errno.current
+            try? copy.close()
+            throw error
+        }
+        defer { _ = system_closedir(stream) }
+        var entries: [DirectoryEntry] = []
+        while true {
+            system_errno = 0
+            guard let entry = system_readdir(stream) else {
+                if system_errno != 0 { throw Errno.current }
+                return entries
+            }
+            let name = withUnsafeBytes(of: entry.pointee.d_name) { raw -> String in
+                let bytes = raw.bindMemory(to: UInt8.self)
+                let end = bytes.firstIndex(of: 0) ?? bytes.count
+                return String(decoding: bytes[..<end], as: UTF8.self)
+            }
+            if name == "." || name == ".." { continue }
+            entries.append(DirectoryEntry(name: name, kind: FileKind(directoryEntryType: entry.pointee.d_type)))
+        }
+    }
+}
+
+/// One entry of a directory listing.
+public struct DirectoryEntry: Hashable, Sendable {
+    public var name: String
+    /// The type the file system reported, or `nil` when it did not say (`DT_UNKNOWN`).
+    public var kind: FileKind?
+}
+
+/// Calls `body` with a C string for `path`, refusing a path with an embedded NUL byte,
+/// which C would silently cut short.
+@inline(__always)
+internal func withCPath<T>(_ path: String, _ body: (UnsafePointer<CChar>) -> Result<T, Errno>) -> Result<T, Errno> {
+    if path.utf8.contains(0) { return .failure(.invalidArgument) }
+    return path.withCString(body)
+}

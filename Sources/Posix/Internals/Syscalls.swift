@@ -1,0 +1,126 @@
+// The only file in Posix that speaks to C. One thin wrapper per call; every
+// other file uses the typed API built on these.
+
+import CLinux
+import Glibc
+
+@usableFromInline
+internal var system_errno: CInt {
+    get { Glibc.errno }
+    set { Glibc.errno = newValue }
+}
+
+internal func system_openat(_ dir: CInt, _ path: UnsafePointer<CChar>, _ flags: CInt, _ mode: mode_t) -> CInt {
+    Glibc.openat(dir, path, flags, mode)
+}
+
+internal func system_openat_beneath(
+    _ dir: CInt, _ path: UnsafePointer<CChar>, _ flags: CInt, _ mode: mode_t, noSymlinks: Bool
+) -> CInt {
+    clinux_openat_beneath(dir, path, flags, UInt32(mode), noSymlinks ? 1 : 0)
+}
+
+internal func system_close(_ fd: CInt) -> CInt { Glibc.close(fd) }
+
+internal func system_read(_ fd: CInt, _ buffer: UnsafeMutableRawPointer?, _ count: Int) -> Int {
+    Glibc.read(fd, buffer, count)
+}
+
+internal func system_pread(_ fd: CInt, _ buffer: UnsafeMutableRawPointer?, _ count: Int, _ offset: off_t) -> Int {
+    Glibc.pread(fd, buffer, count, offset)
+}
+
+internal func system_write(_ fd: CInt, _ buffer: UnsafeRawPointer?, _ count: Int) -> Int {
+    Glibc.write(fd, buffer, count)
+}
+
+internal func system_fsync(_ fd: CInt) -> CInt { Glibc.fsync(fd) }
+internal func system_fdatasync(_ fd: CInt) -> CInt { Glibc.fdatasync(fd) }
+internal func system_fchmod(_ fd: CInt, _ mode: mode_t) -> CInt { Glibc.fchmod(fd, mode) }
+internal func system_fchown(_ fd: CInt, _ uid: uid_t, _ gid: gid_t) -> CInt { Glibc.fchown(fd, uid, gid) }
+internal func system_ftruncate(_ fd: CInt, _ length: off_t) -> CInt { Glibc.ftruncate(fd, length) }
+
+internal func system_fstatat(_ dir: CInt, _ path: UnsafePointer<CChar>, _ buf: inout stat, _ flags: CInt) -> CInt {
+    Glibc.fstatat(dir, path, &buf, flags)
+}
+
+internal func system_fstat(_ fd: CInt, _ buf: inout stat) -> CInt { Glibc.fstat(fd, &buf) }
+
+internal func system_renameat(
+    _ oldDir: CInt, _ old: UnsafePointer<CChar>, _ newDir: CInt, _ new: UnsafePointer<CChar>
+) -> CInt {
+    Glibc.renameat(oldDir, old, newDir, new)
+}
+
+internal func system_renameat2(
+    _ oldDir: CInt, _ old: UnsafePointer<CChar>, _ newDir: CInt, _ new: UnsafePointer<CChar>, _ flags: CUnsignedInt
+) -> CInt {
+    clinux_renameat2(oldDir, old, newDir, new, flags)
+}
+
+internal var system_RENAME_EXCHANGE: CUnsignedInt { clinux_rename_exchange() }
+internal var system_RENAME_NOREPLACE: CUnsignedInt { clinux_rename_noreplace() }
+
+internal func system_linkat(
+    _ oldDir: CInt, _ old: UnsafePointer<CChar>, _ newDir: CInt, _ new: UnsafePointer<CChar>, _ flags: CInt
+) -> CInt {
+    Glibc.linkat(oldDir, old, newDir, new, flags)
+}
+
+internal func system_unlinkat(_ dir: CInt, _ path: UnsafePointer<CChar>, _ flags: CInt) -> CInt {
+    Glibc.unlinkat(dir, path, flags)
+}
+
+internal func system_mkdirat(_ dir: CInt, _ path: UnsafePointer<CChar>, _ mode: mode_t) -> CInt {
+    Glibc.mkdirat(dir, path, mode)
+}
+
+internal func system_symlinkat(_ target: UnsafePointer<CChar>, _ dir: CInt, _ path: UnsafePointer<CChar>) -> CInt {
+    Glibc.symlinkat(target, dir, path)
+}
+
+internal func system_readlinkat(
+    _ dir: CInt, _ path: UnsafePointer<CChar>, _ buffer: UnsafeMutablePointer<CChar>, _ size: Int
+) -> Int {
+    Glibc.readlinkat(dir, path, buffer, size)
+}
+
+internal func system_dup(_ fd: CInt) -> CInt { Glibc.fcntl(fd, F_DUPFD_CLOEXEC, 0) }
+
+internal func system_fdopendir(_ fd: CInt) -> OpaquePointer? { Glibc.fdopendir(fd) }
+internal func system_readdir(_ dir: OpaquePointer) -> UnsafeMutablePointer<dirent>? { Glibc.readdir(dir) }
+internal func system_closedir(_ dir: OpaquePointer) -> CInt { Glibc.closedir(dir) }
+
+internal func system_getuid() -> uid_t { Glibc.getuid() }
+internal func system_getgid() -> gid_t { Glibc.getgid() }
+internal func system_getpid() -> pid_t { Glibc.getpid() }
+
+internal func system_strerror(_ code: CInt) -> String { String(cString: Glibc.strerror(code)) }
+
+internal func system_getrandom(_ buffer: UnsafeMutableRawPointer, _ count: Int) -> Int {
+    clinux_getrandom(buffer, count)
+}
+
+internal func system_futimens(_ fd: CInt, _ times: UnsafePointer<timespec>?) -> CInt { Glibc.futimens(fd, times) }
+
+/// Runs `body` until it succeeds or fails with something other than EINTR.
+/// `close` never goes through here: after EINTR its descriptor is already gone.
+@inline(__always)
+internal func valueOrErrno<I: FixedWidthInteger>(
+    retryOnInterrupt: Bool = true, _ body: () -> I
+) -> Result<I, Errno> {
+    while true {
+        let result = body()
+        if result != -1 { return .success(result) }
+        let code = system_errno
+        if retryOnInterrupt && code == EINTR { continue }
+        return .failure(Errno(rawValue: code))
+    }
+}
+
+@inline(__always)
+internal func nothingOrErrno<I: FixedWidthInteger>(
+    retryOnInterrupt: Bool = true, _ body: () -> I
+) -> Result<Void, Errno> {
+    valueOrErrno(retryOnInterrupt: retryOnInterrupt, body).map { _ in () }
+}
