@@ -287,6 +287,9 @@ final class UTTypeRegistry: Sendable {
             d("com.apple.package", ["public.directory"], [], [], "package"),
             d("public.symlink", ["public.item"], [], [], "symbolic link"),
             d("public.text", ["public.data", "public.content"], [], [], "text"),
+            // Before plain text, so that ".txt" alone names public.plain-text, as on Apple platforms.
+            d("public.utf8-plain-text", ["public.plain-text"], ["txt", "text"], ["text/plain;charset=utf-8"],
+              "UTF-8 plain text"),
             d("public.plain-text", ["public.text"], ["txt", "text"], ["text/plain"], "plain text"),
             d("public.utf16-plain-text", ["public.plain-text"], [], [], "UTF-16 plain text"),
             d("public.delimited-values-text", ["public.text"], [], [], "delimited values text"),
@@ -312,7 +315,6 @@ final class UTTypeRegistry: Sendable {
             d("public.archive", ["public.data"], [], [], "archive"),
             d("public.zip-archive", ["public.archive"], ["zip"], ["application/zip"], "ZIP archive"),
             d("org.gnu.gnu-zip-archive", ["public.archive"], ["gz"], ["application/gzip"], "gzip archive"),
-            d("public.utf8-plain-text", ["public.plain-text"], [], ["text/plain;charset=utf-8"], "UTF-8 plain text"),
         ]
     }()
 }
