@@ -84,9 +84,9 @@ public final class FileWrapper: @unchecked Sendable {
         self.init(node: .directory(childrenByPreferredName))
     }
 
-    /// A symbolic-link wrapper pointing at `url` (its path, kept as given).
+    /// A symbolic-link wrapper pointing at `url`; a relative file URL stays a relative link.
     public convenience init(symbolicLinkWithDestinationURL url: URL) {
-        self.init(node: .symbolicLink(url.isFileURL ? url.path : url.relativeString))
+        self.init(node: .symbolicLink(url.isFileURL ? url.relativePath : url.relativeString))
     }
 
     /// Reads the node at `url`: lazily (contents on first access) unless `.immediate`.

@@ -1,0 +1,232 @@
+import Documents
+import Foundation
+import Posix
+import Testing
+
+@Suite("DurableWriter: regular files, ownership, symbolic links")
+struct DurableWriterFileTests {
+    let directory = TemporaryDirectory("writer")
+
+    @Test("A new file gets 0666 less the umask; replacing keeps the old file's mode")
+    func modes() throws {
+        let path = directory.sub("new.txt")
+        try DurableWriter().write(contents: Data("one".utf8), to: path)
+        let umask = CurrentProcess.fileCreationMask.rawValue
+        #expect(try Disk.status(path).permissions.rawValue == 0o666 & ~umask)
+
+        _ = chmod(path, 0o640)
+        try DurableWriter().write(contents: Data("two".utf8), to: path)
+        #expect(try Disk.status(path).permissions.rawValue == 0o640)
+        #expect(try Disk.bytes(path) == Data("two".utf8))
+        #expect(Disk.temporaries(under: directory.path).isEmpty)
+    }
+
+    @Test("A requested mode applies to a file the write creates")
+    func requestedMode() throws {
+        let path = directory.sub("secret")
+        try DurableWriter().write(contents: Data("s".utf8), to: path, permissions: FilePermissions(rawValue: 0o600))
+        #expect(try Disk.status(path).permissions.rawValue == 0o600)
+    }
+
+    @Test("A 0600 file owned by another user keeps its mode and owner after a save",
+          .enabled(if: Machine.isRoot, "changing a file's owner needs root"))
+    func ownerAndModeSurvive() throws {
+        let path = directory.sub("theirs.txt")
+        try Disk.write("original", to: path)
+        #expect(chown(path, 65534, 65534) == 0)
+        #expect(chmod(path, 0o600) == 0)
+        let inodeBefore = try Disk.inode(path)
+
+        try DurableWriter().write(contents: Data("replaced".utf8), to: path)
+
+        let status = try Disk.status(path)
+        #expect(status.userID == 65534)
+        #expect(status.groupID == 65534)
+        #expect(status.permissions.rawValue == 0o600)
+        #expect(status.inode != inodeBefore, "the file was replaced, not rewritten in place")
+        #expect(try Disk.bytes(path) == Data("replaced".utf8))
+    }
+
+    @Test("Set-id bits survive the owner change of a save", .enabled(if: Machine.isRoot))
+    func setIDBitsSurvive() throws {
+        let path = directory.sub("tool")
+        try Disk.write("#!/bin/sh\n", to: path)
+        #expect(chown(path, 65534, 65534) == 0)
+        #expect(chmod(path, 0o4755) == 0)
+        try DurableWriter().write(contents: Data("#!/bin/sh\necho\n".utf8), to: path)
+        #expect(try Disk.status(path).permissions.rawValue == 0o4755)
+    }
+
+    @Test("With the follow policy, a symbolic link stays a link and its target is replaced")
+    func followPolicy() throws {
+        try FileManager.default.createDirectory(atPath: directory.sub("real"), withIntermediateDirectories: true)
+        let target = directory.sub("real/target.txt")
+        try Disk.write("old", to: target)
+        let link = directory.sub("link.txt")
+        #expect(symlink("real/target.txt", link) == 0)
+
+        let report = try DurableWriter(symlinkPolicy: .follow).write(contents: Data("new".utf8), to: link)
+
+        #expect(try Disk.status(link).kind == .symbolicLink)
+        #expect(try FileManager.default.destinationOfSymbolicLink(atPath: link) == "real/target.txt")
+        #expect(try Disk.bytes(target) == Data("new".utf8))
+        #expect(report.path == directory.path + "/real/target.txt")
+        #expect(Disk.temporaries(under: directory.path).isEmpty)
+    }
+
+    @Test("With the refuse policy, a symbolic link is refused and left as it was")
+    func refusePolicy() throws {
+        let target = directory.sub("target.txt")
+        try Disk.write("old", to: target)
+        let link = directory.sub("link.txt")
+        #expect(symlink("target.txt", link) == 0)
+
+        #expect {
+            try DurableWriter(symlinkPolicy: .refuse).write(contents: Data("new".utf8), to: link)
+        } throws: { error in
+            guard let error = error as? DocumentError else { return false }
+            return error.operation == .followSymbolicLink && error.path == link
+                && "\(error)".contains("symlink policy is refuse")
+        }
+        #expect(try Disk.status(link).kind == .symbolicLink)
+        #expect(try Disk.bytes(target) == Data("old".utf8))
+        #expect(Disk.temporaries(under: directory.path).isEmpty)
+    }
+
+    @Test("A dangling link is followed to create its target; a link loop is an error")
+    func danglingAndLoops() throws {
+        let link = directory.sub("dangling")
+        #expect(symlink("created.txt", link) == 0)
+        try DurableWriter().write(contents: Data("x".utf8), to: link)
+        #expect(try Disk.bytes(directory.sub("created.txt")) == Data("x".utf8))
+        #expect(try Disk.status(link).kind == .symbolicLink)
+
+        #expect(symlink("loop-b", directory.sub("loop-a")) == 0)
+        #expect(symlink("loop-a", directory.sub("loop-b")) == 0)
+        #expect(throws: DocumentError.self) {
+            try DurableWriter().write(contents: Data("x".utf8), to: directory.sub("loop-a"))
+        }
+    }
+
+    @Test("A directory in the way of a file is an error that names it")
+    func directoryInTheWay() throws {
+        let path = directory.sub("dir")
+        try FileManager.default.createDirectory(atPath: path, withIntermediateDirectories: false)
+        #expect {
+            try DurableWriter().write(contents: Data("x".utf8), to: path)
+        } throws: { error in
+            (error as? DocumentError)?.errno == .isDirectory && (error as? DocumentError)?.path == path
+        }
+    }
+
+    @Test("A missing parent directory is reported as such")
+    func missingParent() throws {
+        let path = directory.sub("nowhere/file.txt")
+        #expect {
+            try DurableWriter().write(contents: Data("x".utf8), to: path)
+        } throws: { error in
+            let e = error as? DocumentError
+            return e?.operation == .openDirectory && e?.errno == .noSuchFile
+        }
+    }
+}
+
+@Suite("DurableWriter: packages")
+struct DurableWriterPackageTests {
+    let directory = TemporaryDirectory("packages")
+
+    func package(_ members: [String: String]) -> FileWrapper {
+        FileWrapper(
+            directoryWithFileWrappers: members.mapValues { FileWrapper(regularFileWithContents: Data($0.utf8)) })
+    }
+
+    @Test("An incremental save writes only changed members, unlinks removed ones, keeps the package directory")
+    func incremental() throws {
+        let path = directory.sub("doc.pkg")
+        let wrapper = package(["a": "A", "b": "B", "c": "C"])
+        try DurableWriter().write(wrapper, to: path)
+        let packageInode = try Disk.inode(path)
+        let inodeA = try Disk.inode(path + "/a")
+
+        wrapper.removeFileWrapper(wrapper.fileWrappers!["b"]!)
+        wrapper.removeFileWrapper(wrapper.fileWrappers!["c"]!)
+        wrapper.addRegularFile(withContents: Data("C2".utf8), preferredFilename: "c")
+        wrapper.addRegularFile(withContents: Data("D".utf8), preferredFilename: "d")
+        let report = try DurableWriter().write(wrapper, to: path)
+
+        #expect(report.filesWritten == 2)
+        #expect(report.entriesRemoved == 1)
+        #expect(report.filesUnchanged == 1)
+        #expect(try Disk.inode(path) == packageInode)
+        #expect(try Disk.inode(path + "/a") == inodeA)
+        #expect(try Disk.names(in: path) == ["a", "c", "d"])
+        #expect(try Disk.bytes(path + "/c") == Data("C2".utf8))
+    }
+
+    @Test("An atomic save swaps in a new tree with unchanged members hard-linked")
+    func atomic() throws {
+        let path = directory.sub("doc.pkg")
+        let wrapper = package(["a": "A", "b": "B"])
+        try DurableWriter().write(wrapper, to: path, options: .atomic)
+        let packageInode = try Disk.inode(path)
+        let inodeA = try Disk.inode(path + "/a")
+
+        wrapper.removeFileWrapper(wrapper.fileWrappers!["b"]!)
+        wrapper.addRegularFile(withContents: Data("B2".utf8), preferredFilename: "b")
+        let report = try DurableWriter().write(wrapper, to: path, options: .atomic)
+
+        #expect(report.filesLinked == 1)
+        #expect(report.filesWritten == 1)
+        #expect(try Disk.inode(path) != packageInode, "a new directory was swapped in")
+        #expect(try Disk.inode(path + "/a") == inodeA, "the unchanged member is the same file, linked")
+        #expect(try Disk.status(path + "/a").linkCount == 1, "the old tree is gone")
+        #expect(try Disk.bytes(path + "/b") == Data("B2".utf8))
+        #expect(try Disk.names(in: directory.path) == ["doc.pkg"])
+    }
+
+    @Test("Nested directories and symbolic links inside a package round-trip")
+    func nested() throws {
+        let path = directory.sub("nested.pkg")
+        let inner = package(["deep.txt": "deep"])
+        let wrapper = FileWrapper(directoryWithFileWrappers: [
+            "inner": inner,
+            "top.txt": FileWrapper(regularFileWithContents: Data("top".utf8)),
+            "link": FileWrapper(symbolicLinkWithDestinationURL: URL(fileURLWithPath: "top.txt")),
+        ])
+        try DurableWriter().write(wrapper, to: path)
+        #expect(try Disk.bytes(path + "/inner/deep.txt") == Data("deep".utf8))
+        #expect(try FileManager.default.destinationOfSymbolicLink(atPath: path + "/link") == "top.txt")
+        #expect(wrapper.matchesContents(of: URL(fileURLWithPath: path)))
+
+        inner.addRegularFile(withContents: Data("new".utf8), preferredFilename: "new.txt")
+        let report = try DurableWriter().write(wrapper, to: path)
+        #expect(report.filesWritten == 1)
+        #expect(try Disk.names(in: path + "/inner") == ["deep.txt", "new.txt"])
+
+        let reread = try FileWrapper(url: URL(fileURLWithPath: path), options: .immediate)
+        #expect(reread.fileWrappers?["inner"]?.fileWrappers?["new.txt"]?.regularFileContents == Data("new".utf8))
+        #expect(reread.fileWrappers?["link"]?.symbolicLinkDestinationURL?.path.hasSuffix("top.txt") == true)
+    }
+
+    @Test("Writing a package to a new place hard-links unchanged members from originalContentsURL")
+    func saveAsLinks() throws {
+        let original = directory.sub("original.pkg")
+        let wrapper = package(["a": "A", "b": "B"])
+        try DurableWriter().write(wrapper, to: original)
+        let copy = directory.url.appendingPathComponent("copy.pkg")
+        try wrapper.write(to: copy, options: [], originalContentsURL: URL(fileURLWithPath: original))
+        #expect(try Disk.inode(copy.path + "/a") == Disk.inode(original + "/a"))
+        #expect(try Disk.bytes(copy.path + "/b") == Data("B".utf8))
+    }
+
+    @Test("A package replaces a regular file, and a file replaces a package, atomically")
+    func kindChanges() throws {
+        let path = directory.sub("thing")
+        try Disk.write("a file", to: path)
+        try DurableWriter().write(package(["x": "X"]), to: path)
+        #expect(try Disk.status(path).kind == .directory)
+        try DurableWriter().write(package(["y": "Y"]), to: path, options: .atomic)
+        #expect(try Disk.names(in: path) == ["y"])
+        #expect(try Disk.names(in: directory.path) == ["thing"])
+    }
+}
