@@ -27,10 +27,24 @@ public struct DurableWriter: Sendable {
         case refuse
     }
 
-    public var symlinkPolicy: SymlinkPolicy
+    /// How a new package tree replaces the old one.
+    public enum PackageSwap: Sendable, Hashable {
+        /// `renameat2(RENAME_EXCHANGE)`: the destination always names a complete tree.
+        /// Where the file system refuses it (`EINVAL`, `ENOSYS`, `EOPNOTSUPP`), the
+        /// writer falls back to ``renameAside`` by itself.
+        case exchange
+        /// Rename the old tree aside, then the new one into place. For file systems that
+        /// accept the exchange but mishandle it; a crash between the renames is finished
+        /// by ``DurableWriter/recover(at:recursive:)``.
+        case renameAside
+    }
 
-    public init(symlinkPolicy: SymlinkPolicy = .follow) {
+    public var symlinkPolicy: SymlinkPolicy
+    public var packageSwap: PackageSwap
+
+    public init(symlinkPolicy: SymlinkPolicy = .follow, packageSwap: PackageSwap = .exchange) {
         self.symlinkPolicy = symlinkPolicy
+        self.packageSwap = packageSwap
     }
 
     /// What a write did.
@@ -67,7 +81,7 @@ public struct DurableWriter: Sendable {
         _ wrapper: FileWrapper, to path: String, options: FileWrapper.WritingOptions = [],
         originalContentsPath: String? = nil
     ) throws -> Report {
-        var session = WriteSession(policy: symlinkPolicy)
+        var session = WriteSession(policy: symlinkPolicy, swap: packageSwap)
         let location = try session.resolve(path, followingLinks: !wrapper.isSymbolicLink)
         defer { session.closeAll() }
         switch wrapper.node {
@@ -112,6 +126,7 @@ struct Location {
 /// apply once the write has succeeded.
 struct WriteSession {
     let policy: DurableWriter.SymlinkPolicy
+    let swap: DurableWriter.PackageSwap
     var report = DurableWriter.Report()
     private var opened: [FileDescriptor] = []
     private var pending: [(FileWrapper, SyncRecord, String)] = []
@@ -119,7 +134,10 @@ struct WriteSession {
     static let newFilePermissions = FilePermissions(rawValue: 0o666 & ~CurrentProcess.fileCreationMask.rawValue)
     static let newDirectoryPermissions = FilePermissions(rawValue: 0o777 & ~CurrentProcess.fileCreationMask.rawValue)
 
-    init(policy: DurableWriter.SymlinkPolicy) { self.policy = policy }
+    init(policy: DurableWriter.SymlinkPolicy, swap: DurableWriter.PackageSwap) {
+        self.policy = policy
+        self.swap = swap
+    }
 
     mutating func closeAll() {
         for fd in opened { try? fd.close() }
@@ -282,13 +300,15 @@ struct WriteSession {
         let location = staged.location
         let parent = location.directory
         if staged.isTree, location.existing != nil {
-            var exchanged = true
-            do throws(Errno) {
-                try parent.rename(staged.temporary, to: location.name, flags: .exchange)
-            } catch let error where [.invalidArgument, .noSystemCall, .notSupported].contains(error) {
-                exchanged = false
-            } catch {
-                throw DocumentError(operation: .exchange, path: location.path, errno: error)
+            var exchanged = swap == .exchange
+            if exchanged {
+                do throws(Errno) {
+                    try parent.rename(staged.temporary, to: location.name, flags: .exchange)
+                } catch let error where [.invalidArgument, .noSystemCall, .notSupported].contains(error) {
+                    exchanged = false
+                } catch {
+                    throw DocumentError(operation: .exchange, path: location.path, errno: error)
+                }
             }
             if exchanged {
                 if syncDirectory { try sync(parent, path: location.directoryPath) }

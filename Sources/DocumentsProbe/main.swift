@@ -54,10 +54,11 @@ do {
         }
 
     case "loop-package":
-        // loop-package PATH [--atomic] [--members M]: save package versions forever.
+        // loop-package PATH [--atomic] [--rename-aside] [--members M]: save package versions forever.
         let path = arguments[0]
         let members = option("--members", default: 8)
         let options: FileWrapper.WritingOptions = flag("--atomic") ? [.atomic] : []
+        let writer = DurableWriter(packageSwap: flag("--rename-aside") ? .renameAside : .exchange)
         var version = 0
         var wrapper: FileWrapper
         if let existing = try? FileWrapper(url: URL(fileURLWithPath: path)),
@@ -67,13 +68,13 @@ do {
             version = v
         } else {
             wrapper = CrashVersions.package(version: 0, members: members)
-            try DurableWriter().write(wrapper, to: path, options: options)
+            try writer.write(wrapper, to: path, options: options)
         }
         var announced = false
         while true {
             version += 1
             CrashVersions.advance(wrapper, to: version, members: members)
-            try DurableWriter().write(wrapper, to: path, options: options, originalContentsPath: path)
+            try writer.write(wrapper, to: path, options: options, originalContentsPath: path)
             if !announced {
                 say("ready")
                 announced = true

@@ -51,16 +51,24 @@ struct CrashTests {
         #expect(leftovers > 0, "some kills landed inside a save (temporaries found and removed)")
     }
 
-    @Test("Atomic package saves: always a complete, consistent old or new package")
-    func atomicPackageSaves() throws {
+    @Test("Atomic package saves: always a complete, consistent old or new package",
+          arguments: ["--exchange", "--rename-aside"])
+    func atomicPackageSaves(swap: String) throws {
         let path = directory.sub("doc.pkg")
         var leftovers = 0
         for _ in 0..<Self.kills {
-            try runAndKill(["loop-package", path, "--atomic", "--members", "6"])
-            let check = try Machine.run(Machine.probe, ["check-package", path])
-            #expect(check.status == 0, "torn package after a kill: \(check.stderr)")
+            try runAndKill(["loop-package", path, "--atomic", swap, "--members", "6"])
+            if swap == "--exchange" {
+                // With the exchange, the destination names a complete package at every instant.
+                let check = try Machine.run(Machine.probe, ["check-package", path])
+                #expect(check.status == 0, "torn package after a kill: \(check.stderr)")
+            }
+            // Renaming aside leaves a window with no package under its name; recovery
+            // (which the daemon runs at start-up) must close it with a complete one.
             let report = try DurableWriter.recover(at: directory.path)
-            leftovers += report.removed.count
+            leftovers += report.removed.count + report.restored.count
+            let check = try Machine.run(Machine.probe, ["check-package", path])
+            #expect(check.status == 0, "torn package after recovery: \(check.stderr)")
             #expect(Disk.temporaries(under: directory.path).isEmpty)
             if check.status != 0 { break }
         }
@@ -71,7 +79,7 @@ struct CrashTests {
     func killedRecovery() throws {
         let path = directory.sub("doc.pkg")
         for _ in 0..<20 {
-            try runAndKill(["loop-package", path, "--atomic", "--members", "6"])
+            try runAndKill(["loop-package", path, "--atomic", "--rename-aside", "--members", "6"])
             // A recovery run killed as soon as it starts, then a full one.
             let process = Process()
             process.executableURL = URL(fileURLWithPath: Machine.probe)

@@ -184,6 +184,21 @@ struct DurableWriterPackageTests {
         #expect(try Disk.names(in: directory.path) == ["doc.pkg"])
     }
 
+    @Test("The rename-aside swap gives the same result as the exchange and leaves nothing aside")
+    func renameAside() throws {
+        let path = directory.sub("doc.pkg")
+        let writer = DurableWriter(packageSwap: .renameAside)
+        let wrapper = package(["a": "A", "b": "B"])
+        try writer.write(wrapper, to: path, options: .atomic)
+        let inodeA = try Disk.inode(path + "/a")
+        wrapper.removeFileWrapper(wrapper.fileWrappers!["b"]!)
+        let report = try writer.write(wrapper, to: path, options: .atomic)
+        #expect(report.filesLinked == 1)
+        #expect(try Disk.names(in: path) == ["a"])
+        #expect(try Disk.inode(path + "/a") == inodeA)
+        #expect(try Disk.names(in: directory.path) == ["doc.pkg"])
+    }
+
     @Test("Nested directories and symbolic links inside a package round-trip")
     func nested() throws {
         let path = directory.sub("nested.pkg")
