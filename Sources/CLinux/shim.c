@@ -34,7 +34,7 @@ int clinux_peer_credentials_get(int socket, clinux_peer_credentials *out) {
 int clinux_openat_beneath(int dirfd, const char *path, int flags, unsigned int mode, int no_symlinks) {
     struct open_how how = {0};
     how.flags = (uint64_t)flags;
-    how.mode = (flags & (O_CREAT | O_TMPFILE)) ? mode : 0;
+    how.mode = ((flags & O_CREAT) || (flags & O_TMPFILE) == O_TMPFILE) ? mode : 0;
     how.resolve = RESOLVE_BENEATH | RESOLVE_NO_MAGICLINKS;
     if (no_symlinks) {
         how.resolve |= RESOLVE_NO_SYMLINKS;

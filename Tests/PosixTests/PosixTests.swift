@@ -1,0 +1,143 @@
+import Foundation
+import Posix
+import Testing
+
+@preconcurrency import Glibc
+
+@Suite("Posix: typed system calls")
+final class PosixTests {
+    let path: String
+    let directory: FileDescriptor
+
+    init() throws {
+        var template = Array((NSTemporaryDirectory() + "/posix-XXXXXX").utf8CString)
+        precondition(template.withUnsafeMutableBufferPointer { mkdtemp($0.baseAddress!) } != nil)
+        path = template.withUnsafeBufferPointer { String(cString: $0.baseAddress!) }
+        directory = try FileDescriptor.open(path, options: [.directory])
+    }
+
+    deinit {
+        try? directory.close()
+        try? FileManager.default.removeItem(atPath: path)
+    }
+
+    @Test("Errno has names, messages and pattern matching")
+    func errno() {
+        #expect(Errno.noSpace.name == "ENOSPC")
+        #expect(Errno.noSpace.description == "ENOSPC (No space left on device)")
+        #expect(Errno(rawValue: 9999).name == "E9999")
+        let error: any Error = Errno.readOnlyFileSystem
+        switch error {
+        case Errno.readOnlyFileSystem: break
+        default: Issue.record("~= did not match")
+        }
+    }
+
+    @Test("Create, write, read back, stat, exclusive create fails with EEXIST")
+    func files() throws {
+        let fd = try FileDescriptor.open(
+            "f", relativeTo: directory, .readWrite, options: [.exclusiveCreate], permissions: .init(rawValue: 0o640))
+        try fd.closeAfter { () throws(Errno) in
+            try fd.writeAll(Array("hello world".utf8))
+            try fd.sync()
+        }
+        let status = try directory.status(of: "f")
+        #expect(status.kind == .regular)
+        #expect(status.size == 11)
+        #expect(status.permissions.rawValue & 0o700 == 0o600)
+
+        let reader = try FileDescriptor.open("f", relativeTo: directory)
+        let bytes = try reader.closeAfter { () throws(Errno) in try reader.readToEnd() }
+        #expect(String(decoding: bytes, as: UTF8.self) == "hello world")
+
+        #expect(throws: Errno.fileExists) {
+            try FileDescriptor.open("f", relativeTo: directory, .writeOnly, options: [.exclusiveCreate])
+        }
+    }
+
+    @Test("A path with a NUL byte is refused instead of being cut short")
+    func nulByte() throws {
+        try FileDescriptor.open("safe", relativeTo: directory, .writeOnly, options: [.create]).close()
+        #expect(throws: Errno.invalidArgument) {
+            try FileDescriptor.open("safe\u{0}/../../etc/passwd", relativeTo: directory)
+        }
+    }
+
+    @Test("Large reads cross the chunk boundary intact")
+    func largeRead() throws {
+        let data = (0..<300_000).map { UInt8(truncatingIfNeeded: $0 &* 7) }
+        let fd = try FileDescriptor.open("big", relativeTo: directory, .readWrite, options: [.create])
+        try fd.closeAfter { () throws(Errno) in try fd.writeAll(data) }
+        let reader = try FileDescriptor.open("big", relativeTo: directory)
+        #expect(try reader.closeAfter { () throws(Errno) in try reader.readToEnd() } == data)
+    }
+
+    @Test("rename, renameat2 exchange and no-replace, link, unlink, mkdir, symlink, listing")
+    func directoryOperations() throws {
+        for name in ["a", "b"] {
+            let fd = try FileDescriptor.open(name, relativeTo: directory, .writeOnly, options: [.create])
+            try fd.closeAfter { () throws(Errno) in try fd.writeAll(Array(name.utf8)) }
+        }
+        let inodeA = try directory.status(of: "a").inode
+        try directory.rename("a", to: "b", flags: .exchange)
+        #expect(try directory.status(of: "b").inode == inodeA)
+        #expect(throws: Errno.fileExists) { try directory.rename("a", to: "b", flags: .noReplace) }
+
+        try directory.link("b", to: "b-link")
+        #expect(try directory.status(of: "b-link").inode == inodeA)
+        #expect(try directory.status(of: "b").linkCount == 2)
+
+        try directory.makeDirectory("sub")
+        try directory.makeSymbolicLink("s", pointingTo: "sub")
+        #expect(try directory.status(of: "s").kind == .symbolicLink)
+        #expect(try directory.status(of: "s", followSymlinks: true).kind == .directory)
+        #expect(try directory.readSymbolicLink("s") == "sub")
+
+        let entries = try directory.directoryEntries().sorted { $0.name < $1.name }
+        #expect(entries.map(\.name) == ["a", "b", "b-link", "s", "sub"])
+        #expect(entries.first { $0.name == "sub" }?.kind == .directory)
+
+        try directory.unlink("b-link")
+        try directory.unlink("sub", directory: true)
+        #expect(try directory.statusIfPresent(of: "sub") == nil)
+        #expect(throws: Errno.noSuchFile) { try directory.unlink("sub") }
+    }
+
+    @Test("openBeneath refuses paths that leave the directory")
+    func beneath() throws {
+        try directory.makeDirectory("inside")
+        try directory.makeSymbolicLink("escape", pointingTo: "/etc")
+        try FileDescriptor.openBeneath("inside", relativeTo: directory, options: [.directory]).close()
+        for path in ["../x", "/etc/passwd", "inside/../../x", "escape/passwd"] {
+            #expect(throws: Errno.self, "\(path)") {
+                try FileDescriptor.openBeneath(path, relativeTo: directory)
+            }
+        }
+        #expect(throws: Errno.tooManySymbolicLinks) {
+            try FileDescriptor.openBeneath("escape", relativeTo: directory, noSymlinks: true)
+        }
+    }
+
+    @Test("Ownership and mode changes through a descriptor", .enabled(if: getuid() == 0))
+    func ownership() throws {
+        let fd = try FileDescriptor.open("o", relativeTo: directory, .writeOnly, options: [.create])
+        try fd.closeAfter { () throws(Errno) in
+            try fd.changeOwner(user: 65534, group: nil)
+            try fd.changeMode(.init(rawValue: 0o604))
+        }
+        let status = try directory.status(of: "o")
+        #expect(status.userID == 65534)
+        #expect(status.groupID == getgid())
+        #expect(status.permissions.rawValue == 0o604)
+    }
+
+    @Test("The process's umask is read without changing it")
+    func umask() {
+        let before = CurrentProcess.fileCreationMask
+        #expect(CurrentProcess.fileCreationMask == before)
+        let current = Glibc.umask(before.rawValue)
+        #expect(current == before.rawValue)
+        #expect(CurrentProcess.randomAlphanumerics(6).count == 6)
+        #expect(CurrentProcess.randomAlphanumerics(6) != CurrentProcess.randomAlphanumerics(6))
+    }
+}
