@@ -42,7 +42,7 @@ enum DiskReader {
             }
             return ReadNode(
                 node: .regularFile(contents), attributes: attributes,
-                sync: SyncRecord(path: path, identity: identity, childNames: nil))
+                sync: SyncRecord(path: path, identity: identity))
         case .symbolicLink:
             let destination: String
             do throws(Errno) { destination = try parent.readSymbolicLink(name) } catch {
@@ -50,7 +50,7 @@ enum DiskReader {
             }
             return ReadNode(
                 node: .symbolicLink(destination), attributes: attributes,
-                sync: SyncRecord(path: path, identity: DiskIdentity(status), childNames: nil))
+                sync: SyncRecord(path: path, identity: DiskIdentity(status)))
         case .directory:
             let directory: FileDescriptor
             do throws(Errno) { directory = try FileDescriptor.open(name, relativeTo: parent, options: [.directory, .noFollow]) } catch {
@@ -70,12 +70,13 @@ enum DiskReader {
                         $0.filename = entry.name
                         $0.attributes = read.attributes
                         $0.sync = read.sync
+                        $0.changedKeys = []
                     }
                     children[entry.name] = child
                 }
                 return ReadNode(
                     node: .directory(children), attributes: attributes,
-                    sync: SyncRecord(path: path, identity: DiskIdentity(status), childNames: Set(children.keys)))
+                    sync: SyncRecord(path: path, identity: DiskIdentity(status)))
             }
         case .other:
             throw DocumentError(

@@ -129,7 +129,16 @@ struct WriteSession {
     let swap: DurableWriter.PackageSwap
     var report = DurableWriter.Report()
     private var opened: [FileDescriptor] = []
-    private var pending: [(FileWrapper, SyncRecord, String)] = []
+    private var pending: [PendingSync] = []
+
+    /// A sync record to apply once the whole write has succeeded.
+    private struct PendingSync {
+        var wrapper: FileWrapper
+        var record: SyncRecord
+        var name: String
+        /// Directories: the changed keys this write handled (`nil`: all of them).
+        var settledKeys: Set<String>?
+    }
 
     static let newFilePermissions = FilePermissions(rawValue: 0o666 & ~CurrentProcess.fileCreationMask.rawValue)
     static let newDirectoryPermissions = FilePermissions(rawValue: 0o777 & ~CurrentProcess.fileCreationMask.rawValue)
@@ -145,15 +154,17 @@ struct WriteSession {
     }
 
     mutating func commit(updatingNames: Bool) {
-        for (wrapper, record, name) in pending {
-            wrapper.syncRecord = record
-            if updatingNames { wrapper.filename = name }
+        for entry in pending {
+            entry.wrapper.settle(entry.record, keys: entry.settledKeys)
+            if updatingNames { entry.wrapper.filename = entry.name }
         }
         pending = []
     }
 
-    private mutating func record(_ wrapper: FileWrapper, _ record: SyncRecord, name: String) {
-        pending.append((wrapper, record, name))
+    private mutating func record(
+        _ wrapper: FileWrapper, _ record: SyncRecord, name: String, settledKeys: Set<String>? = nil
+    ) {
+        pending.append(PendingSync(wrapper: wrapper, record: record, name: name, settledKeys: settledKeys))
     }
 
     // MARK: Resolving the destination
@@ -414,7 +425,7 @@ struct WriteSession {
             }
             return Staged(
                 wrapper: wrapper, location: location, temporary: temporary, isTree: false,
-                record: SyncRecord(path: location.path, identity: identity, childNames: nil), bytes: data.count)
+                record: SyncRecord(path: location.path, identity: identity), bytes: data.count)
         } catch {
             try? location.directory.unlink(temporary)
             throw error
@@ -436,7 +447,7 @@ struct WriteSession {
                 let status = try location.directory.status(of: temporary)
                 return Staged(
                     wrapper: wrapper, location: location, temporary: temporary, isTree: false,
-                    record: SyncRecord(path: location.path, identity: DiskIdentity(status), childNames: nil), bytes: 0)
+                    record: SyncRecord(path: location.path, identity: DiskIdentity(status)), bytes: 0)
             } catch .fileExists {
                 continue
             } catch {
@@ -487,10 +498,9 @@ struct WriteSession {
             do throws(Errno) { identity = DiskIdentity(try newTree.status()) } catch {
                 throw DocumentError(operation: .stat, path: temporaryPath, errno: error)
             }
-            let names = Set((wrapper.fileWrappers ?? [:]).keys)
             return Staged(
                 wrapper: wrapper, location: location, temporary: temporary, isTree: true,
-                record: SyncRecord(path: location.path, identity: identity, childNames: names), bytes: bytes)
+                record: SyncRecord(path: location.path, identity: identity), bytes: bytes)
         } catch {
             TreeRemover.remove(temporary, in: parent)
             throw error
@@ -531,7 +541,7 @@ struct WriteSession {
                     (try? linkSource.status(of: key)).map(DiskIdentity.init) == sync.identity,
                     (try? linkSource.link(key, to: key, in: directory)) != nil
                 {
-                    record(child, SyncRecord(path: childFinalPath, identity: sync.identity, childNames: nil), name: key)
+                    record(child, SyncRecord(path: childFinalPath, identity: sync.identity), name: key)
                     report.filesLinked += 1
                     continue
                 }
@@ -557,7 +567,7 @@ struct WriteSession {
                         throw DocumentError(operation: .stat, path: childBuildPath, errno: error)
                     }
                 }
-                record(child, SyncRecord(path: childFinalPath, identity: identity, childNames: nil), name: key)
+                record(child, SyncRecord(path: childFinalPath, identity: identity), name: key)
                 report.bytesWritten += data.count
                 report.filesWritten += 1
             case .symbolicLink(let destination):
@@ -565,7 +575,7 @@ struct WriteSession {
                     throw DocumentError(operation: .makeSymbolicLink, path: childBuildPath, errno: error)
                 }
                 if let status = try? directory.status(of: key) {
-                    record(child, SyncRecord(path: childFinalPath, identity: DiskIdentity(status), childNames: nil), name: key)
+                    record(child, SyncRecord(path: childFinalPath, identity: DiskIdentity(status)), name: key)
                 }
                 report.filesWritten += 1
             case .directory:
@@ -592,51 +602,63 @@ struct WriteSession {
                 if let status = try? sub.status() {
                     record(
                         child,
-                        SyncRecord(
-                            path: childFinalPath, identity: DiskIdentity(status),
-                            childNames: Set((child.fileWrappers ?? [:]).keys)),
+                        SyncRecord(path: childFinalPath, identity: DiskIdentity(status)),
                         name: key)
                 }
             }
         }
     }
 
-    /// Updates an existing package directory: writes changed children, removes the
-    /// ones no longer present, syncs the directory once if anything changed.
+    /// Updates an existing package directory in place: writes changed children,
+    /// removes the ones no longer present, syncs the directory once if anything changed.
+    ///
+    /// When the wrapper was last synced at this very path and has tracked its changes
+    /// since, only the changed keys and the directory children are visited, so the cost
+    /// is O(changes), not O(children). Otherwise every child is checked against its sync
+    /// record and the directory is listed to find what to remove.
     private mutating func updateInPlace(_ wrapper: FileWrapper, directory: FileDescriptor, path: String) throws {
-        let children = wrapper.fileWrappers ?? [:]
+        let (children, changedKeys, directoryKeys) = wrapper.changeTracking
         let previous = wrapper.syncRecord
-        let knownNames: Set<String>
-        if let previous, previous.path == path, let names = previous.childNames {
-            knownNames = names
+        let removals: [String]
+        let candidates: [String]
+        let tracked = changedKeys != nil && previous?.path == path
+        if tracked, let changedKeys {
+            removals = changedKeys.filter { children[$0] == nil }
+            candidates = Array(changedKeys.filter { children[$0] != nil }.union(directoryKeys))
+            report.filesUnchanged += children.count - candidates.count
         } else {
-            do throws(Errno) {
-                knownNames = Set(try directory.directoryEntries().map(\.name).filter { !TemporaryName.isTemporary($0) })
-            } catch {
+            let onDisk: [DirectoryEntry]
+            do throws(Errno) { onDisk = try directory.directoryEntries() } catch {
                 throw DocumentError(operation: .listDirectory, path: path, errno: error)
             }
+            removals = onDisk.map(\.name).filter { !TemporaryName.isTemporary($0) && children[$0] == nil }
+            candidates = Array(children.keys)
         }
+
         var changed = false
-        for name in knownNames where children[name] == nil {
+        for name in removals {
             guard let status = try stat(name, in: directory, path: join(path, name)) else { continue }
-            let result: Result<Void, Errno> =
-                status.kind == .directory
-                ? Result { () throws(Errno) in try TreeRemover.removeOrThrow(name, in: directory) }
-                : Result { () throws(Errno) in try directory.unlink(name) }
-            if case .failure(let error) = result {
+            do throws(Errno) {
+                if status.kind == .directory {
+                    try TreeRemover.removeOrThrow(name, in: directory)
+                } else {
+                    try directory.unlink(name)
+                }
+            } catch {
                 throw DocumentError(operation: .unlink, path: join(path, name), errno: error)
             }
             report.entriesRemoved += 1
             changed = true
         }
-        for (key, child) in children {
+        for key in candidates {
+            guard let child = children[key] else { continue }
             let childPath = join(path, key)
             let node = child.node
             if case .directory = node {} else if child.syncRecord?.path == childPath {
                 report.filesUnchanged += 1
                 continue
             }
-            let location = Location(
+            var location = Location(
                 directory: directory, directoryPath: path, name: key,
                 existing: try stat(key, in: directory, path: childPath))
             switch node {
@@ -645,12 +667,9 @@ struct WriteSession {
                     do throws(Errno) { try TreeRemover.removeOrThrow(key, in: directory) } catch {
                         throw DocumentError(operation: .unlink, path: childPath, errno: error)
                     }
-                    try writeRegularFile(
-                        child, at: Location(directory: directory, directoryPath: path, name: key, existing: nil),
-                        syncDirectory: false)
-                } else {
-                    try writeRegularFile(child, at: location, syncDirectory: false)
+                    location.existing = nil
                 }
+                try writeRegularFile(child, at: location, syncDirectory: false)
                 changed = true
             case .symbolicLink(let destination):
                 try writeSymbolicLink(child, destination: destination, at: location, syncDirectory: false)
@@ -658,7 +677,9 @@ struct WriteSession {
             case .directory:
                 if location.existing?.kind == .directory {
                     let sub: FileDescriptor
-                    do throws(Errno) { sub = try FileDescriptor.open(key, relativeTo: directory, options: [.directory, .noFollow]) } catch {
+                    do throws(Errno) {
+                        sub = try FileDescriptor.open(key, relativeTo: directory, options: [.directory, .noFollow])
+                    } catch {
                         throw DocumentError(operation: .openDirectory, path: childPath, errno: error)
                     }
                     opened.append(sub)
@@ -672,7 +693,9 @@ struct WriteSession {
         if changed { try sync(directory, path: path) }
         let identity = (try? directory.status()).map(DiskIdentity.init) ?? previous?.identity
         if let identity {
-            record(wrapper, SyncRecord(path: path, identity: identity, childNames: Set(children.keys)), name: wrapper.filename ?? "")
+            record(
+                wrapper, SyncRecord(path: path, identity: identity), name: (path as NSString).lastPathComponent,
+                settledKeys: tracked ? changedKeys : nil)
         }
     }
 

@@ -57,12 +57,22 @@ public final class FileWrapper: @unchecked Sendable {
         var preferredFilename: String?
         var attributes: [String: any Sendable] = [:]
         var sync: SyncRecord?
+        /// Directories: the keys added or removed since the last sync, or `nil` when
+        /// unknown (never synced). With it, an in-place save visits only these keys
+        /// and the directory children, not every child.
+        var changedKeys: Set<String>?
+        /// Directories: the keys whose child is a directory.
+        var directoryKeys: Set<String> = []
     }
 
     let state: Mutex<State>
 
     init(node: Node, preferredFilename: String? = nil) {
-        state = Mutex(State(node: node, preferredFilename: preferredFilename))
+        var initial = State(node: node, preferredFilename: preferredFilename)
+        if case .directory(let children) = node {
+            initial.directoryKeys = Set(children.filter { $0.value.isDirectory }.keys)
+        }
+        state = Mutex(initial)
     }
 
     // MARK: Creating
@@ -99,6 +109,7 @@ public final class FileWrapper: @unchecked Sendable {
             $0.preferredFilename = $0.filename
             $0.attributes = node.attributes
             $0.sync = node.sync
+            $0.changedKeys = []
         }
     }
 
@@ -111,6 +122,10 @@ public final class FileWrapper: @unchecked Sendable {
             $0.filename = (path as NSString).lastPathComponent
             $0.attributes = node.attributes
             $0.sync = node.sync
+            $0.changedKeys = []
+            if case .directory(let children) = node.node {
+                $0.directoryKeys = Set(children.filter { $0.value.isDirectory }.keys)
+            }
         }
     }
 
@@ -230,6 +245,8 @@ public final class FileWrapper: @unchecked Sendable {
             let key = Self.uniqueKey(for: preferred, in: children)
             children[key] = child
             state.node = .directory(children)
+            state.changedKeys?.insert(key)
+            if child.isDirectory { state.directoryKeys.insert(key) }
             return key
         }
         child.filename = key
@@ -252,6 +269,8 @@ public final class FileWrapper: @unchecked Sendable {
             else { return }
             children.removeValue(forKey: key)
             state.node = .directory(children)
+            state.changedKeys?.insert(key)
+            state.directoryKeys.remove(key)
         }
     }
 
@@ -309,9 +328,6 @@ struct DiskIdentity: Hashable, Sendable {
 struct SyncRecord: Sendable {
     var path: String
     var identity: DiskIdentity
-    /// For directories: the children's keys at that moment, so a later write knows
-    /// which names to remove without listing the directory.
-    var childNames: Set<String>?
 }
 
 extension FileWrapper {
@@ -321,6 +337,28 @@ extension FileWrapper {
     }
 
     var node: Node { state.withLock { $0.node } }
+
+    /// A directory's children with what an in-place save needs to know about them.
+    var changeTracking: (children: [String: FileWrapper], changed: Set<String>?, directories: Set<String>) {
+        state.withLock { state in
+            guard case .directory(let children) = state.node else { return ([:], nil, []) }
+            return (children, state.changedKeys, state.directoryKeys)
+        }
+    }
+
+    /// Applies a completed write: the new sync record, and for directories, the keys
+    /// now settled (`nil`: every key, after a full pass).
+    func settle(_ record: SyncRecord, keys: Set<String>?) {
+        state.withLock { state in
+            state.sync = record
+            guard case .directory = state.node else { return }
+            if let keys, let changed = state.changedKeys {
+                state.changedKeys = changed.subtracting(keys)
+            } else {
+                state.changedKeys = []
+            }
+        }
+    }
 
     /// The `.posixPermissions` attribute, if any.
     var requestedPermissions: FilePermissions? {

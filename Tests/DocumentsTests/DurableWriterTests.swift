@@ -245,3 +245,51 @@ struct DurableWriterPackageTests {
         #expect(try Disk.names(in: directory.path) == ["thing"])
     }
 }
+
+@Suite("DurableWriter: change tracking of in-place package saves")
+struct ChangeTrackingTests {
+    let directory = TemporaryDirectory("tracking")
+
+    @Test("A member another program added is kept by an in-place save of a wrapper that never saw it")
+    func foreignMemberKept() throws {
+        let path = directory.sub("doc.pkg")
+        let wrapper = FileWrapper(directoryWithFileWrappers: ["a": FileWrapper(regularFileWithContents: Data("A".utf8))])
+        try DurableWriter().write(wrapper, to: path)
+        try Disk.write("theirs", to: path + "/foreign")
+        wrapper.addRegularFile(withContents: Data("B".utf8), preferredFilename: "b")
+        let report = try DurableWriter().write(wrapper, to: path)
+        #expect(report.filesWritten == 1)
+        #expect(try Disk.names(in: path) == ["a", "b", "foreign"])
+    }
+
+    @Test("A fresh wrapper written over a package replaces its contents: extra members are removed")
+    func freshWrapperReplaces() throws {
+        let path = directory.sub("doc.pkg")
+        try FileManager.default.createDirectory(atPath: path, withIntermediateDirectories: false)
+        try Disk.write("old", to: path + "/old")
+        try Disk.write("same", to: path + "/same")
+        let wrapper = FileWrapper(directoryWithFileWrappers: ["same": FileWrapper(regularFileWithContents: Data("new".utf8))])
+        let report = try DurableWriter().write(wrapper, to: path)
+        #expect(report.entriesRemoved == 1)
+        #expect(try Disk.names(in: path) == ["same"])
+        #expect(try Disk.bytes(path + "/same") == Data("new".utf8))
+    }
+
+    @Test("Removing a member and adding another under the same key rewrites it; once settled nothing is rewritten")
+    func replaceSameKeyAndRetry() throws {
+        let path = directory.sub("doc.pkg")
+        let wrapper = FileWrapper(directoryWithFileWrappers: ["a": FileWrapper(regularFileWithContents: Data("A".utf8))])
+        try DurableWriter().write(wrapper, to: path)
+        wrapper.removeFileWrapper(wrapper.fileWrappers!["a"]!)
+        wrapper.addRegularFile(withContents: Data("A2".utf8), preferredFilename: "a")
+        wrapper.addRegularFile(withContents: Data("C".utf8), preferredFilename: "c")
+        // Another program left a directory where the new member goes: the member replaces it.
+        try FileManager.default.createDirectory(atPath: path + "/c/inner", withIntermediateDirectories: true)
+        let report = try DurableWriter().write(wrapper, to: path)
+        #expect(report.filesWritten == 2)
+        #expect(try Disk.bytes(path + "/a") == Data("A2".utf8))
+        #expect(try Disk.bytes(path + "/c") == Data("C".utf8))
+        let again = try DurableWriter().write(wrapper, to: path)
+        #expect(again.filesWritten == 0, "nothing is rewritten once settled")
+    }
+}

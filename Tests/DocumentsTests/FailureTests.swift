@@ -74,6 +74,12 @@ struct FailureTests {
             #expect(try Disk.bytes(path + "/a") == Data("A".utf8))
             #expect(Disk.temporaries(under: mountPoint).isEmpty)
         }
+
+        // Once space is freed, the same wrapper saves in place with no other help.
+        try FileManager.default.removeItem(atPath: mountPoint + "/filler")
+        let report = try DurableWriter().write(wrapper, to: path)
+        #expect(report.filesWritten == 1)
+        #expect(try Disk.names(in: path) == ["a", "b", "big"])
     }
 
     @Test("EROFS: a read-only file system refuses the temp; the old file is untouched and the error says so")
