@@ -53,7 +53,9 @@ enum DiskReader {
                 sync: SyncRecord(path: path, identity: DiskIdentity(status)))
         case .directory:
             let directory: FileDescriptor
-            do throws(Errno) { directory = try FileDescriptor.open(name, relativeTo: parent, options: [.directory, .noFollow]) } catch {
+            do throws(Errno) {
+                directory = try FileDescriptor.open(name, relativeTo: parent, options: [.directory, .noFollow])
+            } catch {
                 throw DocumentError(operation: .openDirectory, path: path, errno: error)
             }
             return try directory.closeAfter {
@@ -97,13 +99,16 @@ enum DiskReader {
         throws -> Data
     {
         let file: FileDescriptor
-        do throws(Errno) { file = try FileDescriptor.open(name, relativeTo: parent, .readOnly, options: [.noFollow]) } catch {
+        do throws(Errno) {
+            file = try FileDescriptor.open(name, relativeTo: parent, .readOnly, options: [.noFollow])
+        } catch {
             throw DocumentError(operation: .open, path: path, errno: error)
         }
         return try file.closeAfter { try readAll(file, path: path, expecting: identity) }
     }
 
-    private static func readAll(_ file: FileDescriptor, path: String, expecting identity: DiskIdentity?) throws -> Data {
+    private static func readAll(_ file: FileDescriptor, path: String, expecting identity: DiskIdentity?) throws -> Data
+    {
         do {
             let status = try file.status()
             if let identity, DiskIdentity(status) != identity {
@@ -131,7 +136,8 @@ enum DiskReader {
             FileAttributeKey.ownerAccountID.rawValue: Int(status.userID),
             FileAttributeKey.groupOwnerAccountID.rawValue: Int(status.groupID),
             FileAttributeKey.systemFileNumber.rawValue: Int(truncatingIfNeeded: status.inode),
-            FileAttributeKey.modificationDate.rawValue: Date(timeIntervalSince1970: status.modified.timeIntervalSince1970),
+            FileAttributeKey.modificationDate.rawValue: Date(
+                timeIntervalSince1970: status.modified.timeIntervalSince1970),
             FileAttributeKey.type.rawValue: type.rawValue,
         ]
     }
@@ -158,9 +164,10 @@ enum DiskReader {
             guard status.kind == .directory,
                 let directory = try? FileDescriptor.open(path, options: [.directory, .noFollow])
             else { return false }
-            let names = (try? directory.closeAfter { () throws(Errno) -> [DirectoryEntry] in
-                try directory.directoryEntries()
-            })?.map(\.name).filter { !TemporaryName.isTemporary($0) }
+            let names =
+                (try? directory.closeAfter { () throws(Errno) -> [DirectoryEntry] in
+                    try directory.directoryEntries()
+                })?.map(\.name).filter { !TemporaryName.isTemporary($0) }
             guard let names, Set(names) == Set(children.keys) else { return false }
             return children.allSatisfy { key, child in matches(child, path: path + "/" + key) }
         }

@@ -21,7 +21,8 @@ public enum DocumentExportError: Error, Hashable, Sendable, CustomStringConverti
         case .noDocuments: "there are no documents to export"
         case .destinationNotADirectory(let path): "the export destination '\(path)' is not a directory"
         case .noWritableContentType(let document): "the document type \(document) declares no writable content type"
-        case .snapshotTypeMismatch(let expected, let got): "the writer expected a snapshot of type \(expected), got \(got)"
+        case .snapshotTypeMismatch(let expected, let got):
+            "the writer expected a snapshot of type \(expected), got \(got)"
         case .filenameCountMismatch(let documents, let filenames):
             "\(documents) documents were given \(filenames) file names"
         case .invalidFilename(let name): "'\(name)' is not a valid file name"
@@ -134,8 +135,9 @@ public struct DocumentExporter: Sendable {
             throw DocumentExportError.filenameCountMismatch(documents: documents.count, filenames: filenames.count)
         }
         let directoryPath = destination.path
-        guard (try? FileDescriptor.currentWorkingDirectory.status(of: directoryPath, followSymlinks: true))?.kind
-            == .directory
+        guard
+            (try? FileDescriptor.currentWorkingDirectory.status(of: directoryPath, followSymlinks: true))?.kind
+                == .directory
         else { throw DocumentExportError.destinationNotADirectory(directoryPath) }
 
         let contentType = try contentType(for: C.Element.self)

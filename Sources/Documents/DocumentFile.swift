@@ -11,7 +11,8 @@ public enum DocumentFile {
         let ext = url.pathExtension
         if !ext.isEmpty {
             for type in readable {
-                if let byExtension = UTType(filenameExtension: ext, conformingTo: type) , byExtension.conforms(to: type) {
+                if let byExtension = UTType(filenameExtension: ext, conformingTo: type), byExtension.conforms(to: type)
+                {
                     return readable.first { byExtension.conforms(to: $0) } ?? type
                 }
             }

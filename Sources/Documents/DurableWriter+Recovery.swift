@@ -47,7 +47,9 @@ extension DurableWriter {
 
         // 1. Interrupted swaps: an old tree whose destination is missing.
         for entry in entries {
-            guard let parsed = TemporaryName.parse(entry.name), parsed.isOld, names.contains(entry.name) else { continue }
+            guard let parsed = TemporaryName.parse(entry.name), parsed.isOld, names.contains(entry.name) else {
+                continue
+            }
             let target = destination(of: parsed.target, temporary: entry.name, among: names)
             if let target, names.contains(target) { continue }
             let restoredName = target ?? parsed.target

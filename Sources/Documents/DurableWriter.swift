@@ -261,11 +261,14 @@ struct WriteSession {
     /// requested permissions, else the default for new files. The owner is set first
     /// because `chown` clears set-id bits.
     private func applyOwnership(
-        to fd: FileDescriptor, replacing existing: FileStatus?, requested: FilePermissions?, defaultMode: FilePermissions,
+        to fd: FileDescriptor, replacing existing: FileStatus?, requested: FilePermissions?,
+        defaultMode: FilePermissions,
         path: String
     ) throws {
         let current: FileStatus
-        do throws(Errno) { current = try fd.status() } catch { throw DocumentError(operation: .stat, path: path, errno: error) }
+        do throws(Errno) { current = try fd.status() } catch {
+            throw DocumentError(operation: .stat, path: path, errno: error)
+        }
         var mode = requested ?? defaultMode
         if let existing, existing.kind == current.kind {
             mode = existing.permissions
@@ -281,7 +284,9 @@ struct WriteSession {
             }
         }
         if mode != current.permissions || mode.rawValue & 0o7000 != 0 {
-            do throws(Errno) { try fd.changeMode(mode) } catch { throw DocumentError(operation: .changeMode, path: path, errno: error) }
+            do throws(Errno) { try fd.changeMode(mode) } catch {
+                throw DocumentError(operation: .changeMode, path: path, errno: error)
+            }
         }
     }
 
@@ -360,7 +365,9 @@ struct WriteSession {
         }
     }
 
-    mutating func writeSymbolicLink(_ wrapper: FileWrapper, destination: String, at location: Location, syncDirectory: Bool)
+    mutating func writeSymbolicLink(
+        _ wrapper: FileWrapper, destination: String, at location: Location, syncDirectory: Bool
+    )
         throws
     {
         let staged = try stageSymbolicLink(wrapper, destination: destination, at: location)
@@ -388,7 +395,9 @@ struct WriteSession {
         try replaceTree(wrapper, at: location, linkBase: linkBase, syncParent: syncParent)
     }
 
-    private mutating func replaceTree(_ wrapper: FileWrapper, at location: Location, linkBase: String?, syncParent: Bool)
+    private mutating func replaceTree(
+        _ wrapper: FileWrapper, at location: Location, linkBase: String?, syncParent: Bool
+    )
         throws
     {
         let staged = try stageTree(wrapper, at: location, linkBase: linkBase)
@@ -470,7 +479,8 @@ struct WriteSession {
             } catch .fileExists {
                 temporary = TemporaryName.make(for: location.name)
             } catch {
-                throw DocumentError(operation: .makeDirectory, path: join(location.directoryPath, temporary), errno: error)
+                throw DocumentError(
+                    operation: .makeDirectory, path: join(location.directoryPath, temporary), errno: error)
             }
         }
         do {
@@ -562,7 +572,9 @@ struct WriteSession {
                     try applyOwnership(
                         to: fd, replacing: previous ?? nil, requested: child.requestedPermissions,
                         defaultMode: Self.newFilePermissions, path: childBuildPath)
-                    do throws(Errno) { try fd.sync() } catch { throw DocumentError(operation: .sync, path: childBuildPath, errno: error) }
+                    do throws(Errno) { try fd.sync() } catch {
+                        throw DocumentError(operation: .sync, path: childBuildPath, errno: error)
+                    }
                     do throws(Errno) { return DiskIdentity(try fd.status()) } catch {
                         throw DocumentError(operation: .stat, path: childBuildPath, errno: error)
                     }
@@ -579,11 +591,15 @@ struct WriteSession {
                 }
                 report.filesWritten += 1
             case .directory:
-                do throws(Errno) { try directory.makeDirectory(key, permissions: FilePermissions(rawValue: 0o700)) } catch {
+                do throws(Errno) {
+                    try directory.makeDirectory(key, permissions: FilePermissions(rawValue: 0o700))
+                } catch {
                     throw DocumentError(operation: .makeDirectory, path: childBuildPath, errno: error)
                 }
                 let sub: FileDescriptor
-                do throws(Errno) { sub = try FileDescriptor.open(key, relativeTo: directory, options: [.directory, .noFollow]) } catch {
+                do throws(Errno) {
+                    sub = try FileDescriptor.open(key, relativeTo: directory, options: [.directory, .noFollow])
+                } catch {
                     throw DocumentError(operation: .openDirectory, path: childBuildPath, errno: error)
                 }
                 opened.append(sub)
@@ -654,7 +670,8 @@ struct WriteSession {
             guard let child = children[key] else { continue }
             let childPath = join(path, key)
             let node = child.node
-            if case .directory = node {} else if child.syncRecord?.path == childPath {
+            if case .directory = node {
+            } else if child.syncRecord?.path == childPath {
                 report.filesUnchanged += 1
                 continue
             }
@@ -702,7 +719,9 @@ struct WriteSession {
     // MARK: Helpers
 
     func sync(_ directory: FileDescriptor, path: String) throws {
-        do throws(Errno) { try directory.sync() } catch { throw DocumentError(operation: .syncDirectory, path: path, errno: error) }
+        do throws(Errno) { try directory.sync() } catch {
+            throw DocumentError(operation: .syncDirectory, path: path, errno: error)
+        }
     }
 }
 

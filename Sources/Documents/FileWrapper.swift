@@ -297,7 +297,8 @@ public final class FileWrapper: @unchecked Sendable {
     /// written — unless `.atomic` asks for a new directory swapped in whole; unchanged
     /// children are hard-linked from `originalContentsURL` (or the destination) then.
     public func write(to url: URL, options: WritingOptions = [], originalContentsURL: URL? = nil) throws {
-        _ = try DurableWriter().write(self, to: url.path, options: options, originalContentsPath: originalContentsURL?.path)
+        _ = try DurableWriter().write(
+            self, to: url.path, options: options, originalContentsPath: originalContentsURL?.path)
     }
 
     /// Whether the node at `url` holds what this wrapper holds: the same kind, the same

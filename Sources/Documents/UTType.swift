@@ -265,7 +265,9 @@ final class UTTypeRegistry: Sendable {
             for ext in declaration.filenameExtensions {
                 state.byExtension[ext, default: []].insert(declaration.identifier, at: 0)
             }
-            for mime in declaration.mimeTypes { state.byMIMEType[mime, default: []].insert(declaration.identifier, at: 0) }
+            for mime in declaration.mimeTypes {
+                state.byMIMEType[mime, default: []].insert(declaration.identifier, at: 0)
+            }
             state.ancestorCache = [:]
         }
     }
@@ -274,7 +276,8 @@ final class UTTypeRegistry: Sendable {
         func d(_ id: String, _ parents: [String], _ exts: [String] = [], _ mimes: [String] = [], _ text: String)
             -> UTTypeDeclaration
         {
-            UTTypeDeclaration(identifier: id, parents: parents, filenameExtensions: exts, mimeTypes: mimes, description: text)
+            UTTypeDeclaration(
+                identifier: id, parents: parents, filenameExtensions: exts, mimeTypes: mimes, description: text)
         }
         // Listed parents first; a later built-in that shares an extension takes precedence.
         return [
@@ -288,14 +291,19 @@ final class UTTypeRegistry: Sendable {
             d("public.symlink", ["public.item"], [], [], "symbolic link"),
             d("public.text", ["public.data", "public.content"], [], [], "text"),
             // Before plain text, so that ".txt" alone names public.plain-text, as on Apple platforms.
-            d("public.utf8-plain-text", ["public.plain-text"], ["txt", "text"], ["text/plain;charset=utf-8"],
-              "UTF-8 plain text"),
+            d(
+                "public.utf8-plain-text", ["public.plain-text"], ["txt", "text"], ["text/plain;charset=utf-8"],
+                "UTF-8 plain text"),
             d("public.plain-text", ["public.text"], ["txt", "text"], ["text/plain"], "plain text"),
             d("public.utf16-plain-text", ["public.plain-text"], [], [], "UTF-16 plain text"),
             d("public.delimited-values-text", ["public.text"], [], [], "delimited values text"),
-            d("public.comma-separated-values-text", ["public.delimited-values-text"], ["csv"], ["text/csv"], "CSV text"),
-            d("public.tab-separated-values-text", ["public.delimited-values-text"], ["tsv"], ["text/tab-separated-values"],
-              "TSV text"),
+            d(
+                "public.comma-separated-values-text", ["public.delimited-values-text"], ["csv"], ["text/csv"],
+                "CSV text"),
+            d(
+                "public.tab-separated-values-text", ["public.delimited-values-text"], ["tsv"],
+                ["text/tab-separated-values"],
+                "TSV text"),
             d("public.source-code", ["public.plain-text"], [], [], "source code"),
             d("public.swift-source", ["public.source-code"], ["swift"], [], "Swift source"),
             d("public.script", ["public.source-code"], [], [], "script"),

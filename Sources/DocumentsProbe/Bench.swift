@@ -95,9 +95,15 @@ enum Bench {
                 durable.add(start)
             }
             let label = size == 4096 ? "4 KiB" : "1 MiB"
-            print("| \(label) | bare recipe | \(format(bare.percentile(0.5))) | \(format(bare.percentile(0.99))) | \(format(bare.mean)) |")
-            print("| \(label) | DurableWriter | \(format(durable.percentile(0.5))) | \(format(durable.percentile(0.99))) | \(format(durable.mean)) |")
-            print("| \(label) | ratio (p50) | \(String(format: "%.2f×", durable.percentile(0.5) / bare.percentile(0.5))) | | |")
+            print(
+                "| \(label) | bare recipe | \(format(bare.percentile(0.5))) | \(format(bare.percentile(0.99))) | \(format(bare.mean)) |"
+            )
+            print(
+                "| \(label) | DurableWriter | \(format(durable.percentile(0.5))) | \(format(durable.percentile(0.99))) | \(format(durable.mean)) |"
+            )
+            print(
+                "| \(label) | ratio (p50) | \(String(format: "%.2f×", durable.percentile(0.5) / bare.percentile(0.5))) | | |"
+            )
         }
     }
 
@@ -115,7 +121,9 @@ enum Bench {
             return FileWrapper(directoryWithFileWrappers: children)
         }
 
-        print("| package save (\(members) members of \(memberSize) B, one changed) | p50 ms | p99 ms | wchar / save | write_bytes / save |")
+        print(
+            "| package save (\(members) members of \(memberSize) B, one changed) | p50 ms | p99 ms | wchar / save | write_bytes / save |"
+        )
         print("|---|---:|---:|---:|---:|")
 
         // A single-file save of one member's size, as the yardstick.
@@ -127,7 +135,8 @@ enum Bench {
             single.add(start)
         }
         let singleAfter = io()
-        row("single-file save (yardstick)", single, (singleAfter.wchar - singleIO.wchar) / iterations,
+        row(
+            "single-file save (yardstick)", single, (singleAfter.wchar - singleIO.wchar) / iterations,
             (singleAfter.writeBytes - singleIO.writeBytes) / iterations)
 
         for (label, options) in [("incremental", FileWrapper.WritingOptions()), (".atomic", .atomic)] {
@@ -146,7 +155,9 @@ enum Bench {
                 samples.add(start)
             }
             let after = io()
-            row(label, samples, (after.wchar - before.wchar) / iterations, (after.writeBytes - before.writeBytes) / iterations)
+            row(
+                label, samples, (after.wchar - before.wchar) / iterations,
+                (after.writeBytes - before.writeBytes) / iterations)
         }
 
         // A full rewrite: every member written again, as a writer without change tracking must.
@@ -162,10 +173,14 @@ enum Bench {
             full.add(start)
         }
         let after = io()
-        row("full rewrite", full, (after.wchar - before.wchar) / rounds, (after.writeBytes - before.writeBytes) / rounds)
+        row(
+            "full rewrite", full, (after.wchar - before.wchar) / rounds, (after.writeBytes - before.writeBytes) / rounds
+        )
     }
 
     static func row(_ label: String, _ samples: Samples, _ wchar: Int, _ writeBytes: Int) {
-        print("| \(label) | \(format(samples.percentile(0.5))) | \(format(samples.percentile(0.99))) | \(wchar) B | \(writeBytes) B |")
+        print(
+            "| \(label) | \(format(samples.percentile(0.5))) | \(format(samples.percentile(0.99))) | \(wchar) B | \(writeBytes) B |"
+        )
     }
 }

@@ -51,7 +51,8 @@ enum CrashVersions {
             if let old = package.fileWrappers?[name] { package.removeFileWrapper(old) }
         }
         package.addRegularFile(withContents: Data("\(version)\n".utf8), preferredFilename: "manifest")
-        package.addRegularFile(withContents: memberContents(changed, version: version), preferredFilename: "m\(changed)")
+        package.addRegularFile(
+            withContents: memberContents(changed, version: version), preferredFilename: "m\(changed)")
     }
 
     /// The version of the package at `path`; throws unless every member matches it.

@@ -1,9 +1,8 @@
 import Documents
 import Foundation
+@preconcurrency import Glibc
 import Posix
 import Testing
-
-@preconcurrency import Glibc
 
 /// A child process saves in a loop and is killed with SIGKILL at random moments. After
 /// each kill the document must be one complete version, and recovery must leave no
@@ -51,8 +50,9 @@ struct CrashTests {
         #expect(leftovers > 0, "some kills landed inside a save (temporaries found and removed)")
     }
 
-    @Test("Atomic package saves: always a complete, consistent old or new package",
-          arguments: ["--exchange", "--rename-aside"])
+    @Test(
+        "Atomic package saves: always a complete, consistent old or new package",
+        arguments: ["--exchange", "--rename-aside"])
     func atomicPackageSaves(swap: String) throws {
         let path = directory.sub("doc.pkg")
         var leftovers = 0

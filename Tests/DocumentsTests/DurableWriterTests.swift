@@ -28,8 +28,9 @@ struct DurableWriterFileTests {
         #expect(try Disk.status(path).permissions.rawValue == 0o600)
     }
 
-    @Test("A 0600 file owned by another user keeps its mode and owner after a save",
-          .enabled(if: Machine.isRoot, "changing a file's owner needs root"))
+    @Test(
+        "A 0600 file owned by another user keeps its mode and owner after a save",
+        .enabled(if: Machine.isRoot, "changing a file's owner needs root"))
     func ownerAndModeSurvive() throws {
         let path = directory.sub("theirs.txt")
         try Disk.write("original", to: path)
@@ -253,7 +254,8 @@ struct ChangeTrackingTests {
     @Test("A member another program added is kept by an in-place save of a wrapper that never saw it")
     func foreignMemberKept() throws {
         let path = directory.sub("doc.pkg")
-        let wrapper = FileWrapper(directoryWithFileWrappers: ["a": FileWrapper(regularFileWithContents: Data("A".utf8))])
+        let wrapper = FileWrapper(directoryWithFileWrappers: ["a": FileWrapper(regularFileWithContents: Data("A".utf8))]
+        )
         try DurableWriter().write(wrapper, to: path)
         try Disk.write("theirs", to: path + "/foreign")
         wrapper.addRegularFile(withContents: Data("B".utf8), preferredFilename: "b")
@@ -268,7 +270,9 @@ struct ChangeTrackingTests {
         try FileManager.default.createDirectory(atPath: path, withIntermediateDirectories: false)
         try Disk.write("old", to: path + "/old")
         try Disk.write("same", to: path + "/same")
-        let wrapper = FileWrapper(directoryWithFileWrappers: ["same": FileWrapper(regularFileWithContents: Data("new".utf8))])
+        let wrapper = FileWrapper(directoryWithFileWrappers: [
+            "same": FileWrapper(regularFileWithContents: Data("new".utf8))
+        ])
         let report = try DurableWriter().write(wrapper, to: path)
         #expect(report.entriesRemoved == 1)
         #expect(try Disk.names(in: path) == ["same"])
@@ -278,7 +282,8 @@ struct ChangeTrackingTests {
     @Test("Removing a member and adding another under the same key rewrites it; once settled nothing is rewritten")
     func replaceSameKeyAndRetry() throws {
         let path = directory.sub("doc.pkg")
-        let wrapper = FileWrapper(directoryWithFileWrappers: ["a": FileWrapper(regularFileWithContents: Data("A".utf8))])
+        let wrapper = FileWrapper(directoryWithFileWrappers: ["a": FileWrapper(regularFileWithContents: Data("A".utf8))]
+        )
         try DurableWriter().write(wrapper, to: path)
         wrapper.removeFileWrapper(wrapper.fileWrappers!["a"]!)
         wrapper.addRegularFile(withContents: Data("A2".utf8), preferredFilename: "a")

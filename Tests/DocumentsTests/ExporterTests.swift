@@ -37,7 +37,9 @@ final class GatedDocument: WritableDocument {
     }
 
     nonisolated func writer(configuration: sending WriteConfiguration) -> sending FileWrapperDocumentWriter {
-        FileWrapperDocumentWriter(configuration) { snapshot, _ in FileWrapper(regularFileWithContents: Data(snapshot.utf8)) }
+        FileWrapperDocumentWriter(configuration) { snapshot, _ in
+            FileWrapper(regularFileWithContents: Data(snapshot.utf8))
+        }
     }
 
     func snapshot(contentType: UTType) async throws -> String {

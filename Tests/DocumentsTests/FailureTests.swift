@@ -104,8 +104,9 @@ struct FailureTests {
         #expect(Disk.temporaries(under: source).isEmpty)
     }
 
-    @Test("EACCES: an unwritable directory is reported with the operation and path",
-          .enabled(if: Machine.has("setpriv")))
+    @Test(
+        "EACCES: an unwritable directory is reported with the operation and path",
+        .enabled(if: Machine.has("setpriv")))
     func permissionDenied() throws {
         // Root ignores modes; the probe runs as nobody (setpriv) to meet a real EACCES.
         let locked = directory.sub("locked")

@@ -120,7 +120,9 @@ struct FileWrapperTests {
 
         let copy = FileWrapper(regularFileWithContents: Data("A".utf8))
         #expect(copy.matchesContents(of: URL(fileURLWithPath: path + "/a")))
-        #expect(!FileWrapper(regularFileWithContents: Data("B".utf8)).matchesContents(of: URL(fileURLWithPath: path + "/a")))
+        #expect(
+            !FileWrapper(regularFileWithContents: Data("B".utf8)).matchesContents(of: URL(fileURLWithPath: path + "/a"))
+        )
 
         try Disk.write("extra", to: path + "/extra")
         #expect(!wrapper.matchesContents(of: URL(fileURLWithPath: path)))

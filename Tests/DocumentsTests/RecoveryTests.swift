@@ -26,16 +26,19 @@ struct RecoveryTests {
         #expect(report.removed.count == 4)
         #expect(report.restored.isEmpty)
         #expect(Disk.temporaries(under: directory.path).isEmpty)
-        #expect(try Disk.names(in: directory.path) == [".hidden.autosave-notes", "doc.txt", "pkg.pkg", "x.autosave-abcdef"])
+        #expect(
+            try Disk.names(in: directory.path) == [".hidden.autosave-notes", "doc.txt", "pkg.pkg", "x.autosave-abcdef"])
         #expect(try Disk.names(in: directory.sub("pkg.pkg")) == ["member"])
     }
 
     @Test("A swap cut between its renames is finished with the complete new tree")
     func finishesInterruptedSwap() throws {
         // State after the fallback's first rename: the old tree aside, the new one complete.
-        try FileManager.default.createDirectory(atPath: directory.sub(".doc.pkg.autosave-old-AAAAAA"), withIntermediateDirectories: true)
+        try FileManager.default.createDirectory(
+            atPath: directory.sub(".doc.pkg.autosave-old-AAAAAA"), withIntermediateDirectories: true)
         try Disk.write("old", to: directory.sub(".doc.pkg.autosave-old-AAAAAA/member"))
-        try FileManager.default.createDirectory(atPath: directory.sub(".doc.pkg.autosave-BBBBBB"), withIntermediateDirectories: true)
+        try FileManager.default.createDirectory(
+            atPath: directory.sub(".doc.pkg.autosave-BBBBBB"), withIntermediateDirectories: true)
         try Disk.write("new", to: directory.sub(".doc.pkg.autosave-BBBBBB/member"))
 
         let report = try DurableWriter.recover(at: directory.path)
@@ -47,7 +50,8 @@ struct RecoveryTests {
 
     @Test("A swap cut before a new tree existed puts the old tree back")
     func undoesSwapWithoutNewTree() throws {
-        try FileManager.default.createDirectory(atPath: directory.sub(".doc.pkg.autosave-old-AAAAAA"), withIntermediateDirectories: true)
+        try FileManager.default.createDirectory(
+            atPath: directory.sub(".doc.pkg.autosave-old-AAAAAA"), withIntermediateDirectories: true)
         try Disk.write("old", to: directory.sub(".doc.pkg.autosave-old-AAAAAA/member"))
 
         let report = try DurableWriter.recover(at: directory.path)
@@ -61,7 +65,8 @@ struct RecoveryTests {
     func removesReplacedOldTree() throws {
         try FileManager.default.createDirectory(atPath: directory.sub("doc.pkg"), withIntermediateDirectories: true)
         try Disk.write("current", to: directory.sub("doc.pkg/member"))
-        try FileManager.default.createDirectory(atPath: directory.sub(".doc.pkg.autosave-old-AAAAAA"), withIntermediateDirectories: true)
+        try FileManager.default.createDirectory(
+            atPath: directory.sub(".doc.pkg.autosave-old-AAAAAA"), withIntermediateDirectories: true)
 
         let report = try DurableWriter.recover(at: directory.path)
 
@@ -91,28 +96,35 @@ struct StraceTests {
         let log = directory.sub("trace.log")
         let result = try Machine.run(
             "strace",
-            ["-f", "-qq", "-o", log, "-e", "trace=openat,write,fsync,fdatasync,rename,renameat,renameat2,unlink,unlinkat",
-             Machine.probe, "write", target, "--size", "4096"])
+            [
+                "-f", "-qq", "-o", log, "-e",
+                "trace=openat,write,fsync,fdatasync,rename,renameat,renameat2,unlink,unlinkat",
+                Machine.probe, "write", target, "--size", "4096",
+            ])
         #expect(result.status == 0, "\(result.stderr)")
         let lines = try String(contentsOfFile: log, encoding: .utf8).split(separator: "\n").map(String.init)
 
         func index(_ predicate: (String) -> Bool) -> Int? { lines.firstIndex(where: predicate) }
         func fd(of line: String) -> String? { line.split(separator: "=").last?.trimmingCharacters(in: .whitespaces) }
 
-        let directoryOpen = try #require(index {
-            $0.contains("openat(AT_FDCWD, \"\(directory.path)\"") && $0.contains("O_DIRECTORY")
-        })
+        let directoryOpen = try #require(
+            index {
+                $0.contains("openat(AT_FDCWD, \"\(directory.path)\"") && $0.contains("O_DIRECTORY")
+            })
         let directoryFD = try #require(fd(of: lines[directoryOpen]))
-        let create = try #require(index {
-            $0.contains("openat(\(directoryFD), \".doc.txt.autosave-") && $0.contains("O_CREAT") && $0.contains("O_EXCL")
-                && $0.contains("O_NOFOLLOW") && $0.contains("0600")
-        })
+        let create = try #require(
+            index {
+                $0.contains("openat(\(directoryFD), \".doc.txt.autosave-") && $0.contains("O_CREAT")
+                    && $0.contains("O_EXCL")
+                    && $0.contains("O_NOFOLLOW") && $0.contains("0600")
+            })
         let tempFD = try #require(fd(of: lines[create]))
         let write = try #require(index { $0.contains("write(\(tempFD), ") && $0.hasSuffix("= 4096") })
         let fileSync = try #require(index { $0.contains("fsync(\(tempFD))") })
-        let rename = try #require(index {
-            $0.contains("rename") && $0.contains(".doc.txt.autosave-") && $0.contains("\"doc.txt\")")
-        })
+        let rename = try #require(
+            index {
+                $0.contains("rename") && $0.contains(".doc.txt.autosave-") && $0.contains("\"doc.txt\")")
+            })
         let directorySync = try #require(index { $0.contains("fsync(\(directoryFD))") })
 
         #expect(directoryOpen < create)

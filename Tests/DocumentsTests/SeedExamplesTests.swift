@@ -145,8 +145,9 @@ struct SeedExamplesTests {
         return result
     }
 
-    @Test("Saving the NoteCollection again after changing one note rewrites exactly that note's file",
-          arguments: [FileWrapper.WritingOptions(), .atomic])
+    @Test(
+        "Saving the NoteCollection again after changing one note rewrites exactly that note's file",
+        arguments: [FileWrapper.WritingOptions(), .atomic])
     func noteCollectionRewritesOnlyTheChangedNote(options: FileWrapper.WritingOptions) throws {
         let url = directory.url.appendingPathComponent("groceries.notes")
         var collection = makeCollection()

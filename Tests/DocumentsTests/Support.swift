@@ -1,9 +1,8 @@
 import Documents
 import Foundation
+@preconcurrency import Glibc
 import Posix
 import Testing
-
-@preconcurrency import Glibc
 
 /// A fresh directory under the system's temporary directory, removed on deinit.
 final class TemporaryDirectory {
@@ -61,7 +60,8 @@ enum Machine {
 
     /// The directory holding the built products (this test binary sits there too).
     static var productsDirectory: String {
-        let exe = (try? FileManager.default.destinationOfSymbolicLink(atPath: "/proc/self/exe")) ?? CommandLine.arguments[0]
+        let exe =
+            (try? FileManager.default.destinationOfSymbolicLink(atPath: "/proc/self/exe")) ?? CommandLine.arguments[0]
         var directory = (exe as NSString).deletingLastPathComponent
         // Under XCTest the binary is inside an .xctest bundle.
         while directory.hasSuffix(".xctest") || directory.contains(".xctest/") {

@@ -1,8 +1,7 @@
 import Foundation
+@preconcurrency import Glibc
 import Posix
 import Testing
-
-@preconcurrency import Glibc
 
 @Suite("Posix: typed system calls")
 final class PosixTests {

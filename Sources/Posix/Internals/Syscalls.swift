@@ -1,3 +1,4 @@
+// swift-format-ignore-file: AlwaysUseLowerCamelCase
 // The only file in Posix that speaks to C. One thin wrapper per call; every
 // other file uses the typed API built on these.
 
