@@ -43,3 +43,5 @@ int clinux_openat_beneath(int dirfd, const char *path, int flags, unsigned int m
 }
 
 long clinux_getrandom(void *buffer, size_t count) { return (long)getrandom(buffer, count, 0); }
+
+int clinux_syncfs(int fd) { return syncfs(fd); }

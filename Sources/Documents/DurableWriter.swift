@@ -130,6 +130,13 @@ struct WriteSession {
     var report = DurableWriter.Report()
     private var opened: [FileDescriptor] = []
     private var pending: [PendingSync] = []
+    /// Files of a tree being built, written but not yet synced, kept open so that a
+    /// write-back error reaches this writer.
+    private var unsyncedFiles: [(FileDescriptor, String)] = []
+    /// Set once a tree has more new files than it is worth syncing one by one: then
+    /// one `syncfs` makes them all durable.
+    private var syncWholeFileSystem = false
+    static let fileSyncLimit = 64
 
     /// A sync record to apply once the whole write has succeeded.
     private struct PendingSync {
@@ -151,6 +158,41 @@ struct WriteSession {
     mutating func closeAll() {
         for fd in opened { try? fd.close() }
         opened = []
+        for (fd, _) in unsyncedFiles { try? fd.close() }
+        unsyncedFiles = []
+    }
+
+    /// Takes a newly written file of a tree being built; ``syncTree(_:path:)`` makes it durable.
+    private mutating func deferSync(of fd: FileDescriptor, path: String) {
+        if syncWholeFileSystem {
+            try? fd.close()
+        } else if unsyncedFiles.count < Self.fileSyncLimit {
+            unsyncedFiles.append((fd, path))
+        } else {
+            for (open, _) in unsyncedFiles { try? open.close() }
+            try? fd.close()
+            unsyncedFiles = []
+            syncWholeFileSystem = true
+        }
+    }
+
+    /// Makes every file written into a tree durable: each synced, or the whole file system at once.
+    private mutating func syncTree(_ tree: FileDescriptor, path: String) throws {
+        defer {
+            for (fd, _) in unsyncedFiles { try? fd.close() }
+            unsyncedFiles = []
+            syncWholeFileSystem = false
+        }
+        if syncWholeFileSystem {
+            do throws(Errno) { try tree.syncFileSystem() } catch {
+                throw DocumentError(operation: .sync, path: path, errno: error)
+            }
+        }
+        for (fd, filePath) in unsyncedFiles {
+            do throws(Errno) { try fd.sync() } catch {
+                throw DocumentError(operation: .sync, path: filePath, errno: error)
+            }
+        }
     }
 
     mutating func commit(updatingNames: Bool) {
@@ -500,6 +542,7 @@ struct WriteSession {
                 linkBase: linkBase)
             let bytes = report.bytesWritten - before
             report.bytesWritten = before
+            try syncTree(newTree, path: temporaryPath)
             try applyOwnership(
                 to: newTree, replacing: location.existing, requested: wrapper.requestedPermissions,
                 defaultMode: Self.newDirectoryPermissions, path: temporaryPath)
@@ -564,7 +607,8 @@ struct WriteSession {
                 } catch {
                     throw DocumentError(operation: .createTemporary, path: childBuildPath, errno: error)
                 }
-                let identity: DiskIdentity = try fd.closeAfter {
+                let identity: DiskIdentity
+                do {
                     do throws(Errno) { try fd.writeAll(data) } catch {
                         throw DocumentError(operation: .write, path: childBuildPath, errno: error)
                     }
@@ -572,13 +616,14 @@ struct WriteSession {
                     try applyOwnership(
                         to: fd, replacing: previous ?? nil, requested: child.requestedPermissions,
                         defaultMode: Self.newFilePermissions, path: childBuildPath)
-                    do throws(Errno) { try fd.sync() } catch {
-                        throw DocumentError(operation: .sync, path: childBuildPath, errno: error)
-                    }
-                    do throws(Errno) { return DiskIdentity(try fd.status()) } catch {
+                    do throws(Errno) { identity = DiskIdentity(try fd.status()) } catch {
                         throw DocumentError(operation: .stat, path: childBuildPath, errno: error)
                     }
+                } catch {
+                    try? fd.close()
+                    throw error
                 }
+                deferSync(of: fd, path: childBuildPath)
                 record(child, SyncRecord(path: childFinalPath, identity: identity), name: key)
                 report.bytesWritten += data.count
                 report.filesWritten += 1

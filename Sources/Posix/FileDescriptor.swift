@@ -164,6 +164,14 @@ extension FileDescriptor {
         try nothingOrErrno { system_fsync(rawValue) }.get()
     }
 
+    /// Flushes every file of the file system holding this descriptor, and reports a
+    /// write-back error that happened since the descriptor was opened.
+    ///
+    /// The corresponding C function is `syncfs`.
+    public func syncFileSystem() throws(Errno) {
+        try nothingOrErrno { system_syncfs(rawValue) }.get()
+    }
+
     /// Truncates or extends the file to `length` bytes.
     ///
     /// The corresponding C function is `ftruncate`.

@@ -28,5 +28,7 @@ int clinux_openat_beneath(int dirfd, const char *path, int flags, unsigned int m
 
 /// getrandom(2) without flags.
 long clinux_getrandom(void *buffer, size_t count);
+/// syncfs(2): flush the file system holding `fd`.
+int clinux_syncfs(int fd);
 
 #endif
