@@ -126,39 +126,43 @@ enum Bench {
         )
         print("|---|---:|---:|---:|---:|")
 
-        // A single-file save of one member's size, as the yardstick.
+        // A single-file save of one member's size is the yardstick; it runs interleaved
+        // with the package saves so that drift on a shared machine hits both alike.
         var single = Samples()
-        let singleIO = io()
-        for _ in 0..<iterations {
-            let start = now()
-            try DurableWriter().write(contents: member(0, 1), to: path + "/single.txt")
-            single.add(start)
-        }
-        let singleAfter = io()
-        row(
-            "single-file save (yardstick)", single, (singleAfter.wchar - singleIO.wchar) / iterations,
-            (singleAfter.writeBytes - singleIO.writeBytes) / iterations)
-
+        var singleIO = (wchar: 0, writeBytes: 0)
+        var rows: [(String, Samples, Int, Int)] = []
         for (label, options) in [("incremental", FileWrapper.WritingOptions()), (".atomic", .atomic)] {
             let packagePath = path + "/\(label == "incremental" ? "inc" : "atomic").pkg"
             let wrapper = fresh(generation: 0)
             try DurableWriter().write(wrapper, to: packagePath, options: options)
             var samples = Samples()
-            let before = io()
+            var written = (wchar: 0, writeBytes: 0)
             for iteration in 1...iterations {
                 let index = (iteration * 7919) % members
                 let name = "m\(index).txt"
                 wrapper.removeFileWrapper(wrapper.fileWrappers![name]!)
                 wrapper.addRegularFile(withContents: member(index, iteration), preferredFilename: name)
-                let start = now()
+                var before = io()
+                var start = now()
                 try DurableWriter().write(wrapper, to: packagePath, options: options, originalContentsPath: packagePath)
                 samples.add(start)
+                var after = io()
+                written.wchar += after.wchar - before.wchar
+                written.writeBytes += after.writeBytes - before.writeBytes
+
+                before = io()
+                start = now()
+                try DurableWriter().write(contents: member(index, iteration), to: path + "/single.txt")
+                single.add(start)
+                after = io()
+                singleIO.wchar += after.wchar - before.wchar
+                singleIO.writeBytes += after.writeBytes - before.writeBytes
             }
-            let after = io()
-            row(
-                label, samples, (after.wchar - before.wchar) / iterations,
-                (after.writeBytes - before.writeBytes) / iterations)
+            rows.append((label, samples, written.wchar / iterations, written.writeBytes / iterations))
         }
+        let count = single.nanoseconds.count
+        row("single-file save (yardstick)", single, singleIO.wchar / count, singleIO.writeBytes / count)
+        for (label, samples, wchar, writeBytes) in rows { row(label, samples, wchar, writeBytes) }
 
         // A full rewrite: every member written again, as a writer without change tracking must.
         let fullPath = path + "/full.pkg"
