@@ -11,6 +11,8 @@ let package = Package(
     products: [
         .library(name: "Documents", targets: ["Documents"]),
         .library(name: "Posix", targets: ["Posix"]),
+        .library(name: "Autosave", targets: ["Autosave"]),
+        .executable(name: "autosaved", targets: ["autosaved"]),
     ],
     targets: [
         // _GNU_SOURCE-only pieces of glibc (renameat2, RENAME_*, O_TMPFILE, struct ucred, openat2).
@@ -23,6 +25,8 @@ let package = Package(
         ),
         .target(name: "Posix", dependencies: ["CLinux"], swiftSettings: strictSettings),
         .target(name: "Documents", dependencies: ["Posix"], swiftSettings: strictSettings),
+        .target(name: "Autosave", dependencies: ["Documents", "Posix"], swiftSettings: strictSettings),
+        .executableTarget(name: "autosaved", dependencies: ["Autosave"], swiftSettings: strictSettings),
         // A small command-line driver over Documents used by the crash, strace and benchmark harnesses.
         .executableTarget(
             name: "DocumentsProbe",
@@ -30,6 +34,7 @@ let package = Package(
             swiftSettings: strictSettings
         ),
         .testTarget(name: "PosixTests", dependencies: ["Posix"], swiftSettings: strictSettings),
+        .testTarget(name: "AutosaveTests", dependencies: ["Autosave", "Documents", "Posix"], swiftSettings: strictSettings),
         .testTarget(
             name: "DocumentsTests",
             dependencies: ["Documents", "Posix", "DocumentsProbe"],

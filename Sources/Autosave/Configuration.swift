@@ -1,0 +1,334 @@
+import Foundation
+import Posix
+
+/// The daemon's configuration: systemd-style INI files (`autosaved.conf` plus drop-ins
+/// in `autosaved.conf.d/*.conf`), every key documented in `docs/CONFIGURATION.md`.
+public struct Configuration: Sendable, Equatable {
+    // [Store]
+    /// The directory holding the documents.
+    public var root: String
+    /// Directory extensions that make a directory one package document.
+    public var packageExtensions: [String] = ["package", "bundle"]
+
+    // [Autosave]
+    /// Quiet time after the last edit before a document is saved.
+    public var quietPeriod: Duration = .seconds(2)
+    /// Longest a document stays unsaved while edits keep coming.
+    public var maxDelay: Duration = .seconds(30)
+    /// Saves running at once, across all documents.
+    public var maxConcurrentSaves = 4
+    /// First wait before retrying a failed save; doubles up to `maxRetryInterval`.
+    public var retryInterval: Duration = .seconds(1)
+    public var maxRetryInterval: Duration = .seconds(60)
+    /// Refuse edits to a document whose saves are failing (back-pressure, as Redis's
+    /// `stop-writes-on-bgsave-error`).
+    public var refuseEditsWhenSaveFails = false
+
+    // [Log]
+    public var logLevel: LogLevel = .info
+
+    /// The files the configuration was read from, in order.
+    public var sources: [String] = []
+
+    /// The embedded default: the root under `$STATE_DIRECTORY`, else
+    /// `$XDG_STATE_HOME/autosaved`, else `./autosave-data`.
+    public init(environment: [String: String] = ProcessInfo.processInfo.environment) {
+        root = Self.defaultRoot(environment: environment)
+    }
+
+    public static func defaultRoot(environment: [String: String]) -> String {
+        if let state = environment["STATE_DIRECTORY"], !state.isEmpty {
+            // systemd passes several directories separated by ':'; the first is ours.
+            return String(state.split(separator: ":").first ?? Substring(state))
+        }
+        if let xdg = environment["XDG_STATE_HOME"], !xdg.isEmpty { return xdg + "/autosaved" }
+        return "./autosave-data"
+    }
+
+    /// The configuration file read when no `--config` is given.
+    public static let defaultPath = "/etc/autosaved/autosaved.conf"
+}
+
+/// How much is logged.
+public enum LogLevel: Int, Sendable, Comparable, CaseIterable {
+    case emergency = 0, alert, critical, error, warning, notice, info, debug
+
+    public static func < (a: LogLevel, b: LogLevel) -> Bool { a.rawValue < b.rawValue }
+
+    public var name: String {
+        switch self {
+        case .emergency: "emerg"
+        case .alert: "alert"
+        case .critical: "crit"
+        case .error: "err"
+        case .warning: "warning"
+        case .notice: "notice"
+        case .info: "info"
+        case .debug: "debug"
+        }
+    }
+
+    init?(name: String) {
+        let aliases: [String: LogLevel] = ["emergency": .emergency, "critical": .critical, "error": .error, "warn": .warning]
+        guard let level = LogLevel.allCases.first(where: { $0.name == name }) ?? aliases[name] else { return nil }
+        self = level
+    }
+}
+
+/// A problem in a configuration file, with the place it was found.
+public struct ConfigurationError: Error, Sendable, Equatable, CustomStringConvertible {
+    public var file: String
+    public var line: Int?
+    public var message: String
+
+    public var description: String {
+        if let line { return "\(file):\(line): \(message)" }
+        return "\(file): \(message)"
+    }
+}
+
+/// All the problems found in a configuration, reported together.
+public struct ConfigurationErrors: Error, Sendable, CustomStringConvertible {
+    public var errors: [ConfigurationError]
+    public var description: String { errors.map(\.description).joined(separator: "\n") }
+}
+
+extension Configuration {
+    /// Reads `path` and its drop-ins (`<path>.d/*.conf`, in name order), on top of the
+    /// embedded defaults. A missing main file is an error only when `required` (given
+    /// with `--config`); every problem in every file is reported, each with its line.
+    public static func load(
+        path: String = defaultPath, required: Bool = false,
+        environment: [String: String] = ProcessInfo.processInfo.environment
+    ) throws(ConfigurationErrors) -> Configuration {
+        var configuration = Configuration(environment: environment)
+        var errors: [ConfigurationError] = []
+        var files: [String] = []
+        if FileManager.default.fileExists(atPath: path) || required {
+            files.append(path)
+        }
+        let dropIns = path + ".d"
+        if let names = try? FileManager.default.contentsOfDirectory(atPath: dropIns) {
+            files += names.filter { $0.hasSuffix(".conf") }.sorted().map { dropIns + "/" + $0 }
+        }
+        for file in files {
+            let text: String
+            do {
+                text = try readText(file)
+            } catch {
+                errors.append(ConfigurationError(file: file, line: nil, message: "cannot be read: \(error)"))
+                continue
+            }
+            configuration.sources.append(file)
+            errors += configuration.apply(text, file: file)
+        }
+        errors += configuration.validate(file: files.last ?? path)
+        if !errors.isEmpty { throw ConfigurationErrors(errors: errors) }
+        return configuration
+    }
+
+    private static func readText(_ path: String) throws -> String {
+        let fd = try FileDescriptor.open(path)
+        let bytes = try fd.closeAfter { () throws(Errno) -> [UInt8] in try fd.readToEnd() }
+        guard let text = String(validating: bytes, as: UTF8.self) else {
+            throw ConfigurationError(file: path, line: nil, message: "is not UTF-8 text")
+        }
+        return text
+    }
+
+    /// Applies the settings in `text`; returns the problems found.
+    mutating func apply(_ text: String, file: String) -> [ConfigurationError] {
+        var errors: [ConfigurationError] = []
+        var section: String? = nil
+        for (index, rawLine) in text.split(separator: "\n", omittingEmptySubsequences: false).enumerated() {
+            let lineNumber = index + 1
+            let line = rawLine.trimmingCharacters(in: .whitespaces)
+            func fail(_ message: String) { errors.append(ConfigurationError(file: file, line: lineNumber, message: message)) }
+            if line.isEmpty || line.hasPrefix("#") || line.hasPrefix(";") { continue }
+            if line.hasPrefix("[") {
+                guard line.hasSuffix("]") else {
+                    fail("a section header must end with ']': \(line)")
+                    continue
+                }
+                let name = String(line.dropFirst().dropLast())
+                guard Self.keys[name] != nil else {
+                    fail("unknown section [\(name)]; known sections: \(Self.keys.keys.sorted().map { "[\($0)]" }.joined(separator: ", "))")
+                    section = nil
+                    continue
+                }
+                section = name
+                continue
+            }
+            guard let equals = line.firstIndex(of: "=") else {
+                fail("expected Key=value, found: \(line)")
+                continue
+            }
+            let key = line[..<equals].trimmingCharacters(in: .whitespaces)
+            let value = line[line.index(after: equals)...].trimmingCharacters(in: .whitespaces)
+            guard let section else {
+                fail("\(key)= is outside any section (or in an unknown one)")
+                continue
+            }
+            guard Self.keys[section]?.contains(key) == true else {
+                fail("unknown key \(key)= in section [\(section)]; known keys: \(Self.keys[section]!.map { $0 + "=" }.joined(separator: ", "))")
+                continue
+            }
+            if let message = set(section: section, key: key, value: value) {
+                fail("\(key)=\(value): \(message)")
+            }
+        }
+        return errors
+    }
+
+    static let keys: [String: [String]] = [
+        "Store": ["Root", "PackageExtensions"],
+        "Autosave": [
+            "QuietPeriod", "MaxDelay", "MaxConcurrentSaves", "RetryInterval", "MaxRetryInterval",
+            "RefuseEditsWhenSaveFails",
+        ],
+        "Log": ["Level"],
+    ]
+
+    /// Sets one key; returns why the value is bad, or `nil`.
+    private mutating func set(section: String, key: String, value: String) -> String? {
+        switch (section, key) {
+        case ("Store", "Root"):
+            guard !value.isEmpty else { return "the store root must not be empty" }
+            root = value
+        case ("Store", "PackageExtensions"):
+            let list = value.split(whereSeparator: { $0 == " " || $0 == "," }).map { String($0).lowercased() }
+            if let bad = list.first(where: { $0.contains("/") || $0.contains(".") }) {
+                return "'\(bad)' is not a file name extension (give it without the dot)"
+            }
+            packageExtensions = list
+        case ("Autosave", "QuietPeriod"):
+            return parseSpan(value) { quietPeriod = $0 }
+        case ("Autosave", "MaxDelay"):
+            return parseSpan(value) { maxDelay = $0 }
+        case ("Autosave", "RetryInterval"):
+            return parseSpan(value) { retryInterval = $0 }
+        case ("Autosave", "MaxRetryInterval"):
+            return parseSpan(value) { maxRetryInterval = $0 }
+        case ("Autosave", "MaxConcurrentSaves"):
+            guard let n = Int(value), n >= 1, n <= 1024 else { return "expected a whole number from 1 to 1024" }
+            maxConcurrentSaves = n
+        case ("Autosave", "RefuseEditsWhenSaveFails"):
+            guard let flag = Self.boolean(value) else { return "expected yes or no" }
+            refuseEditsWhenSaveFails = flag
+        case ("Log", "Level"):
+            guard let level = LogLevel(name: value.lowercased()) else {
+                return "expected one of \(LogLevel.allCases.map(\.name).joined(separator: ", "))"
+            }
+            logLevel = level
+        default:
+            return "unknown key"
+        }
+        return nil
+    }
+
+    private func parseSpan(_ value: String, _ assign: (Duration) -> Void) -> String? {
+        do {
+            assign(try TimeSpan.parse(value))
+            return nil
+        } catch {
+            return "\(error)"
+        }
+    }
+
+    static func boolean(_ value: String) -> Bool? {
+        switch value.lowercased() {
+        case "yes", "true", "on", "1": true
+        case "no", "false", "off", "0": false
+        default: nil
+        }
+    }
+
+    /// Checks relations between keys.
+    func validate(file: String) -> [ConfigurationError] {
+        var errors: [ConfigurationError] = []
+        if maxDelay < quietPeriod {
+            errors.append(
+                ConfigurationError(
+                    file: file, line: nil,
+                    message: "MaxDelay= (\(TimeSpan.format(maxDelay))) must not be shorter than QuietPeriod= (\(TimeSpan.format(quietPeriod)))"))
+        }
+        if maxRetryInterval < retryInterval {
+            errors.append(
+                ConfigurationError(
+                    file: file, line: nil, message: "MaxRetryInterval= must not be shorter than RetryInterval="))
+        }
+        return errors
+    }
+
+    /// The effective configuration as a configuration file (what `--check-config` prints).
+    public var rendered: String {
+        var text = "# Effective configuration"
+        text += sources.isEmpty ? " (embedded defaults)\n" : " from \(sources.joined(separator: ", "))\n"
+        text += """
+
+            [Store]
+            Root=\(root)
+            PackageExtensions=\(packageExtensions.joined(separator: " "))
+
+            [Autosave]
+            QuietPeriod=\(TimeSpan.format(quietPeriod))
+            MaxDelay=\(TimeSpan.format(maxDelay))
+            MaxConcurrentSaves=\(maxConcurrentSaves)
+            RetryInterval=\(TimeSpan.format(retryInterval))
+            MaxRetryInterval=\(TimeSpan.format(maxRetryInterval))
+            RefuseEditsWhenSaveFails=\(refuseEditsWhenSaveFails ? "yes" : "no")
+
+            [Log]
+            Level=\(logLevel.name)
+
+            """
+        return text
+    }
+}
+
+/// systemd time spans: `500ms`, `2s`, `1min 30s`, `1h`, a bare number of seconds.
+public enum TimeSpan {
+    public struct ParseError: Error, CustomStringConvertible {
+        public var description: String
+    }
+
+    static let units: [(String, Double)] = [
+        ("usec", 1e-6), ("us", 1e-6), ("µs", 1e-6), ("msec", 1e-3), ("ms", 1e-3), ("seconds", 1), ("second", 1),
+        ("sec", 1), ("s", 1), ("minutes", 60), ("minute", 60), ("min", 60), ("m", 60), ("hours", 3600),
+        ("hour", 3600), ("hr", 3600), ("h", 3600), ("days", 86400), ("day", 86400), ("d", 86400),
+    ]
+
+    public static func parse(_ text: String) throws -> Duration {
+        let trimmed = text.trimmingCharacters(in: .whitespaces)
+        guard !trimmed.isEmpty else { throw ParseError(description: "expected a time span such as 500ms, 2s or 1min") }
+        var total = 0.0
+        var rest = Substring(trimmed)
+        while !rest.isEmpty {
+            rest = rest.drop(while: { $0 == " " })
+            let number = rest.prefix(while: { $0.isNumber || $0 == "." })
+            guard let value = Double(number), !number.isEmpty else {
+                throw ParseError(description: "'\(text)' is not a time span (expected e.g. 500ms, 2s, 1min 30s)")
+            }
+            rest = rest.dropFirst(number.count).drop(while: { $0 == " " })
+            let unitText = rest.prefix(while: { $0.isLetter || $0 == "µ" })
+            rest = rest.dropFirst(unitText.count)
+            if unitText.isEmpty {
+                total += value
+            } else if let unit = units.first(where: { $0.0 == unitText }) {
+                total += value * unit.1
+            } else {
+                throw ParseError(description: "unknown time unit '\(unitText)' in '\(text)' (use ms, s, min, h)")
+            }
+        }
+        return .nanoseconds(Int64((total * 1e9).rounded()))
+    }
+
+    public static func format(_ duration: Duration) -> String {
+        let (seconds, attoseconds) = duration.components
+        let ms = seconds * 1000 + attoseconds / 1_000_000_000_000_000
+        if ms % 3_600_000 == 0 && ms > 0 { return "\(ms / 3_600_000)h" }
+        if ms % 60_000 == 0 && ms > 0 { return "\(ms / 60_000)min" }
+        if ms % 1000 == 0 { return "\(ms / 1000)s" }
+        return "\(ms)ms"
+    }
+}

@@ -1,0 +1,201 @@
+import Dispatch
+import Documents
+import Foundation
+import Posix
+import Synchronization
+
+/// The `autosaved` process: configuration, start-up recovery, the store and its
+/// scheduler, signals (SIGTERM/SIGINT stop with a flush, SIGHUP reloads), exit codes.
+/// The executable only calls ``run(arguments:environment:onReady:)``.
+public enum Daemon {
+    /// `sysexits.h` codes the daemon exits with.
+    public enum ExitCode {
+        public static let success: Int32 = 0
+        /// Some edits could not be saved at shutdown (they are named in the log).
+        public static let unsavedAtShutdown: Int32 = 1
+        public static let usage: Int32 = 64
+        public static let cannotCreate: Int32 = 73
+        public static let configuration: Int32 = 78
+    }
+
+    public static let version = "0.1.0"
+
+    public static let usage = """
+        OVERVIEW: autosaved keeps documents in memory and saves them in the background,
+        debounced, atomically and durably.
+
+        USAGE: autosaved [--config PATH] [--check-config]
+
+        OPTIONS:
+          --config PATH     Read the configuration from PATH (and PATH.d/*.conf)
+                            instead of \(Configuration.defaultPath).
+          --check-config    Validate the configuration, print the effective
+                            configuration and exit (78 when it is invalid).
+          --version         Print the version and exit.
+          -h, --help        Show this help and exit.
+
+        With no configuration file the embedded defaults apply: documents under
+        $STATE_DIRECTORY, else $XDG_STATE_HOME/autosaved, else ./autosave-data.
+
+        SIGNALS: SIGTERM and SIGINT save every unsaved edit, then exit 0;
+        SIGHUP reloads the configuration (a bad file is reported and the old
+        configuration kept).
+        """
+
+    struct Options {
+        var configPath: String?
+        var checkConfig = false
+        var help = false
+        var version = false
+    }
+
+    static func parse(_ arguments: [String]) throws(ConfigurationError) -> Options {
+        var options = Options()
+        var iterator = arguments.makeIterator()
+        while let argument = iterator.next() {
+            switch argument {
+            case "--config":
+                guard let path = iterator.next(), !path.hasPrefix("--") else {
+                    throw ConfigurationError(file: "autosaved", line: nil, message: "--config needs a path")
+                }
+                options.configPath = path
+            case _ where argument.hasPrefix("--config="):
+                options.configPath = String(argument.dropFirst("--config=".count))
+            case "--check-config": options.checkConfig = true
+            case "-h", "--help": options.help = true
+            case "--version": options.version = true
+            default:
+                throw ConfigurationError(file: "autosaved", line: nil, message: "unknown argument '\(argument)'")
+            }
+        }
+        return options
+    }
+
+    /// Runs the daemon until SIGTERM or SIGINT and returns its exit code.
+    ///
+    /// - Parameter onReady: Called once the store is open and the scheduler runs (used
+    ///   by harnesses that drive the store in-process).
+    public static func run(
+        arguments: [String], environment: [String: String] = ProcessInfo.processInfo.environment,
+        onReady: (@Sendable (DocumentStore) async -> Void)? = nil
+    ) async -> Int32 {
+        let stderr = FileHandle.standardError
+        func fail(_ message: String) { stderr.write(Data("autosaved: \(message)\n".utf8)) }
+
+        let options: Options
+        do { options = try parse(arguments) } catch {
+            fail(error.message)
+            fail("see 'autosaved --help'")
+            return ExitCode.usage
+        }
+        if options.help {
+            print(usage)
+            return ExitCode.success
+        }
+        if options.version {
+            print("autosaved \(version)")
+            return ExitCode.success
+        }
+
+        let configPath = options.configPath ?? Configuration.defaultPath
+        var configuration: Configuration
+        do {
+            configuration = try Configuration.load(
+                path: configPath, required: options.configPath != nil, environment: environment)
+        } catch {
+            for problem in error.errors { fail(problem.description) }
+            return ExitCode.configuration
+        }
+        if options.checkConfig {
+            print(configuration.rendered, terminator: "")
+            return ExitCode.success
+        }
+
+        let levels = LogLevelSetting(configuration.logLevel)
+        let log = Logger(level: .debug, handler: FilteringLogHandler(levels: levels, next: StderrLogHandler()))
+
+        // Installed before the start-up work: a signal that arrives meanwhile is acted on once the store is ready.
+        let signals = SignalStream([SIGTERM, SIGINT, SIGHUP])
+
+        do {
+            try FileManager.default.createDirectory(atPath: configuration.root, withIntermediateDirectories: true)
+        } catch {
+            fail("cannot create the store root \(configuration.root): \(error.localizedDescription)")
+            return ExitCode.cannotCreate
+        }
+        do {
+            let recovery = try DurableWriter.recover(at: configuration.root)
+            for path in recovery.restored { log.notice("recovery: finished an interrupted package save", ["path": path]) }
+            if !recovery.removed.isEmpty {
+                log.notice("recovery: removed \(recovery.removed.count) temporary files left by an interrupted save")
+            }
+        } catch {
+            fail("start-up recovery of \(configuration.root) failed: \(error)")
+            return ExitCode.cannotCreate
+        }
+
+        let store = DocumentStore(configuration: configuration, log: log)
+        for problem in await store.openAll() { log.warning("not opened: \(problem)") }
+        let scheduler = Task { await store.runScheduler() }
+        let opened = await store.status().documents
+        log.notice(
+            "started: \(opened) documents under \(configuration.root)",
+            ["root": configuration.root, "documents": "\(opened)"])
+        if let onReady { await onReady(store) }
+
+        for await signal in signals.stream {
+            if signal == SIGHUP {
+                do {
+                    let reloaded = try Configuration.load(path: configPath, required: options.configPath != nil, environment: environment)
+                    await store.reconfigure(reloaded)
+                    levels.level = reloaded.logLevel
+                    configuration = reloaded
+                    log.notice("configuration reloaded from \(reloaded.sources.isEmpty ? "the embedded defaults" : reloaded.sources.joined(separator: ", "))")
+                } catch {
+                    for problem in error.errors { log.error("reload refused, keeping the running configuration: \(problem)") }
+                }
+                continue
+            }
+            break
+        }
+
+        let dirty = await store.status().unsaved
+        log.notice("stopping: saving \(dirty) documents with unsaved edits")
+        let report = await store.shutdown()
+        scheduler.cancel()
+        await scheduler.value
+        if !report.unsaved.isEmpty {
+            for failure in report.unsaved { log.error("NOT SAVED at shutdown: \(failure.description)", ["document": failure.document]) }
+            return ExitCode.unsavedAtShutdown
+        }
+        log.notice("stopped: \(report.saved) documents saved at shutdown")
+        return ExitCode.success
+    }
+}
+
+/// The running log level, changed by a configuration reload.
+public final class LogLevelSetting: Sendable {
+    private let raw: Atomic<Int>
+    public init(_ level: LogLevel) { raw = Atomic(level.rawValue) }
+    public var level: LogLevel {
+        get { LogLevel(rawValue: raw.load(ordering: .relaxed)) ?? .info }
+        set { raw.store(newValue.rawValue, ordering: .relaxed) }
+    }
+}
+
+/// Drops entries above the running level, then hands the rest on.
+public struct FilteringLogHandler: LogHandler {
+    let levels: LogLevelSetting
+    let next: any LogHandler
+
+    public init(levels: LogLevelSetting, next: any LogHandler) {
+        self.levels = levels
+        self.next = next
+    }
+
+    public func log(level: LogLevel, message: String, metadata: [String: String], file: String, line: Int, function: String)
+    {
+        guard level <= levels.level else { return }
+        next.log(level: level, message: message, metadata: metadata, file: file, line: line, function: function)
+    }
+}

@@ -1,0 +1,277 @@
+import Documents
+import Foundation
+import Posix
+
+/// A min-heap of (deadline, document) pairs. Entries may be stale: the scheduler checks
+/// each popped entry against the document's current deadline.
+struct DeadlineHeap {
+    private var items: [(ContinuousClock.Instant, String)] = []
+
+    var isEmpty: Bool { items.isEmpty }
+    var first: ContinuousClock.Instant? { items.first?.0 }
+
+    mutating func push(_ time: ContinuousClock.Instant, _ path: String) {
+        items.append((time, path))
+        var child = items.count - 1
+        while child > 0 {
+            let parent = (child - 1) / 2
+            guard items[child].0 < items[parent].0 else { break }
+            items.swapAt(child, parent)
+            child = parent
+        }
+    }
+
+    mutating func pop() -> (ContinuousClock.Instant, String)? {
+        guard !items.isEmpty else { return nil }
+        items.swapAt(0, items.count - 1)
+        let top = items.removeLast()
+        var parent = 0
+        while true {
+            let left = 2 * parent + 1
+            let right = left + 1
+            var smallest = parent
+            if left < items.count, items[left].0 < items[smallest].0 { smallest = left }
+            if right < items.count, items[right].0 < items[smallest].0 { smallest = right }
+            if smallest == parent { break }
+            items.swapAt(parent, smallest)
+            parent = smallest
+        }
+        return top
+    }
+}
+
+extension DocumentStore {
+    // MARK: Deadlines
+
+    /// Records an edit's time and (re)computes the document's save deadline.
+    func noteEdit(_ path: String) {
+        let now = clock.now
+        entries[path]!.lastEdit = now
+        if entries[path]!.firstUnsavedEdit == nil { entries[path]!.firstUnsavedEdit = now }
+        schedule(path)
+    }
+
+    /// Sets the deadline of a dirty document and makes sure the heap holds it: the
+    /// trailing quiet period after the last edit, capped by the maximum delay since the
+    /// first unsaved edit, now for an explicit save, and never before a pending retry.
+    func schedule(_ path: String) {
+        guard let entry = entries[path], entry.isDirty else { return }
+        let now = clock.now
+        var deadline: ContinuousClock.Instant
+        if let forced = entry.forcedToken, forced > entry.savedChangeCount {
+            deadline = now
+        } else {
+            let lastEdit = entry.lastEdit ?? now
+            let firstEdit = entry.firstUnsavedEdit ?? lastEdit
+            deadline = min(lastEdit + configuration.quietPeriod, firstEdit + configuration.maxDelay)
+        }
+        if let retryAt = entry.retryAt, retryAt > deadline { deadline = retryAt }
+        entries[path]!.deadline = deadline
+        if entry.queuedAt.map({ deadline < $0 }) ?? true {
+            heap.push(deadline, path)
+            entries[path]!.queuedAt = deadline
+        }
+        if let target = sleepTarget, deadline < target { wake() } else if sleeper != nil && sleepTarget == nil { wake() }
+    }
+
+    // MARK: The scheduler loop
+
+    /// Runs the scheduler until the calling task is cancelled.
+    public func runScheduler() async {
+        while !Task.isCancelled {
+            processDue()
+            await sleep(until: heap.first)
+        }
+    }
+
+    private func sleep(until deadline: ContinuousClock.Instant?) async {
+        await withTaskCancellationHandler {
+            await withCheckedContinuation { (continuation: CheckedContinuation<Void, Never>) in
+                if Task.isCancelled {
+                    continuation.resume()
+                    return
+                }
+                sleeper = continuation
+                sleepTarget = deadline
+                if let deadline {
+                    timer = Task { [weak self, clock] in
+                        try? await clock.sleep(until: deadline)
+                        await self?.wake()
+                    }
+                }
+            }
+        } onCancel: {
+            Task { await self.wake() }
+        }
+    }
+
+    /// Ends the scheduler's current sleep so it looks at the heap again.
+    func wake() {
+        timer?.cancel()
+        timer = nil
+        sleepTarget = nil
+        if let sleeper {
+            self.sleeper = nil
+            sleeper.resume()
+        }
+    }
+
+    /// Starts every save that is due, within the concurrency cap.
+    func processDue() {
+        let now = clock.now
+        while let first = heap.first, first <= now, let (_, path) = heap.pop() {
+            guard let entry = entries[path] else { continue }
+            // A stale entry: the document was queued again for an earlier time.
+            if let queuedAt = entry.queuedAt, queuedAt < first { continue }
+            entries[path]!.queuedAt = nil
+            guard entry.isDirty, let deadline = entry.deadline else { continue }
+            if deadline > now {
+                heap.push(deadline, path)
+                entries[path]!.queuedAt = deadline
+                continue
+            }
+            if entry.savingToken != nil { continue }  // rescheduled when that save finishes
+            if !ready.contains(path) { ready.append(path) }
+        }
+        startReadySaves()
+    }
+
+    func startReadySaves() {
+        while savesInFlight < configuration.maxConcurrentSaves, !ready.isEmpty {
+            let path = ready.removeFirst()
+            guard let entry = entries[path], entry.isDirty, entry.savingToken == nil else { continue }
+            startSave(path)
+        }
+    }
+
+    // MARK: Saving
+
+    private func startSave(_ path: String) {
+        var entry = entries[path]!
+        let token = entry.changeCount
+        entry.savingToken = token
+        entry.firstUnsavedEdit = nil
+        entry.deadline = nil
+        entries[path] = entry
+        savesInFlight += 1
+        let snapshot = entry.document
+        let existing = entry.existingFile
+        let type = entry.contentType
+        let fullPath = root + "/" + path
+        let writer = writer
+        let clock = clock
+        Task.detached { [weak self] in
+            let start = clock.now
+            let result = Result { () throws -> (FileWrapper, DurableWriter.Report) in
+                let wrapper = try snapshot.fileWrapper(configuration: .init(contentType: type, existingFile: existing))
+                try Self.makeParentDirectories(of: fullPath)
+                let report = try writer.write(wrapper, to: fullPath, options: [], originalContentsPath: fullPath)
+                return (wrapper, report)
+            }
+            await self?.finishSave(path, token: token, snapshot: snapshot, result: result, duration: clock.now - start)
+        }
+    }
+
+    /// Creates the directories a new document's path needs (each made durable in its parent).
+    nonisolated static func makeParentDirectories(of fullPath: String) throws {
+        let parent = (fullPath as NSString).deletingLastPathComponent
+        if (try? FileDescriptor.currentWorkingDirectory.status(of: parent, followSymlinks: false))?.kind == .directory {
+            return
+        }
+        try makeParentDirectories(of: parent)
+        let grandparent = (parent as NSString).deletingLastPathComponent
+        let name = (parent as NSString).lastPathComponent
+        do throws(Errno) {
+            let directory = try FileDescriptor.open(grandparent, options: [.directory])
+            try directory.closeAfter { () throws(Errno) in
+                do throws(Errno) { try directory.makeDirectory(name) } catch .fileExists {}
+                try directory.sync()
+            }
+        } catch {
+            throw DocumentError(operation: .makeDirectory, path: parent, errno: error)
+        }
+    }
+
+    private func finishSave(
+        _ path: String, token: UInt64, snapshot: any AutosaveDocument,
+        result: Result<(FileWrapper, DurableWriter.Report), any Error>, duration: Duration
+    ) {
+        savesInFlight -= 1
+        defer { startReadySaves() }
+        guard entries[path] != nil else { return }
+        entries[path]!.savingToken = nil
+        switch result {
+        case .success(let (wrapper, report)):
+            var entry = entries[path]!
+            entry.savedChangeCount = max(entry.savedChangeCount, token)
+            entry.existingFile = wrapper
+            Self.didSave(&entry.document, snapshot: snapshot)
+            entry.failure = nil
+            entry.retryAt = nil
+            entry.saves += 1
+            let now = Date()
+            entry.lastSaved = now
+            let finished = entry.waiters.filter { $0.token <= entry.savedChangeCount }
+            entry.waiters.removeAll { $0.token <= entry.savedChangeCount }
+            entries[path] = entry
+            totalSaves += 1
+            lastSave = (path, now)
+            for waiter in finished { waiter.continuation.resume() }
+            log.info(
+                "saved \(path)",
+                ["document": path, "bytes_written": "\(report.bytesWritten)", "duration_usec": "\(duration.microseconds)"])
+            emit(.saved(document: path, bytes: report.bytesWritten, duration: duration))
+        case .failure(let error):
+            var entry = entries[path]!
+            let attempts = (entry.failure?.attempts ?? 0) + 1
+            let backoff = backoff(after: attempts)
+            let retryAt = clock.now + backoff
+            let failure = Self.describe(error, document: path, attempts: attempts, retryAt: date(of: retryAt))
+            entry.failure = failure
+            entry.retryAt = retryAt
+            if entry.firstUnsavedEdit == nil { entry.firstUnsavedEdit = clock.now }
+            let failed = entry.waiters.filter { $0.token <= token }
+            entry.waiters.removeAll { $0.token <= token }
+            entries[path] = entry
+            lastFailure = failure
+            for waiter in failed { waiter.continuation.resume(throwing: StoreError.saveFailed(failure)) }
+            log.error(
+                "\(failure.description); retrying in \(TimeSpan.format(backoff))",
+                ["document": path, "operation": failure.operation, "errno": failure.errno.map { "\($0.rawValue)" } ?? ""])
+            emit(.saveFailed(failure))
+        }
+        if entries[path]!.isDirty { schedule(path) }
+    }
+
+    private static func didSave<D: AutosaveDocument>(_ document: inout D, snapshot: any AutosaveDocument) {
+        if let snapshot = snapshot as? D { document.didSave(snapshot) }
+    }
+
+    func backoff(after attempts: Int) -> Duration {
+        var interval = configuration.retryInterval
+        for _ in 1..<max(1, attempts) {
+            interval = interval * 2
+            if interval >= configuration.maxRetryInterval { return configuration.maxRetryInterval }
+        }
+        return min(interval, configuration.maxRetryInterval)
+    }
+
+    static func describe(_ error: any Error, document: String, attempts: Int, retryAt: Date) -> SaveFailure {
+        if let error = error as? DocumentError {
+            return SaveFailure(
+                document: document, operation: error.operation.rawValue, path: error.path, errno: error.errno,
+                message: error.description, attempts: attempts, failedAt: Date(), retryAt: retryAt)
+        }
+        return SaveFailure(
+            document: document, operation: "encode", path: document, errno: nil,
+            message: "the document could not be serialised: \(error)", attempts: attempts, failedAt: Date(),
+            retryAt: retryAt)
+    }
+}
+
+extension Duration {
+    var microseconds: Int64 {
+        let (seconds, attoseconds) = components
+        return seconds * 1_000_000 + attoseconds / 1_000_000_000_000
+    }
+}

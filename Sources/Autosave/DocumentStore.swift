@@ -1,0 +1,456 @@
+import Documents
+import Foundation
+import Posix
+
+/// Every open document, its edits and its saves.
+///
+/// Edits apply to the in-memory value at once and never wait for a save. Saves are
+/// scheduled per document: a trailing quiet period after the last edit, capped by a
+/// maximum delay since the first unsaved edit. A save takes a snapshot here (value
+/// types are copy-on-write, so this is cheap), serialises it with
+/// `fileWrapper(configuration:)` and writes it with ``DurableWriter`` *off* the store,
+/// then applies its change token: edits made meanwhile stay dirty and are saved next.
+/// At most one save per document runs at a time, and at most `MaxConcurrentSaves` in
+/// all. A failed save keeps the edits, leaves the file as it was, and is retried with
+/// exponential backoff until it succeeds.
+public actor DocumentStore {
+    public let root: String
+    public private(set) var configuration: Configuration
+    public let registry: DocumentTypeRegistry
+    let writer = DurableWriter(symlinkPolicy: .refuse)
+    let clock = ContinuousClock()
+    let log: Logger
+
+    struct Entry {
+        var contentType: UTType
+        var isPackage: Bool
+        var document: any AutosaveDocument
+        var existingFile: FileWrapper?
+        var changeCount: UInt64 = 0
+        var savedChangeCount: UInt64 = 0
+        /// The change token of the save in flight.
+        var savingToken: UInt64?
+        /// A save requested explicitly up to this token: due at once.
+        var forcedToken: UInt64?
+        var firstUnsavedEdit: ContinuousClock.Instant?
+        var lastEdit: ContinuousClock.Instant?
+        var deadline: ContinuousClock.Instant?
+        /// The earliest time the heap holds for this document.
+        var queuedAt: ContinuousClock.Instant?
+        var failure: SaveFailure?
+        var retryAt: ContinuousClock.Instant?
+        var waiters: [(token: UInt64, continuation: CheckedContinuation<Void, any Error>)] = []
+        var saves = 0
+        var lastSaved: Date?
+
+        var isDirty: Bool { changeCount > savedChangeCount }
+    }
+
+    var entries: [String: Entry] = [:]
+    var heap = DeadlineHeap()
+    var ready: [String] = []
+    var savesInFlight = 0
+    var accepting = true
+    var sleeper: CheckedContinuation<Void, Never>?
+    var sleepTarget: ContinuousClock.Instant?
+    var timer: Task<Void, Never>?
+    var subscribers: [UUID: AsyncStream<StoreEvent>.Continuation] = [:]
+    var totalSaves = 0
+    var lastSave: (document: String, at: Date)?
+    var lastFailure: SaveFailure?
+    let startedAt = Date()
+
+    public init(configuration: Configuration, registry: DocumentTypeRegistry? = nil, log: Logger = Logger()) {
+        self.configuration = configuration
+        root = configuration.root
+        self.registry = registry ?? DocumentTypeRegistry(packageExtensions: configuration.packageExtensions)
+        self.log = log
+    }
+
+    // MARK: Configuration
+
+    /// Applies a reloaded configuration. The root cannot change while running.
+    public func reconfigure(_ new: Configuration) {
+        var applied = new
+        if new.root != configuration.root {
+            log.warning("Root= changed to \(new.root); the store keeps \(root) until the daemon is restarted")
+            applied.root = root
+        }
+        configuration = applied
+        for path in entries.keys where entries[path]!.isDirty { schedule(path) }
+        wake()
+    }
+
+    // MARK: Opening and creating
+
+    /// Opens every document under the root (files by extension, package directories
+    /// whole); returns the problems met, each naming its path. Symbolic links are not
+    /// followed: a document is a file or directory under the root.
+    @discardableResult
+    public func openAll() -> [String] {
+        var problems: [String] = []
+        scan(relative: "", problems: &problems)
+        return problems
+    }
+
+    private func scan(relative: String, problems: inout [String]) {
+        let directoryPath = relative.isEmpty ? root : root + "/" + relative
+        let entries: [DirectoryEntry]
+        do {
+            let fd = try FileDescriptor.open(directoryPath, options: [.directory, .noFollow])
+            entries = try fd.closeAfter { () throws(Errno) -> [DirectoryEntry] in try fd.directoryEntries() }
+        } catch {
+            problems.append("\(directoryPath): cannot be listed: \(error)")
+            return
+        }
+        for entry in entries.sorted(by: { $0.name < $1.name }) where !TemporaryName.isTemporary(entry.name) {
+            let path = relative.isEmpty ? entry.name : relative + "/" + entry.name
+            let kind = entry.kind ?? (try? FileDescriptor.currentWorkingDirectory.status(of: root + "/" + path))?.kind
+            switch kind {
+            case .directory:
+                if registry.isPackage(entry.name) {
+                    do { try load(path) } catch { problems.append("\(path): \(error)") }
+                } else {
+                    scan(relative: path, problems: &problems)
+                }
+            case .regular:
+                do { try load(path) } catch { problems.append("\(path): \(error)") }
+            default:
+                continue
+            }
+        }
+    }
+
+    /// Reads the document at `path` from disk into the store.
+    @discardableResult
+    private func load(_ path: String) throws(StoreError) -> Entry {
+        let fullPath = root + "/" + path
+        let status: FileStatus
+        do { status = try FileDescriptor.currentWorkingDirectory.status(of: fullPath) } catch {
+            if error == .noSuchFile { throw .notFound(path) }
+            throw .io(DocumentError(operation: .stat, path: fullPath, errno: error))
+        }
+        guard status.kind == .regular || status.kind == .directory else {
+            throw .unsupported(path, message: "only regular files and package directories are documents")
+        }
+        let name = (path as NSString).lastPathComponent
+        guard let registration = registry.registration(forName: name, isDirectory: status.kind == .directory) else {
+            throw .unsupported(path, message: "a directory is a document only with a package extension")
+        }
+        let file: FileWrapper
+        do { file = try FileWrapper(url: URL(fileURLWithPath: fullPath)) } catch let error as DocumentError {
+            throw .io(error)
+        } catch {
+            throw .invalidDocument(path, message: "\(error)")
+        }
+        let document: any AutosaveDocument
+        do {
+            document = try registration.documentType.init(
+                configuration: .init(contentType: registration.contentType, file: file))
+        } catch let error as DocumentError {
+            throw .io(error)
+        } catch {
+            throw .invalidDocument(path, message: "\(error)")
+        }
+        let entry = Entry(
+            contentType: registration.contentType, isPackage: registration.isPackage, document: document,
+            existingFile: file)
+        entries[path] = entry
+        emit(.opened(document: path))
+        return entry
+    }
+
+    /// Opens the document at `path` if it is not open yet.
+    @discardableResult
+    public func open(_ path: String) throws(StoreError) -> DocumentInfo {
+        let path = try DocumentPath.validate(path)
+        if entries[path] == nil { try load(path) }
+        return info(path, entries[path]!)
+    }
+
+    /// Creates a new, empty document at `path` (its type from the extension); it is
+    /// saved like any edit. Fails if the document exists in memory or on disk.
+    @discardableResult
+    public func create(_ path: String) throws(StoreError) -> DocumentInfo {
+        let path = try DocumentPath.validate(path)
+        guard accepting else { throw .shuttingDown }
+        if entries[path] != nil || (try? FileDescriptor.currentWorkingDirectory.status(of: root + "/" + path)) != nil {
+            throw .alreadyExists(path)
+        }
+        try makeNew(path)
+        return info(path, entries[path]!)
+    }
+
+    private func makeNew(_ path: String) throws(StoreError) {
+        let name = (path as NSString).lastPathComponent
+        let registration =
+            registry.registration(forName: name, isDirectory: true)
+            ?? registry.registration(forName: name, isDirectory: false)!
+        let empty: any AutosaveDocument
+        do {
+            empty = try Self.emptyDocument(registration)
+        } catch {
+            throw .unsupported(path, message: "cannot create an empty \(registration.contentType) document: \(error)")
+        }
+        var entry = Entry(
+            contentType: registration.contentType, isPackage: registration.isPackage, document: empty, existingFile: nil)
+        entry.changeCount = 1
+        entries[path] = entry
+        noteEdit(path)
+        emit(.opened(document: path))
+    }
+
+    private static func emptyDocument(_ registration: DocumentTypeRegistry.Registration) throws -> any AutosaveDocument {
+        let file =
+            registration.isPackage
+            ? FileWrapper(directoryWithFileWrappers: [:]) : FileWrapper(regularFileWithContents: Data())
+        if registration.documentType == JSONDocument.self { return JSONDocument(value: .object([])) }
+        return try registration.documentType.init(configuration: .init(contentType: registration.contentType, file: file))
+    }
+
+    // MARK: Editing and reading
+
+    /// Applies `edit` to the document at `path`, opening it from disk if needed; with
+    /// `create`, a document that does not exist is created (type from its extension).
+    @discardableResult
+    public func apply(_ edit: DocumentEdit, to path: String, create: Bool = false) throws(StoreError) -> DocumentInfo {
+        let path = try DocumentPath.validate(path)
+        guard accepting else { throw .shuttingDown }
+        if entries[path] == nil {
+            do { try load(path) } catch .notFound(let missing) {
+                guard create else { throw .notFound(missing) }
+                try makeNew(path)
+            }
+        }
+        if configuration.refuseEditsWhenSaveFails, let failure = entries[path]!.failure {
+            throw .refusedWhileSaveFails(failure)
+        }
+        do {
+            try Self.applyEdit(edit, to: &entries[path]!.document, existingFile: entries[path]!.existingFile)
+        } catch let error as DocumentContentError {
+            switch error.kind {
+            case .unsupported: throw .unsupported(path, message: error.message)
+            case .notFound: throw .notFound("\(path): \(error.message)")
+            case .invalid: throw .invalidDocument(path, message: error.message)
+            }
+        } catch {
+            throw .invalidDocument(path, message: "\(error)")
+        }
+        entries[path]!.changeCount += 1
+        noteEdit(path)
+        return info(path, entries[path]!)
+    }
+
+    private static func applyEdit<D: AutosaveDocument>(_ edit: DocumentEdit, to document: inout D, existingFile: FileWrapper?)
+        throws
+    {
+        try document.apply(edit, existingFile: existingFile)
+    }
+
+    /// Changes the document at `path` through its Swift type (for library users with
+    /// their own document types).
+    public func modify<D: AutosaveDocument, R: Sendable>(
+        _ path: String, as type: D.Type, _ body: @Sendable (inout D) throws -> R
+    ) throws -> R {
+        let path = try DocumentPath.validate(path)
+        guard accepting else { throw StoreError.shuttingDown }
+        if entries[path] == nil { try load(path) }
+        guard var document = entries[path]!.document as? D else {
+            throw StoreError.unsupported(path, message: "the document is not a \(D.self)")
+        }
+        let result = try body(&document)
+        entries[path]!.document = document
+        entries[path]!.changeCount += 1
+        noteEdit(path)
+        return result
+    }
+
+    /// Answers `query` about the document at `path`, opening it from disk if needed.
+    public func read(_ path: String, _ query: DocumentQuery = .contents) throws(StoreError) -> QueryResult {
+        let path = try DocumentPath.validate(path)
+        if entries[path] == nil { try load(path) }
+        let entry = entries[path]!
+        do {
+            return try entry.document.read(query, existingFile: entry.existingFile)
+        } catch let error as DocumentContentError {
+            switch error.kind {
+            case .unsupported: throw .unsupported(path, message: error.message)
+            case .notFound: throw .notFound("\(path): \(error.message)")
+            case .invalid: throw .invalidDocument(path, message: error.message)
+            }
+        } catch {
+            throw .invalidDocument(path, message: "\(error)")
+        }
+    }
+
+    /// The document's value as its Swift type.
+    public func document<D: AutosaveDocument>(_ path: String, as type: D.Type) throws -> D {
+        let path = try DocumentPath.validate(path)
+        if entries[path] == nil { try load(path) }
+        guard let document = entries[path]!.document as? D else {
+            throw StoreError.unsupported(path, message: "the document is not a \(D.self)")
+        }
+        return document
+    }
+
+    /// Throws away unsaved edits and reads the document from disk again.
+    public func revert(_ path: String) throws(StoreError) -> DocumentInfo {
+        let path = try DocumentPath.validate(path)
+        guard let old = entries[path] else { throw .notFound(path) }
+        if old.savingToken != nil {
+            throw .unsupported(path, message: "a save is being written; revert once it is done")
+        }
+        entries[path] = nil
+        do {
+            var entry = try load(path)
+            entry.changeCount = old.changeCount
+            entry.savedChangeCount = old.changeCount
+            entry.saves = old.saves
+            entry.lastSaved = old.lastSaved
+            entries[path] = entry
+        } catch {
+            entries[path] = old
+            throw error
+        }
+        return info(path, entries[path]!)
+    }
+
+    /// Saves the document if it has unsaved edits, then forgets it.
+    public func close(_ path: String) async throws {
+        let path = try DocumentPath.validate(path)
+        guard entries[path] != nil else { throw StoreError.notFound(path) }
+        try await save(path, wait: true)
+        if let entry = entries[path], !entry.isDirty, entry.savingToken == nil {
+            entries[path] = nil
+            emit(.closed(document: path))
+        }
+    }
+
+    // MARK: Explicit saves
+
+    /// Saves the document now. With `wait`, returns once the edits made before this call
+    /// are durable on disk (or throws the save's failure).
+    public func save(_ path: String, wait: Bool) async throws {
+        let path = try DocumentPath.validate(path)
+        guard let entry = entries[path] else { throw StoreError.notFound(path) }
+        guard entry.isDirty else { return }
+        let token = entry.changeCount
+        entries[path]!.forcedToken = max(entry.forcedToken ?? 0, token)
+        entries[path]!.retryAt = nil
+        schedule(path)
+        wake()
+        guard wait else { return }
+        try await withCheckedThrowingContinuation { (continuation: CheckedContinuation<Void, any Error>) in
+            entries[path]!.waiters.append((token, continuation))
+        }
+    }
+
+    /// Saves every document with unsaved edits; with `wait`, returns once all are durable.
+    /// Throws the first failure after every save has finished.
+    public func saveAll(wait: Bool) async throws {
+        let dirty = entries.filter { $0.value.isDirty }.map(\.key)
+        var firstError: (any Error)?
+        for path in dirty {
+            do { try await save(path, wait: false) } catch { firstError = firstError ?? error }
+        }
+        guard wait else { return }
+        for path in dirty where entries[path] != nil {
+            do { try await save(path, wait: true) } catch { firstError = firstError ?? error }
+        }
+        if let firstError { throw firstError }
+    }
+
+    // MARK: Shutdown
+
+    /// What a shutdown flush did.
+    public struct ShutdownReport: Sendable {
+        public var saved: Int
+        /// Documents whose edits could not be saved, with why.
+        public var unsaved: [SaveFailure]
+    }
+
+    /// Stops accepting edits and saves every dirty document, retrying failures up to
+    /// `attempts` times; returns what could not be saved.
+    public func shutdown(attempts: Int = 3) async -> ShutdownReport {
+        accepting = false
+        let before = totalSaves
+        for attempt in 1...max(1, attempts) {
+            do {
+                try await saveAll(wait: true)
+                break
+            } catch {
+                if attempt == attempts { break }
+                try? await Task.sleep(for: configuration.retryInterval)
+            }
+        }
+        let failures = entries.values.filter { $0.isDirty }.compactMap(\.failure)
+        return ShutdownReport(saved: totalSaves - before, unsaved: failures)
+    }
+
+    public var isAcceptingEdits: Bool { accepting }
+
+    // MARK: Reporting
+
+    func info(_ path: String, _ entry: Entry) -> DocumentInfo {
+        DocumentInfo(
+            path: path, contentType: entry.contentType, state: state(of: entry), changeCount: entry.changeCount,
+            savedChangeCount: entry.savedChangeCount, lastSaved: entry.lastSaved, saves: entry.saves)
+    }
+
+    func state(of entry: Entry) -> SaveState {
+        if entry.savingToken != nil { return .saving }
+        guard entry.isDirty else { return .clean }
+        if let failure = entry.failure { return .failed(failure) }
+        if let deadline = entry.deadline { return .scheduled(date(of: deadline)) }
+        return .dirty
+    }
+
+    func date(of instant: ContinuousClock.Instant) -> Date {
+        let offset = instant - clock.now
+        let (seconds, attoseconds) = offset.components
+        return Date().addingTimeInterval(Double(seconds) + Double(attoseconds) / 1e18)
+    }
+
+    /// The state of the document at `path`.
+    public func info(_ path: String) throws(StoreError) -> DocumentInfo {
+        let path = try DocumentPath.validate(path)
+        guard let entry = entries[path] else { throw .notFound(path) }
+        return info(path, entry)
+    }
+
+    /// Every open document, sorted by path.
+    public func list() -> [DocumentInfo] {
+        entries.keys.sorted().map { info($0, entries[$0]!) }
+    }
+
+    public func status() -> StoreStatus {
+        var unsaved = 0
+        var saving = 0
+        var failed = 0
+        for entry in entries.values {
+            if entry.isDirty { unsaved += 1 }
+            if entry.savingToken != nil { saving += 1 }
+            if entry.isDirty && entry.failure != nil { failed += 1 }
+        }
+        return StoreStatus(
+            documents: entries.count, unsaved: unsaved, saving: saving, failed: failed, saves: totalSaves,
+            lastSave: lastSave, lastFailure: lastFailure, startedAt: startedAt)
+    }
+
+    /// Events from now on, until the stream is dropped.
+    public func events() -> AsyncStream<StoreEvent> {
+        let (stream, continuation) = AsyncStream<StoreEvent>.makeStream(bufferingPolicy: .bufferingNewest(10_000))
+        let id = UUID()
+        subscribers[id] = continuation
+        continuation.onTermination = { [weak self] _ in
+            Task { await self?.unsubscribe(id) }
+        }
+        return stream
+    }
+
+    private func unsubscribe(_ id: UUID) { subscribers[id] = nil }
+
+    func emit(_ event: StoreEvent) {
+        for continuation in subscribers.values { continuation.yield(event) }
+    }
+}

@@ -1,0 +1,64 @@
+import Documents
+import Foundation
+
+/// Which document type holds which files: by filename extension, with package
+/// extensions for directories. Library users register their own types.
+public struct DocumentTypeRegistry: Sendable {
+    public struct Registration: Sendable {
+        public var contentType: UTType
+        public var documentType: any AutosaveDocument.Type
+        public var filenameExtensions: [String]
+        /// Whether documents of this type are directories.
+        public var isPackage: Bool
+    }
+
+    private var registrations: [Registration] = []
+
+    /// The built-in types: plain text (every extension of a type conforming to
+    /// `public.plain-text`), JSON, packages for `packageExtensions`, and raw data for
+    /// every other file.
+    public init(packageExtensions: [String] = Configuration(environment: [:]).packageExtensions) {
+        register(JSONDocument.self, contentType: .json, filenameExtensions: ["json"])
+        register(
+            PlainTextDocument.self, contentType: .plainText,
+            filenameExtensions: ["txt", "text", "md", "markdown", "log", "csv", "tsv", "yaml", "yml", "xml", "html",
+                                 "swift", "py", "sh", "c", "h", "conf", "ini", "toml"])
+        for ext in packageExtensions {
+            let type = UTType.declare(
+                "org.autosaved.package.\(ext)", conformingTo: [.package], filenameExtensions: [ext],
+                description: "\(ext) package")
+            register(PackageDocument.self, contentType: type, filenameExtensions: [ext], isPackage: true)
+        }
+    }
+
+    /// Registers `documentType` for files (or, with `isPackage`, directories) with these
+    /// extensions; later registrations win over earlier ones and over the built-ins.
+    public mutating func register<Document: AutosaveDocument>(
+        _ documentType: Document.Type, contentType: UTType, filenameExtensions: [String], isPackage: Bool? = nil
+    ) {
+        let package = isPackage ?? contentType.conforms(to: .directory)
+        registrations.insert(
+            Registration(
+                contentType: contentType, documentType: documentType,
+                filenameExtensions: filenameExtensions.map { $0.lowercased() }, isPackage: package),
+            at: 0)
+    }
+
+    /// The registration for a file (or directory) named `name`; `nil` for a directory
+    /// that is not a package. A file without a registered extension is raw data.
+    public func registration(forName name: String, isDirectory: Bool) -> Registration? {
+        let ext = (name as NSString).pathExtension.lowercased()
+        if !ext.isEmpty, let found = registrations.first(where: { $0.isPackage == isDirectory && $0.filenameExtensions.contains(ext) }) {
+            return found
+        }
+        if isDirectory { return nil }
+        if !ext.isEmpty, let type = UTType(filenameExtension: ext), type.conforms(to: .plainText) {
+            return Registration(contentType: type, documentType: PlainTextDocument.self, filenameExtensions: [ext], isPackage: false)
+        }
+        let type = ext.isEmpty ? UTType.data : (UTType(filenameExtension: ext) ?? .data)
+        return Registration(contentType: type, documentType: DataDocument.self, filenameExtensions: [], isPackage: false)
+    }
+
+    /// Whether a directory named `name` is a package document.
+    public func isPackage(_ name: String) -> Bool { registration(forName: name, isDirectory: true) != nil }
+}

@@ -1,0 +1,419 @@
+import Foundation
+
+/// A JSON value that keeps the order of object members, so that a document patched
+/// and saved again reads the way it was written.
+public enum JSONValue: Sendable, Equatable {
+    case null
+    case bool(Bool)
+    case number(String)
+    case string(String)
+    case array([JSONValue])
+    case object([(key: String, value: JSONValue)])
+
+    public static func == (a: JSONValue, b: JSONValue) -> Bool {
+        switch (a, b) {
+        case (.null, .null): true
+        case (.bool(let x), .bool(let y)): x == y
+        case (.number(let x), .number(let y)): x == y || Double(x) == Double(y)
+        case (.string(let x), .string(let y)): x == y
+        case (.array(let x), .array(let y)): x == y
+        case (.object(let x), .object(let y)):
+            x.count == y.count && x.allSatisfy { member in y.contains { $0.key == member.key && $0.value == member.value } }
+        default: false
+        }
+    }
+
+    subscript(key: String) -> JSONValue? {
+        guard case .object(let members) = self else { return nil }
+        return members.last(where: { $0.key == key })?.value
+    }
+}
+
+/// A JSON text that is not valid, with where the parser stopped.
+public struct JSONSyntaxError: Error, Sendable, Equatable, CustomStringConvertible {
+    /// Byte offset from the start (0-based).
+    public var offset: Int
+    public var line: Int
+    public var column: Int
+    public var message: String
+
+    public var description: String { "invalid JSON at line \(line), column \(column) (byte \(offset)): \(message)" }
+}
+
+// MARK: Parsing (RFC 8259)
+
+extension JSONValue {
+    public init(parsing text: String) throws(JSONSyntaxError) {
+        var parser = JSONParser(bytes: Array(text.utf8))
+        self = try parser.parseDocument()
+    }
+
+    public init(parsing bytes: [UInt8]) throws(JSONSyntaxError) {
+        var parser = JSONParser(bytes: bytes)
+        self = try parser.parseDocument()
+    }
+}
+
+struct JSONParser {
+    let bytes: [UInt8]
+    var index = 0
+    var depth = 0
+    static let maximumDepth = 512
+
+    init(bytes: [UInt8]) { self.bytes = bytes }
+
+    func error(_ message: String, at offset: Int? = nil) -> JSONSyntaxError {
+        let offset = offset ?? index
+        var line = 1
+        var column = 1
+        for byte in bytes[..<min(offset, bytes.count)] {
+            if byte == UInt8(ascii: "\n") {
+                line += 1
+                column = 1
+            } else if byte & 0xC0 != 0x80 {
+                column += 1
+            }
+        }
+        return JSONSyntaxError(offset: offset, line: line, column: column, message: message)
+    }
+
+    mutating func parseDocument() throws(JSONSyntaxError) -> JSONValue {
+        skipWhitespace()
+        if index == bytes.count { throw error("the text is empty; expected a JSON value") }
+        let value = try parseValue()
+        skipWhitespace()
+        if index != bytes.count { throw error("unexpected \(describe(bytes[index])) after the JSON value") }
+        return value
+    }
+
+    mutating func skipWhitespace() {
+        while index < bytes.count, [0x20, 0x0A, 0x0D, 0x09].contains(bytes[index]) { index += 1 }
+    }
+
+    func describe(_ byte: UInt8) -> String {
+        byte >= 0x20 && byte < 0x7F ? "'\(Character(Unicode.Scalar(byte)))'" : "byte 0x\(String(byte, radix: 16))"
+    }
+
+    mutating func parseValue() throws(JSONSyntaxError) -> JSONValue {
+        guard index < bytes.count else { throw error("unexpected end of text; expected a value") }
+        switch bytes[index] {
+        case UInt8(ascii: "{"): return try parseObject()
+        case UInt8(ascii: "["): return try parseArray()
+        case UInt8(ascii: "\""): return .string(try parseString())
+        case UInt8(ascii: "t"): try expectWord("true"); return .bool(true)
+        case UInt8(ascii: "f"): try expectWord("false"); return .bool(false)
+        case UInt8(ascii: "n"): try expectWord("null"); return .null
+        case UInt8(ascii: "-"), UInt8(ascii: "0")...UInt8(ascii: "9"): return .number(try parseNumber())
+        default: throw error("unexpected \(describe(bytes[index])); expected a value")
+        }
+    }
+
+    mutating func expectWord(_ word: String) throws(JSONSyntaxError) {
+        let w = Array(word.utf8)
+        guard index + w.count <= bytes.count, Array(bytes[index..<index + w.count]) == w else {
+            throw error("unexpected \(describe(bytes[index])); expected a value")
+        }
+        index += w.count
+    }
+
+    mutating func enter() throws(JSONSyntaxError) {
+        depth += 1
+        if depth > Self.maximumDepth { throw error("nested more than \(Self.maximumDepth) levels deep") }
+    }
+
+    mutating func parseObject() throws(JSONSyntaxError) -> JSONValue {
+        try enter()
+        defer { depth -= 1 }
+        index += 1
+        var members: [(key: String, value: JSONValue)] = []
+        skipWhitespace()
+        if index < bytes.count, bytes[index] == UInt8(ascii: "}") {
+            index += 1
+            return .object(members)
+        }
+        while true {
+            skipWhitespace()
+            guard index < bytes.count, bytes[index] == UInt8(ascii: "\"") else {
+                throw error(index < bytes.count ? "expected a member name in double quotes" : "unexpected end of text in an object")
+            }
+            let key = try parseString()
+            skipWhitespace()
+            guard index < bytes.count, bytes[index] == UInt8(ascii: ":") else { throw error("expected ':' after a member name") }
+            index += 1
+            skipWhitespace()
+            members.append((key, try parseValue()))
+            skipWhitespace()
+            guard index < bytes.count else { throw error("unexpected end of text; expected ',' or '}'") }
+            if bytes[index] == UInt8(ascii: ",") {
+                index += 1
+                continue
+            }
+            if bytes[index] == UInt8(ascii: "}") {
+                index += 1
+                return .object(members)
+            }
+            throw error("unexpected \(describe(bytes[index])); expected ',' or '}'")
+        }
+    }
+
+    mutating func parseArray() throws(JSONSyntaxError) -> JSONValue {
+        try enter()
+        defer { depth -= 1 }
+        index += 1
+        var elements: [JSONValue] = []
+        skipWhitespace()
+        if index < bytes.count, bytes[index] == UInt8(ascii: "]") {
+            index += 1
+            return .array(elements)
+        }
+        while true {
+            skipWhitespace()
+            elements.append(try parseValue())
+            skipWhitespace()
+            guard index < bytes.count else { throw error("unexpected end of text; expected ',' or ']'") }
+            if bytes[index] == UInt8(ascii: ",") {
+                index += 1
+                continue
+            }
+            if bytes[index] == UInt8(ascii: "]") {
+                index += 1
+                return .array(elements)
+            }
+            throw error("unexpected \(describe(bytes[index])); expected ',' or ']'")
+        }
+    }
+
+    mutating func parseNumber() throws(JSONSyntaxError) -> String {
+        let start = index
+        func digits() -> Int {
+            let s = index
+            while index < bytes.count, bytes[index] >= 0x30, bytes[index] <= 0x39 { index += 1 }
+            return index - s
+        }
+        if bytes[index] == UInt8(ascii: "-") { index += 1 }
+        guard index < bytes.count else { throw error("a number needs digits") }
+        if bytes[index] == UInt8(ascii: "0") {
+            index += 1
+        } else if digits() == 0 {
+            throw error("a number needs digits")
+        }
+        if index < bytes.count, bytes[index] == UInt8(ascii: ".") {
+            index += 1
+            if digits() == 0 { throw error("expected digits after the decimal point") }
+        }
+        if index < bytes.count, bytes[index] == UInt8(ascii: "e") || bytes[index] == UInt8(ascii: "E") {
+            index += 1
+            if index < bytes.count, bytes[index] == UInt8(ascii: "+") || bytes[index] == UInt8(ascii: "-") { index += 1 }
+            if digits() == 0 { throw error("expected digits in the exponent") }
+        }
+        return String(decoding: bytes[start..<index], as: UTF8.self)
+    }
+
+    mutating func parseString() throws(JSONSyntaxError) -> String {
+        let open = index
+        index += 1
+        var scalars = String.UnicodeScalarView()
+        var runStart = index
+        var result = ""
+        while true {
+            guard index < bytes.count else { throw error("unterminated string", at: open) }
+            let byte = bytes[index]
+            if byte == UInt8(ascii: "\"") {
+                result += String(decoding: bytes[runStart..<index], as: UTF8.self)
+                guard String(validating: bytes[runStart..<index], as: UTF8.self) != nil else {
+                    throw error("the string is not valid UTF-8", at: runStart)
+                }
+                result.unicodeScalars.append(contentsOf: scalars)
+                index += 1
+                return result
+            }
+            if byte < 0x20 { throw error("control character \(describe(byte)) in a string must be escaped") }
+            if byte == UInt8(ascii: "\\") {
+                guard String(validating: bytes[runStart..<index], as: UTF8.self) != nil else {
+                    throw error("the string is not valid UTF-8", at: runStart)
+                }
+                result += String(decoding: bytes[runStart..<index], as: UTF8.self)
+                result.unicodeScalars.append(contentsOf: scalars)
+                scalars = String.UnicodeScalarView()
+                index += 1
+                guard index < bytes.count else { throw error("unterminated escape") }
+                let escape = bytes[index]
+                index += 1
+                switch escape {
+                case UInt8(ascii: "\""): result += "\""
+                case UInt8(ascii: "\\"): result += "\\"
+                case UInt8(ascii: "/"): result += "/"
+                case UInt8(ascii: "b"): result += "\u{08}"
+                case UInt8(ascii: "f"): result += "\u{0C}"
+                case UInt8(ascii: "n"): result += "\n"
+                case UInt8(ascii: "r"): result += "\r"
+                case UInt8(ascii: "t"): result += "\t"
+                case UInt8(ascii: "u"):
+                    var code = try hex4()
+                    if (0xD800...0xDBFF).contains(code) {
+                        guard index + 1 < bytes.count, bytes[index] == UInt8(ascii: "\\"), bytes[index + 1] == UInt8(ascii: "u")
+                        else { throw error("a high surrogate must be followed by a low one") }
+                        index += 2
+                        let low = try hex4()
+                        guard (0xDC00...0xDFFF).contains(low) else { throw error("invalid low surrogate") }
+                        code = 0x10000 + ((code - 0xD800) << 10) + (low - 0xDC00)
+                    } else if (0xDC00...0xDFFF).contains(code) {
+                        throw error("a low surrogate without a high one")
+                    }
+                    guard let scalar = Unicode.Scalar(code) else { throw error("invalid \\u escape") }
+                    result.unicodeScalars.append(scalar)
+                default:
+                    throw error("unknown escape \\\(Character(Unicode.Scalar(escape)))", at: index - 2)
+                }
+                runStart = index
+                continue
+            }
+            index += 1
+        }
+    }
+
+    mutating func hex4() throws(JSONSyntaxError) -> UInt32 {
+        guard index + 4 <= bytes.count, let value = UInt32(String(decoding: bytes[index..<index + 4], as: UTF8.self), radix: 16)
+        else { throw error("expected four hex digits after \\u") }
+        index += 4
+        return value
+    }
+}
+
+// MARK: Serialising
+
+extension JSONValue {
+    /// The value as JSON text: pretty-printed with two-space indents, or compact.
+    public func serialized(pretty: Bool = true) -> String {
+        var out = ""
+        write(to: &out, pretty: pretty, indent: 0)
+        return out
+    }
+
+    private func write(to out: inout String, pretty: Bool, indent: Int) {
+        switch self {
+        case .null: out += "null"
+        case .bool(let b): out += b ? "true" : "false"
+        case .number(let n): out += n
+        case .string(let s): Self.writeString(s, to: &out)
+        case .array(let elements):
+            if elements.isEmpty {
+                out += "[]"
+                return
+            }
+            out += "["
+            for (i, element) in elements.enumerated() {
+                if i > 0 { out += "," }
+                if pretty { out += "\n" + String(repeating: "  ", count: indent + 1) }
+                element.write(to: &out, pretty: pretty, indent: indent + 1)
+            }
+            if pretty { out += "\n" + String(repeating: "  ", count: indent) }
+            out += "]"
+        case .object(let members):
+            if members.isEmpty {
+                out += "{}"
+                return
+            }
+            out += "{"
+            for (i, member) in members.enumerated() {
+                if i > 0 { out += "," }
+                if pretty { out += "\n" + String(repeating: "  ", count: indent + 1) }
+                Self.writeString(member.key, to: &out)
+                out += pretty ? ": " : ":"
+                member.value.write(to: &out, pretty: pretty, indent: indent + 1)
+            }
+            if pretty { out += "\n" + String(repeating: "  ", count: indent) }
+            out += "}"
+        }
+    }
+
+    static func writeString(_ s: String, to out: inout String) {
+        out += "\""
+        for scalar in s.unicodeScalars {
+            switch scalar {
+            case "\"": out += "\\\""
+            case "\\": out += "\\\\"
+            case "\n": out += "\\n"
+            case "\r": out += "\\r"
+            case "\t": out += "\\t"
+            case _ where scalar.value < 0x20:
+                out += "\\u" + String(repeating: "0", count: 4 - String(scalar.value, radix: 16).count)
+                    + String(scalar.value, radix: 16)
+            default: out.unicodeScalars.append(scalar)
+            }
+        }
+        out += "\""
+    }
+}
+
+// MARK: RFC 7396 merge patch and RFC 6901 pointers
+
+extension JSONValue {
+    /// Applies an RFC 7396 JSON merge patch: members of an object patch are merged
+    /// recursively, `null` removes a member, anything else replaces the target.
+    public func merging(patch: JSONValue) -> JSONValue {
+        guard case .object(let patchMembers) = patch else { return patch }
+        var members: [(key: String, value: JSONValue)] = []
+        if case .object(let existing) = self { members = existing }
+        for (key, value) in patchMembers {
+            let index = members.firstIndex { $0.key == key }
+            if value == .null {
+                if let index { members.remove(at: index) }
+            } else if let index {
+                members[index].value = members[index].value.merging(patch: value)
+            } else {
+                members.append((key, JSONValue.null.merging(patch: value)))
+            }
+        }
+        return .object(members)
+    }
+
+    /// A pointer that is not valid RFC 6901 syntax, or names nothing in the value.
+    public struct PointerError: Error, Sendable, Equatable, CustomStringConvertible {
+        public var pointer: String
+        public var message: String
+        public var description: String { "JSON pointer '\(pointer)': \(message)" }
+    }
+
+    /// The value an RFC 6901 JSON pointer (`/a/0/b~1c`) designates; `""` is the whole value.
+    public func value(at pointer: String) throws(PointerError) -> JSONValue {
+        if pointer.isEmpty { return self }
+        guard pointer.hasPrefix("/") else { throw PointerError(pointer: pointer, message: "must be empty or start with '/'") }
+        var current = self
+        var walked = ""
+        for rawToken in pointer.dropFirst().split(separator: "/", omittingEmptySubsequences: false) {
+            guard Self.validEscapes(rawToken) else {
+                throw PointerError(pointer: pointer, message: "'~' must be followed by 0 or 1")
+            }
+            let token = rawToken.replacingOccurrences(of: "~1", with: "/").replacingOccurrences(of: "~0", with: "~")
+            walked += "/" + rawToken
+            switch current {
+            case .object:
+                guard let next = current[token] else {
+                    throw PointerError(pointer: pointer, message: "no member '\(token)' at \(walked)")
+                }
+                current = next
+            case .array(let elements):
+                guard let i = Int(token), String(i) == token, i >= 0 else {
+                    throw PointerError(pointer: pointer, message: "'\(token)' is not an array index at \(walked)")
+                }
+                guard i < elements.count else {
+                    throw PointerError(pointer: pointer, message: "index \(i) is past the end (\(elements.count) elements) at \(walked)")
+                }
+                current = elements[i]
+            default:
+                throw PointerError(pointer: pointer, message: "\(walked) goes inside a value that is not an object or array")
+            }
+        }
+        return current
+    }
+
+    private static func validEscapes(_ token: Substring) -> Bool {
+        var afterTilde = false
+        for c in token {
+            if afterTilde && c != "0" && c != "1" { return false }
+            afterTilde = c == "~"
+        }
+        return !afterTilde
+    }
+}

@@ -1,0 +1,68 @@
+import Foundation
+
+/// A log handler: where entries go (stderr lines, or journald).
+public protocol LogHandler: Sendable {
+    func log(level: LogLevel, message: String, metadata: [String: String], file: String, line: Int, function: String)
+}
+
+/// A cheap logging value; entries below `level` are dropped before they are formatted.
+public struct Logger: Sendable {
+    public var level: LogLevel
+    public var handler: any LogHandler
+
+    public init(level: LogLevel = .info, handler: any LogHandler = StderrLogHandler()) {
+        self.level = level
+        self.handler = handler
+    }
+
+    public func log(
+        _ level: LogLevel, _ message: @autoclosure () -> String, _ metadata: [String: String] = [:],
+        file: String = #fileID, line: Int = #line, function: String = #function
+    ) {
+        guard level <= self.level else { return }
+        handler.log(level: level, message: message(), metadata: metadata, file: file, line: line, function: function)
+    }
+
+    public func error(
+        _ message: @autoclosure () -> String, _ metadata: [String: String] = [:], file: String = #fileID,
+        line: Int = #line, function: String = #function
+    ) { log(.error, message(), metadata, file: file, line: line, function: function) }
+
+    public func warning(
+        _ message: @autoclosure () -> String, _ metadata: [String: String] = [:], file: String = #fileID,
+        line: Int = #line, function: String = #function
+    ) { log(.warning, message(), metadata, file: file, line: line, function: function) }
+
+    public func notice(
+        _ message: @autoclosure () -> String, _ metadata: [String: String] = [:], file: String = #fileID,
+        line: Int = #line, function: String = #function
+    ) { log(.notice, message(), metadata, file: file, line: line, function: function) }
+
+    public func info(
+        _ message: @autoclosure () -> String, _ metadata: [String: String] = [:], file: String = #fileID,
+        line: Int = #line, function: String = #function
+    ) { log(.info, message(), metadata, file: file, line: line, function: function) }
+
+    public func debug(
+        _ message: @autoclosure () -> String, _ metadata: [String: String] = [:], file: String = #fileID,
+        line: Int = #line, function: String = #function
+    ) { log(.debug, message(), metadata, file: file, line: line, function: function) }
+}
+
+/// Readable lines on standard error with the `<N>` priority prefix systemd and
+/// journald understand: `<6>saved notes/todo.txt document=notes/todo.txt bytes_written=42`.
+public struct StderrLogHandler: LogHandler {
+    public init() {}
+
+    public func log(level: LogLevel, message: String, metadata: [String: String], file: String, line: Int, function: String)
+    {
+        var text = "<\(level.rawValue)>\(message)"
+        for key in metadata.keys.sorted() where !(metadata[key] ?? "").isEmpty {
+            let value = metadata[key]!
+            text += value.contains(" ") ? " \(key)=\"\(value)\"" : " \(key)=\(value)"
+        }
+        text = text.replacingOccurrences(of: "\n", with: " ") + "\n"
+        // One write(2) per entry: lines from concurrent tasks never interleave.
+        FileHandle.standardError.write(Data(text.utf8))
+    }
+}

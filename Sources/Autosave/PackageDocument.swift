@@ -1,0 +1,135 @@
+import Documents
+import Foundation
+
+/// A directory saved as one document (its extension is a declared package type).
+///
+/// Members are files at relative paths (`notes/a.txt`). A member read from disk is not
+/// loaded until it is read; a member that was not touched is neither loaded nor
+/// written by a save, which updates the package in place through `existingFile`.
+public struct PackageDocument: AutosaveDocument {
+    public static var readableContentTypes: [UTType] { [.package, .folder] }
+
+    struct Member: Sendable {
+        /// The bytes, while they are not yet saved; `nil` when the saved wrapper holds them.
+        var data: Data?
+        var generation: UInt64
+    }
+
+    private var members: [String: Member] = [:]
+    /// Member paths put or removed since the last save, with the generation of that change.
+    private var touched: [String: UInt64] = [:]
+    private var generation: UInt64 = 0
+
+    public init() {}
+
+    public init(configuration: ReadConfiguration) throws {
+        guard configuration.file.isDirectory else {
+            throw DocumentContentError(.invalid, "a package document must be a directory")
+        }
+        collect(configuration.file, prefix: "")
+    }
+
+    private mutating func collect(_ directory: FileWrapper, prefix: String) {
+        for (name, child) in directory.fileWrappers ?? [:] {
+            let path = prefix + name
+            if child.isDirectory {
+                collect(child, prefix: path + "/")
+            } else if child.isRegularFile {
+                members[path] = Member(data: nil, generation: 0)
+            }
+        }
+    }
+
+    /// The member paths, sorted.
+    public var memberPaths: [String] { members.keys.sorted() }
+
+    /// Checks a member path: relative, no `.`/`..` or empty components, no NUL.
+    static func validate(_ path: String) throws -> [String] {
+        let components = path.split(separator: "/", omittingEmptySubsequences: false).map(String.init)
+        guard !path.isEmpty, !path.hasPrefix("/"), !path.utf8.contains(0),
+            components.allSatisfy({ !$0.isEmpty && $0 != "." && $0 != ".." && !TemporaryName.isTemporary($0) })
+        else {
+            throw DocumentContentError(.invalid, "'\(path)' is not a valid member path (relative, no '.', '..' or empty parts)")
+        }
+        return components
+    }
+
+    public func fileWrapper(configuration: WriteConfiguration) throws -> FileWrapper {
+        let package = configuration.existingFile ?? FileWrapper(directoryWithFileWrappers: [:])
+        for key in touched.keys.sorted() {
+            let components = try Self.validate(key)
+            var directory = package
+            for name in components.dropLast() {
+                if let existing = directory.fileWrappers?[name], existing.isDirectory {
+                    directory = existing
+                } else {
+                    if let blocking = directory.fileWrappers?[name] { directory.removeFileWrapper(blocking) }
+                    let created = FileWrapper(directoryWithFileWrappers: [:])
+                    created.preferredFilename = name
+                    directory.addFileWrapper(created)
+                    directory = created
+                }
+            }
+            let name = components.last!
+            if let old = directory.fileWrappers?[name] { directory.removeFileWrapper(old) }
+            if let member = members[key] {
+                guard let data = member.data else { continue }
+                directory.addRegularFile(withContents: data, preferredFilename: name)
+            }
+        }
+        return package
+    }
+
+    public mutating func apply(_ edit: DocumentEdit, existingFile: FileWrapper?) throws {
+        switch edit {
+        case .putMember(let path, let data):
+            _ = try Self.validate(path)
+            if let clash = members.keys.first(where: { $0.hasPrefix(path + "/") || path.hasPrefix($0 + "/") }) {
+                throw DocumentContentError(.invalid, "member '\(path)' clashes with member '\(clash)'")
+            }
+            generation += 1
+            members[path] = Member(data: data, generation: generation)
+            touched[path] = generation
+        case .removeMember(let path):
+            _ = try Self.validate(path)
+            guard members.removeValue(forKey: path) != nil else {
+                throw DocumentContentError(.notFound, "the package has no member '\(path)'")
+            }
+            generation += 1
+            touched[path] = generation
+        default:
+            throw DocumentContentError(.unsupported, "\(edit.name) does not apply to package documents")
+        }
+    }
+
+    public func read(_ query: DocumentQuery, existingFile: FileWrapper?) throws -> QueryResult {
+        switch query {
+        case .members, .contents:
+            return .members(memberPaths)
+        case .member(let path):
+            let components = try Self.validate(path)
+            guard let member = members[path] else {
+                throw DocumentContentError(.notFound, "the package has no member '\(path)'")
+            }
+            if let data = member.data { return .data(data) }
+            var node = existingFile
+            for name in components { node = node?.fileWrappers?[name] }
+            guard let data = node?.regularFileContents else {
+                throw DocumentContentError(.notFound, "member '\(path)' could not be read from disk")
+            }
+            return .data(data)
+        default:
+            throw DocumentContentError(.unsupported, "package documents answer a member or the member list")
+        }
+    }
+
+    public mutating func didSave(_ snapshot: PackageDocument) {
+        for (key, savedGeneration) in snapshot.touched where touched[key] == savedGeneration {
+            touched.removeValue(forKey: key)
+            if members[key]?.generation == savedGeneration { members[key]?.data = nil }
+        }
+    }
+
+    /// Whether a member's bytes are in memory (for tests and diagnostics).
+    public func isLoaded(_ path: String) -> Bool { members[path]?.data != nil }
+}

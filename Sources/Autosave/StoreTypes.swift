@@ -1,0 +1,154 @@
+import Documents
+import Foundation
+import Posix
+
+/// Where a document's saving stands.
+public enum SaveState: Sendable, Equatable {
+    /// On disk as in memory.
+    case clean
+    /// Edited, a save not yet due.
+    case dirty
+    /// Edited, a save due at this time.
+    case scheduled(Date)
+    /// A save is being written.
+    case saving
+    /// The last save failed; the edits are kept in memory and the save is retried.
+    case failed(SaveFailure)
+
+    /// The state's name: `clean`, `dirty`, `scheduled`, `saving` or `failed`.
+    public var name: String {
+        switch self {
+        case .clean: "clean"
+        case .dirty: "dirty"
+        case .scheduled: "scheduled"
+        case .saving: "saving"
+        case .failed: "failed"
+        }
+    }
+}
+
+/// What went wrong with a save, and when it is retried.
+public struct SaveFailure: Sendable, Equatable, CustomStringConvertible {
+    /// The document.
+    public var document: String
+    /// The failed step (`write`, `fsync`, `rename`, `create temporary file`, …, or `encode`).
+    public var operation: String
+    /// The file the step was working on.
+    public var path: String
+    /// The error number, when the failure was a system call's.
+    public var errno: Errno?
+    public var message: String
+    /// Failed attempts in a row.
+    public var attempts: Int
+    public var failedAt: Date
+    public var retryAt: Date
+
+    public var description: String { "saving \(document) failed: \(message)" }
+}
+
+/// A document's state as the store reports it.
+public struct DocumentInfo: Sendable, Equatable {
+    public var path: String
+    public var contentType: UTType
+    public var state: SaveState
+    /// Edits applied since the document was opened.
+    public var changeCount: UInt64
+    /// The edit count the file on disk reflects.
+    public var savedChangeCount: UInt64
+    public var lastSaved: Date?
+    public var saves: Int
+}
+
+/// The store's counters, for `status`.
+public struct StoreStatus: Sendable, Equatable {
+    public var documents: Int
+    public var unsaved: Int
+    public var saving: Int
+    public var failed: Int
+    public var saves: Int
+    public var lastSave: (document: String, at: Date)?
+    public var lastFailure: SaveFailure?
+    public var startedAt: Date
+
+    public static func == (a: StoreStatus, b: StoreStatus) -> Bool {
+        a.documents == b.documents && a.unsaved == b.unsaved && a.saving == b.saving && a.failed == b.failed
+            && a.saves == b.saves && a.lastSave?.document == b.lastSave?.document && a.lastSave?.at == b.lastSave?.at
+            && a.lastFailure == b.lastFailure && a.startedAt == b.startedAt
+    }
+}
+
+/// Something that happened in the store, for subscribers and logs.
+public enum StoreEvent: Sendable, Equatable {
+    case saved(document: String, bytes: Int, duration: Duration)
+    case saveFailed(SaveFailure)
+    case opened(document: String)
+    case closed(document: String)
+}
+
+/// Why the store refused a request. Each case has a stable code for the control protocol.
+public enum StoreError: Error, Sendable, Equatable, CustomStringConvertible {
+    case notFound(String)
+    case alreadyExists(String)
+    case invalidPath(String, reason: String)
+    case invalidDocument(String, message: String)
+    case unsupported(String, message: String)
+    case saveFailed(SaveFailure)
+    case refusedWhileSaveFails(SaveFailure)
+    case shuttingDown
+    case io(DocumentError)
+
+    /// The kebab-case code the control protocol uses.
+    public var code: String {
+        switch self {
+        case .notFound: "not-found"
+        case .alreadyExists: "already-exists"
+        case .invalidPath: "invalid-path"
+        case .invalidDocument: "bad-request"
+        case .unsupported: "unsupported"
+        case .saveFailed, .refusedWhileSaveFails: "save-failed"
+        case .shuttingDown: "shutting-down"
+        case .io: "io-error"
+        }
+    }
+
+    public var description: String {
+        switch self {
+        case .notFound(let path): "no document '\(path)'"
+        case .alreadyExists(let path): "'\(path)' already exists"
+        case .invalidPath(let path, let reason): "invalid document path '\(path)': \(reason)"
+        case .invalidDocument(let path, let message): "\(path): \(message)"
+        case .unsupported(let path, let message): "\(path): \(message)"
+        case .saveFailed(let failure): failure.description
+        case .refusedWhileSaveFails(let failure):
+            "edits to \(failure.document) are refused while its saves fail (RefuseEditsWhenSaveFails=yes): \(failure.message)"
+        case .shuttingDown: "the daemon is shutting down and accepts no edits"
+        case .io(let error): error.description
+        }
+    }
+}
+
+/// Document paths relative to the store root.
+enum DocumentPath {
+    /// The normalised form of `path`, or why it is not acceptable: it must be relative,
+    /// without `.`, `..` or empty components, without NUL bytes or the writer's
+    /// temporary names.
+    static func validate(_ path: String) throws(StoreError) -> String {
+        var trimmed = path
+        while trimmed.hasPrefix("./") { trimmed.removeFirst(2) }
+        while trimmed.hasSuffix("/") { trimmed.removeLast() }
+        if trimmed.isEmpty { throw .invalidPath(path, reason: "the path is empty") }
+        if trimmed.utf8.contains(0) { throw .invalidPath(path, reason: "the path contains a NUL byte") }
+        if trimmed.hasPrefix("/") { throw .invalidPath(path, reason: "the path must be relative to the store root") }
+        for component in trimmed.split(separator: "/", omittingEmptySubsequences: false) {
+            if component.isEmpty { throw .invalidPath(path, reason: "the path has an empty component") }
+            if component == "." || component == ".." {
+                throw .invalidPath(path, reason: "'\(component)' components are not allowed")
+            }
+            if TemporaryName.isTemporary(String(component)) {
+                throw .invalidPath(path, reason: "'\(component)' is a name the writer uses for temporary files")
+            }
+            if component.utf8.count > 255 { throw .invalidPath(path, reason: "a component is longer than 255 bytes") }
+        }
+        return trimmed
+    }
+}
