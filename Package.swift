@@ -27,17 +27,21 @@ let package = Package(
         .target(name: "Documents", dependencies: ["Posix"], swiftSettings: strictSettings),
         .target(name: "Autosave", dependencies: ["Documents", "Posix"], swiftSettings: strictSettings),
         .executableTarget(name: "autosaved", dependencies: ["Autosave"], swiftSettings: strictSettings),
+        // The daemon with an in-process edit driver, for the daemon harnesses and benchmarks.
+        .executableTarget(name: "AutosaveProbe", dependencies: ["Autosave"], swiftSettings: strictSettings),
         // A small command-line driver over Documents used by the crash, strace and benchmark harnesses.
         .executableTarget(
             name: "DocumentsProbe",
             dependencies: ["Documents", "Posix"],
             swiftSettings: strictSettings
         ),
+        // Temporary directories, mounts and processes for the test suites.
+        .target(name: "TestSupport", dependencies: ["Documents", "Posix"], path: "Tests/TestSupport", swiftSettings: strictSettings),
         .testTarget(name: "PosixTests", dependencies: ["Posix"], swiftSettings: strictSettings),
-        .testTarget(name: "AutosaveTests", dependencies: ["Autosave", "Documents", "Posix"], swiftSettings: strictSettings),
+        .testTarget(name: "AutosaveTests", dependencies: ["Autosave", "Documents", "Posix", "TestSupport", "autosaved", "AutosaveProbe"], swiftSettings: strictSettings),
         .testTarget(
             name: "DocumentsTests",
-            dependencies: ["Documents", "Posix", "DocumentsProbe"],
+            dependencies: ["Documents", "Posix", "TestSupport", "DocumentsProbe"],
             swiftSettings: strictSettings
         ),
     ],

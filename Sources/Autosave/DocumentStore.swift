@@ -14,7 +14,7 @@ import Posix
 /// all. A failed save keeps the edits, leaves the file as it was, and is retried with
 /// exponential backoff until it succeeds.
 public actor DocumentStore {
-    public let root: String
+    public nonisolated let root: String
     public private(set) var configuration: Configuration
     public let registry: DocumentTypeRegistry
     let writer = DurableWriter(symlinkPolicy: .refuse)

@@ -2,6 +2,7 @@ import Documents
 import Foundation
 @preconcurrency import Glibc
 import Posix
+import TestSupport
 import Testing
 
 /// A child process saves in a loop and is killed with SIGKILL at random moments. After

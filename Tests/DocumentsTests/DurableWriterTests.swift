@@ -1,6 +1,7 @@
 import Documents
 import Foundation
 import Posix
+import TestSupport
 import Testing
 
 @Suite("DurableWriter: regular files, ownership, symbolic links")

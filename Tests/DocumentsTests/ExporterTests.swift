@@ -1,5 +1,6 @@
 import Documents
 import Foundation
+import TestSupport
 import Testing
 
 /// A document that can be written as JSON or plain text, preferring JSON.

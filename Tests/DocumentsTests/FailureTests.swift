@@ -1,6 +1,7 @@
 import Documents
 import Foundation
 import Posix
+import TestSupport
 import Testing
 
 /// Saves that fail on a real full or read-only file system. Each test mounts its own
@@ -8,16 +9,6 @@ import Testing
 @Suite("Failed saves lose nothing", .enabled(if: Machine.isRoot, "mounting needs root"), .serialized)
 struct FailureTests {
     let directory = TemporaryDirectory("failures")
-
-    /// Fills the file system holding `directory` until a write fails with ENOSPC.
-    func fill(_ directory: String) throws {
-        let fd = try FileDescriptor.open(directory + "/filler", .writeOnly, options: [.create, .truncate])
-        defer { try? fd.close() }
-        let chunk = [UInt8](repeating: 0x55, count: 4096)
-        while true {
-            do { try fd.writeAll(chunk) } catch Errno.noSpace { return }
-        }
-    }
 
     @Test("ENOSPC: the old file stays byte-identical, no temp is left, the error names write, the temp path and ENOSPC")
     func fullDisk() throws {
@@ -29,7 +20,7 @@ struct FailureTests {
         let path = mountPoint + "/doc.txt"
         let original = Data((0..<8192).map { UInt8(truncatingIfNeeded: $0) })
         try DurableWriter().write(contents: original, to: path)
-        try fill(mountPoint)
+        try Disk.fill(mountPoint)
 
         #expect {
             try DurableWriter().write(contents: Data(repeating: 0x41, count: 64 * 1024), to: path)
@@ -61,7 +52,7 @@ struct FailureTests {
             "b": FileWrapper(regularFileWithContents: Data("B".utf8)),
         ])
         try DurableWriter().write(wrapper, to: path, options: .atomic)
-        try fill(mountPoint)
+        try Disk.fill(mountPoint)
 
         wrapper.addRegularFile(withContents: Data(repeating: 1, count: 256 * 1024), preferredFilename: "big")
         for options: FileWrapper.WritingOptions in [.atomic, []] {

@@ -1,6 +1,7 @@
 import Documents
 import Foundation
 import Posix
+import TestSupport
 import Testing
 
 @Suite("FileWrapper has Apple's semantics")

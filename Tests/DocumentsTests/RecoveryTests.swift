@@ -1,6 +1,7 @@
 import Documents
 import Foundation
 import Posix
+import TestSupport
 import Testing
 
 @Suite("Recovery resolves every leftover of an interrupted write")

@@ -3,6 +3,7 @@
 
 import Documents
 import Foundation
+import TestSupport
 import Testing
 
 // MARK: - FileDocument.fileWrapper(configuration:) — the NoteCollection example (verbatim)

@@ -2,14 +2,13 @@ import Documents
 import Foundation
 @preconcurrency import Glibc
 import Posix
-import Testing
 
 /// A fresh directory under the system's temporary directory, removed on deinit.
-final class TemporaryDirectory {
-    let path: String
-    var url: URL { URL(fileURLWithPath: path) }
+public final class TemporaryDirectory {
+    public let path: String
+    public var url: URL { URL(fileURLWithPath: path) }
 
-    init(_ label: String = "documents") {
+    public init(_ label: String = "documents") {
         var template = Array((NSTemporaryDirectory() + "/\(label)-XXXXXX").utf8CString)
         let made = template.withUnsafeMutableBufferPointer { mkdtemp($0.baseAddress!) }
         precondition(made != nil, "mkdtemp failed")
@@ -18,28 +17,38 @@ final class TemporaryDirectory {
 
     deinit { try? FileManager.default.removeItem(atPath: path) }
 
-    func sub(_ name: String) -> String { path + "/" + name }
+    public func sub(_ name: String) -> String { path + "/" + name }
 }
 
-enum Disk {
-    static func status(_ path: String) throws -> FileStatus {
+public enum Disk {
+    public static func status(_ path: String) throws -> FileStatus {
         try FileDescriptor.currentWorkingDirectory.status(of: path)
     }
 
-    static func inode(_ path: String) throws -> UInt64 { try status(path).inode }
+    public static func inode(_ path: String) throws -> UInt64 { try status(path).inode }
 
-    static func bytes(_ path: String) throws -> Data { try Data(contentsOf: URL(fileURLWithPath: path)) }
+    public static func bytes(_ path: String) throws -> Data { try Data(contentsOf: URL(fileURLWithPath: path)) }
 
-    static func write(_ text: String, to path: String) throws {
+    public static func write(_ text: String, to path: String) throws {
         try Data(text.utf8).write(to: URL(fileURLWithPath: path))
     }
 
-    static func names(in path: String) throws -> [String] {
+    public static func names(in path: String) throws -> [String] {
         try FileManager.default.contentsOfDirectory(atPath: path).sorted()
     }
 
+    /// Fills the file system holding `directory` (with `directory/filler`) until a write fails with ENOSPC.
+    public static func fill(_ directory: String) throws {
+        let fd = try FileDescriptor.open(directory + "/filler", .writeOnly, options: [.create, .truncate])
+        defer { try? fd.close() }
+        let chunk = [UInt8](repeating: 0x55, count: 4096)
+        while true {
+            do { try fd.writeAll(chunk) } catch Errno.noSpace { return }
+        }
+    }
+
     /// Every writer temporary name anywhere under `path`.
-    static func temporaries(under path: String) -> [String] {
+    public static func temporaries(under path: String) -> [String] {
         guard let walker = FileManager.default.enumerator(atPath: path) else { return [] }
         var found: [String] = []
         while let relative = walker.nextObject() as? String {
@@ -49,17 +58,17 @@ enum Disk {
     }
 }
 
-enum Machine {
-    static var isRoot: Bool { geteuid() == 0 }
+public enum Machine {
+    public static var isRoot: Bool { geteuid() == 0 }
 
-    static func has(_ program: String) -> Bool {
+    public static func has(_ program: String) -> Bool {
         (ProcessInfo.processInfo.environment["PATH"] ?? "/usr/bin:/bin").split(separator: ":").contains {
             FileManager.default.isExecutableFile(atPath: "\($0)/\(program)")
         }
     }
 
     /// The directory holding the built products (this test binary sits there too).
-    static var productsDirectory: String {
+    public static var productsDirectory: String {
         let exe =
             (try? FileManager.default.destinationOfSymbolicLink(atPath: "/proc/self/exe")) ?? CommandLine.arguments[0]
         var directory = (exe as NSString).deletingLastPathComponent
@@ -70,17 +79,20 @@ enum Machine {
         return directory
     }
 
-    static var probe: String { productsDirectory + "/DocumentsProbe" }
+    public static var probe: String { productsDirectory + "/DocumentsProbe" }
 
-    struct Output {
-        var status: Int32
-        var stdout: String
-        var stderr: String
+    /// A built product of this package, by name.
+    public static func product(_ name: String) -> String { productsDirectory + "/" + name }
+
+    public struct Output {
+        public var status: Int32
+        public var stdout: String
+        public var stderr: String
     }
 
     /// Runs a program to completion and returns its exit status and output.
     @discardableResult
-    static func run(_ program: String, _ arguments: [String]) throws -> Output {
+    public static func run(_ program: String, _ arguments: [String]) throws -> Output {
         let process = Process()
         process.executableURL = URL(fileURLWithPath: program.hasPrefix("/") ? program : "/usr/bin/env")
         process.arguments = program.hasPrefix("/") ? arguments : [program] + arguments
@@ -99,16 +111,16 @@ enum Machine {
 }
 
 /// A file system mounted for one test (tmpfs or a read-only bind), unmounted on deinit.
-final class Mount {
-    let path: String
+public final class Mount {
+    public let path: String
 
-    init(tmpfsOfSize size: String, at path: String) throws {
+    public init(tmpfsOfSize size: String, at path: String) throws {
         self.path = path
         let result = try Machine.run("mount", ["-t", "tmpfs", "-o", "size=\(size)", "tmpfs", path])
         guard result.status == 0 else { throw Failure("mount tmpfs: \(result.stderr)") }
     }
 
-    init(readOnlyBindOf source: String, at path: String) throws {
+    public init(readOnlyBindOf source: String, at path: String) throws {
         self.path = path
         var result = try Machine.run("mount", ["--bind", source, path])
         guard result.status == 0 else { throw Failure("mount --bind: \(result.stderr)") }
@@ -119,10 +131,22 @@ final class Mount {
         }
     }
 
+    /// Remounts a read-only bind mount writable.
+    public func makeWritable() throws {
+        let result = try Machine.run("mount", ["-o", "remount,bind,rw", path])
+        guard result.status == 0 else { throw Failure("remount rw: \(result.stderr)") }
+    }
+
+    /// Remounts a bind mount read-only.
+    public func makeReadOnly() throws {
+        let result = try Machine.run("mount", ["-o", "remount,bind,ro", path])
+        guard result.status == 0 else { throw Failure("remount ro: \(result.stderr)") }
+    }
+
     deinit { _ = try? Machine.run("umount", ["-l", path]) }
 }
 
-struct Failure: Error, CustomStringConvertible {
-    var description: String
-    init(_ description: String) { self.description = description }
+public struct Failure: Error, CustomStringConvertible {
+    public var description: String
+    public init(_ description: String) { self.description = description }
 }
