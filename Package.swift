@@ -36,9 +36,14 @@ let package = Package(
             swiftSettings: strictSettings
         ),
         // Temporary directories, mounts and processes for the test suites.
-        .target(name: "TestSupport", dependencies: ["Documents", "Posix"], path: "Tests/TestSupport", swiftSettings: strictSettings),
+        .target(
+            name: "TestSupport", dependencies: ["Documents", "Posix"], path: "Tests/TestSupport",
+            swiftSettings: strictSettings),
         .testTarget(name: "PosixTests", dependencies: ["Posix"], swiftSettings: strictSettings),
-        .testTarget(name: "AutosaveTests", dependencies: ["Autosave", "Documents", "Posix", "TestSupport", "autosaved", "AutosaveProbe"], swiftSettings: strictSettings),
+        .testTarget(
+            name: "AutosaveTests",
+            dependencies: ["Autosave", "Documents", "Posix", "TestSupport", "autosaved", "AutosaveProbe"],
+            swiftSettings: strictSettings),
         .testTarget(
             name: "DocumentsTests",
             dependencies: ["Documents", "Posix", "TestSupport", "DocumentsProbe"],

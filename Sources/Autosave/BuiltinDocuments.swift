@@ -57,7 +57,8 @@ public struct PlainTextDocument: AutosaveDocument {
             let end = utf8.index(start, offsetBy: length)
             guard start.samePosition(in: text.unicodeScalars) != nil, end.samePosition(in: text.unicodeScalars) != nil
             else {
-                throw DocumentContentError(.invalid, "the range \(offset)..<\(offset + length) splits a UTF-8 character")
+                throw DocumentContentError(
+                    .invalid, "the range \(offset)..<\(offset + length) splits a UTF-8 character")
             }
             text.replaceSubrange(start..<end, with: replacement)
         default:
@@ -165,7 +166,9 @@ public struct DataDocument: AutosaveDocument {
     }
 
     public func read(_ query: DocumentQuery, existingFile: FileWrapper?) throws -> QueryResult {
-        guard query == .contents else { throw DocumentContentError(.unsupported, "raw data documents answer only a plain get") }
+        guard query == .contents else {
+            throw DocumentContentError(.unsupported, "raw data documents answer only a plain get")
+        }
         return .data(data)
     }
 }

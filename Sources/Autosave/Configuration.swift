@@ -51,7 +51,8 @@ public struct Configuration: Sendable, Equatable {
 
 /// How much is logged.
 public enum LogLevel: Int, Sendable, Comparable, CaseIterable {
-    case emergency = 0, alert, critical, error, warning, notice, info, debug
+    case emergency = 0
+    case alert, critical, error, warning, notice, info, debug
 
     public static func < (a: LogLevel, b: LogLevel) -> Bool { a.rawValue < b.rawValue }
 
@@ -69,7 +70,9 @@ public enum LogLevel: Int, Sendable, Comparable, CaseIterable {
     }
 
     init?(name: String) {
-        let aliases: [String: LogLevel] = ["emergency": .emergency, "critical": .critical, "error": .error, "warn": .warning]
+        let aliases: [String: LogLevel] = [
+            "emergency": .emergency, "critical": .critical, "error": .error, "warn": .warning,
+        ]
         guard let level = LogLevel.allCases.first(where: { $0.name == name }) ?? aliases[name] else { return nil }
         self = level
     }
@@ -143,7 +146,9 @@ extension Configuration {
         for (index, rawLine) in text.split(separator: "\n", omittingEmptySubsequences: false).enumerated() {
             let lineNumber = index + 1
             let line = rawLine.trimmingCharacters(in: .whitespaces)
-            func fail(_ message: String) { errors.append(ConfigurationError(file: file, line: lineNumber, message: message)) }
+            func fail(_ message: String) {
+                errors.append(ConfigurationError(file: file, line: lineNumber, message: message))
+            }
             if line.isEmpty || line.hasPrefix("#") || line.hasPrefix(";") { continue }
             if line.hasPrefix("[") {
                 guard line.hasSuffix("]") else {
@@ -152,7 +157,9 @@ extension Configuration {
                 }
                 let name = String(line.dropFirst().dropLast())
                 guard Self.keys[name] != nil else {
-                    fail("unknown section [\(name)]; known sections: \(Self.keys.keys.sorted().map { "[\($0)]" }.joined(separator: ", "))")
+                    fail(
+                        "unknown section [\(name)]; known sections: \(Self.keys.keys.sorted().map { "[\($0)]" }.joined(separator: ", "))"
+                    )
                     section = nil
                     continue
                 }
@@ -170,7 +177,9 @@ extension Configuration {
                 continue
             }
             guard Self.keys[section]?.contains(key) == true else {
-                fail("unknown key \(key)= in section [\(section)]; known keys: \(Self.keys[section]!.map { $0 + "=" }.joined(separator: ", "))")
+                fail(
+                    "unknown key \(key)= in section [\(section)]; known keys: \(Self.keys[section]!.map { $0 + "=" }.joined(separator: ", "))"
+                )
                 continue
             }
             if let message = set(section: section, key: key, value: value) {
@@ -250,7 +259,9 @@ extension Configuration {
             errors.append(
                 ConfigurationError(
                     file: file, line: nil,
-                    message: "MaxDelay= (\(TimeSpan.format(maxDelay))) must not be shorter than QuietPeriod= (\(TimeSpan.format(quietPeriod)))"))
+                    message:
+                        "MaxDelay= (\(TimeSpan.format(maxDelay))) must not be shorter than QuietPeriod= (\(TimeSpan.format(quietPeriod)))"
+                ))
         }
         if maxRetryInterval < retryInterval {
             errors.append(

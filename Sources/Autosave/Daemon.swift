@@ -125,7 +125,9 @@ public enum Daemon {
         }
         do {
             let recovery = try DurableWriter.recover(at: configuration.root)
-            for path in recovery.restored { log.notice("recovery: finished an interrupted package save", ["path": path]) }
+            for path in recovery.restored {
+                log.notice("recovery: finished an interrupted package save", ["path": path])
+            }
             if !recovery.removed.isEmpty {
                 log.notice("recovery: removed \(recovery.removed.count) temporary files left by an interrupted save")
             }
@@ -146,13 +148,18 @@ public enum Daemon {
         for await signal in signals.stream {
             if signal == SIGHUP {
                 do {
-                    let reloaded = try Configuration.load(path: configPath, required: options.configPath != nil, environment: environment)
+                    let reloaded = try Configuration.load(
+                        path: configPath, required: options.configPath != nil, environment: environment)
                     await store.reconfigure(reloaded)
                     levels.level = reloaded.logLevel
                     configuration = reloaded
-                    log.notice("configuration reloaded from \(reloaded.sources.isEmpty ? "the embedded defaults" : reloaded.sources.joined(separator: ", "))")
+                    log.notice(
+                        "configuration reloaded from \(reloaded.sources.isEmpty ? "the embedded defaults" : reloaded.sources.joined(separator: ", "))"
+                    )
                 } catch {
-                    for problem in error.errors { log.error("reload refused, keeping the running configuration: \(problem)") }
+                    for problem in error.errors {
+                        log.error("reload refused, keeping the running configuration: \(problem)")
+                    }
                 }
                 continue
             }
@@ -165,7 +172,9 @@ public enum Daemon {
         scheduler.cancel()
         await scheduler.value
         if !report.unsaved.isEmpty {
-            for failure in report.unsaved { log.error("NOT SAVED at shutdown: \(failure.description)", ["document": failure.document]) }
+            for failure in report.unsaved {
+                log.error("NOT SAVED at shutdown: \(failure.description)", ["document": failure.document])
+            }
             return ExitCode.unsavedAtShutdown
         }
         log.notice("stopped: \(report.saved) documents saved at shutdown")
@@ -193,8 +202,9 @@ public struct FilteringLogHandler: LogHandler {
         self.next = next
     }
 
-    public func log(level: LogLevel, message: String, metadata: [String: String], file: String, line: Int, function: String)
-    {
+    public func log(
+        level: LogLevel, message: String, metadata: [String: String], file: String, line: Int, function: String
+    ) {
         guard level <= levels.level else { return }
         next.log(level: level, message: message, metadata: metadata, file: file, line: line, function: function)
     }

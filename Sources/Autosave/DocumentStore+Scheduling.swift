@@ -71,7 +71,11 @@ extension DocumentStore {
             heap.push(deadline, path)
             entries[path]!.queuedAt = deadline
         }
-        if let target = sleepTarget, deadline < target { wake() } else if sleeper != nil && sleepTarget == nil { wake() }
+        if let target = sleepTarget, deadline < target {
+            wake()
+        } else if sleeper != nil && sleepTarget == nil {
+            wake()
+        }
     }
 
     // MARK: The scheduler loop
@@ -219,7 +223,10 @@ extension DocumentStore {
             for waiter in finished { waiter.continuation.resume() }
             log.info(
                 "saved \(path)",
-                ["document": path, "bytes_written": "\(report.bytesWritten)", "duration_usec": "\(duration.microseconds)"])
+                [
+                    "document": path, "bytes_written": "\(report.bytesWritten)",
+                    "duration_usec": "\(duration.microseconds)",
+                ])
             emit(.saved(document: path, bytes: report.bytesWritten, duration: duration))
         case .failure(let error):
             var entry = entries[path]!
@@ -237,7 +244,10 @@ extension DocumentStore {
             for waiter in failed { waiter.continuation.resume(throwing: StoreError.saveFailed(failure)) }
             log.error(
                 "\(failure.description); retrying in \(TimeSpan.format(backoff))",
-                ["document": path, "operation": failure.operation, "errno": failure.errno.map { "\($0.rawValue)" } ?? ""])
+                [
+                    "document": path, "operation": failure.operation,
+                    "errno": failure.errno.map { "\($0.rawValue)" } ?? "",
+                ])
             emit(.saveFailed(failure))
         }
         if entries[path]!.isDirty { schedule(path) }

@@ -193,19 +193,22 @@ public actor DocumentStore {
             throw .unsupported(path, message: "cannot create an empty \(registration.contentType) document: \(error)")
         }
         var entry = Entry(
-            contentType: registration.contentType, isPackage: registration.isPackage, document: empty, existingFile: nil)
+            contentType: registration.contentType, isPackage: registration.isPackage, document: empty, existingFile: nil
+        )
         entry.changeCount = 1
         entries[path] = entry
         noteEdit(path)
         emit(.opened(document: path))
     }
 
-    private static func emptyDocument(_ registration: DocumentTypeRegistry.Registration) throws -> any AutosaveDocument {
+    private static func emptyDocument(_ registration: DocumentTypeRegistry.Registration) throws -> any AutosaveDocument
+    {
         let file =
             registration.isPackage
             ? FileWrapper(directoryWithFileWrappers: [:]) : FileWrapper(regularFileWithContents: Data())
         if registration.documentType == JSONDocument.self { return JSONDocument(value: .object([])) }
-        return try registration.documentType.init(configuration: .init(contentType: registration.contentType, file: file))
+        return try registration.documentType.init(
+            configuration: .init(contentType: registration.contentType, file: file))
     }
 
     // MARK: Editing and reading
@@ -241,7 +244,9 @@ public actor DocumentStore {
         return info(path, entries[path]!)
     }
 
-    private static func applyEdit<D: AutosaveDocument>(_ edit: DocumentEdit, to document: inout D, existingFile: FileWrapper?)
+    private static func applyEdit<D: AutosaveDocument>(
+        _ edit: DocumentEdit, to document: inout D, existingFile: FileWrapper?
+    )
         throws
     {
         try document.apply(edit, existingFile: existingFile)

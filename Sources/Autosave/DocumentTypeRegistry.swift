@@ -21,8 +21,10 @@ public struct DocumentTypeRegistry: Sendable {
         register(JSONDocument.self, contentType: .json, filenameExtensions: ["json"])
         register(
             PlainTextDocument.self, contentType: .plainText,
-            filenameExtensions: ["txt", "text", "md", "markdown", "log", "csv", "tsv", "yaml", "yml", "xml", "html",
-                                 "swift", "py", "sh", "c", "h", "conf", "ini", "toml"])
+            filenameExtensions: [
+                "txt", "text", "md", "markdown", "log", "csv", "tsv", "yaml", "yml", "xml", "html",
+                "swift", "py", "sh", "c", "h", "conf", "ini", "toml",
+            ])
         for ext in packageExtensions {
             let type = UTType.declare(
                 "org.autosaved.package.\(ext)", conformingTo: [.package], filenameExtensions: [ext],
@@ -48,15 +50,21 @@ public struct DocumentTypeRegistry: Sendable {
     /// that is not a package. A file without a registered extension is raw data.
     public func registration(forName name: String, isDirectory: Bool) -> Registration? {
         let ext = (name as NSString).pathExtension.lowercased()
-        if !ext.isEmpty, let found = registrations.first(where: { $0.isPackage == isDirectory && $0.filenameExtensions.contains(ext) }) {
+        if !ext.isEmpty,
+            let found = registrations.first(where: {
+                $0.isPackage == isDirectory && $0.filenameExtensions.contains(ext)
+            })
+        {
             return found
         }
         if isDirectory { return nil }
         if !ext.isEmpty, let type = UTType(filenameExtension: ext), type.conforms(to: .plainText) {
-            return Registration(contentType: type, documentType: PlainTextDocument.self, filenameExtensions: [ext], isPackage: false)
+            return Registration(
+                contentType: type, documentType: PlainTextDocument.self, filenameExtensions: [ext], isPackage: false)
         }
         let type = ext.isEmpty ? UTType.data : (UTType(filenameExtension: ext) ?? .data)
-        return Registration(contentType: type, documentType: DataDocument.self, filenameExtensions: [], isPackage: false)
+        return Registration(
+            contentType: type, documentType: DataDocument.self, filenameExtensions: [], isPackage: false)
     }
 
     /// Whether a directory named `name` is a package document.

@@ -18,7 +18,8 @@ public enum JSONValue: Sendable, Equatable {
         case (.string(let x), .string(let y)): x == y
         case (.array(let x), .array(let y)): x == y
         case (.object(let x), .object(let y)):
-            x.count == y.count && x.allSatisfy { member in y.contains { $0.key == member.key && $0.value == member.value } }
+            x.count == y.count
+                && x.allSatisfy { member in y.contains { $0.key == member.key && $0.value == member.value } }
         default: false
         }
     }
@@ -100,9 +101,15 @@ struct JSONParser {
         case UInt8(ascii: "{"): return try parseObject()
         case UInt8(ascii: "["): return try parseArray()
         case UInt8(ascii: "\""): return .string(try parseString())
-        case UInt8(ascii: "t"): try expectWord("true"); return .bool(true)
-        case UInt8(ascii: "f"): try expectWord("false"); return .bool(false)
-        case UInt8(ascii: "n"): try expectWord("null"); return .null
+        case UInt8(ascii: "t"):
+            try expectWord("true")
+            return .bool(true)
+        case UInt8(ascii: "f"):
+            try expectWord("false")
+            return .bool(false)
+        case UInt8(ascii: "n"):
+            try expectWord("null")
+            return .null
         case UInt8(ascii: "-"), UInt8(ascii: "0")...UInt8(ascii: "9"): return .number(try parseNumber())
         default: throw error("unexpected \(describe(bytes[index])); expected a value")
         }
@@ -134,11 +141,15 @@ struct JSONParser {
         while true {
             skipWhitespace()
             guard index < bytes.count, bytes[index] == UInt8(ascii: "\"") else {
-                throw error(index < bytes.count ? "expected a member name in double quotes" : "unexpected end of text in an object")
+                throw error(
+                    index < bytes.count
+                        ? "expected a member name in double quotes" : "unexpected end of text in an object")
             }
             let key = try parseString()
             skipWhitespace()
-            guard index < bytes.count, bytes[index] == UInt8(ascii: ":") else { throw error("expected ':' after a member name") }
+            guard index < bytes.count, bytes[index] == UInt8(ascii: ":") else {
+                throw error("expected ':' after a member name")
+            }
             index += 1
             skipWhitespace()
             members.append((key, try parseValue()))
@@ -203,7 +214,9 @@ struct JSONParser {
         }
         if index < bytes.count, bytes[index] == UInt8(ascii: "e") || bytes[index] == UInt8(ascii: "E") {
             index += 1
-            if index < bytes.count, bytes[index] == UInt8(ascii: "+") || bytes[index] == UInt8(ascii: "-") { index += 1 }
+            if index < bytes.count, bytes[index] == UInt8(ascii: "+") || bytes[index] == UInt8(ascii: "-") {
+                index += 1
+            }
             if digits() == 0 { throw error("expected digits in the exponent") }
         }
         return String(decoding: bytes[start..<index], as: UTF8.self)
@@ -251,7 +264,8 @@ struct JSONParser {
                 case UInt8(ascii: "u"):
                     var code = try hex4()
                     if (0xD800...0xDBFF).contains(code) {
-                        guard index + 1 < bytes.count, bytes[index] == UInt8(ascii: "\\"), bytes[index + 1] == UInt8(ascii: "u")
+                        guard index + 1 < bytes.count, bytes[index] == UInt8(ascii: "\\"),
+                            bytes[index + 1] == UInt8(ascii: "u")
                         else { throw error("a high surrogate must be followed by a low one") }
                         index += 2
                         let low = try hex4()
@@ -273,7 +287,8 @@ struct JSONParser {
     }
 
     mutating func hex4() throws(JSONSyntaxError) -> UInt32 {
-        guard index + 4 <= bytes.count, let value = UInt32(String(decoding: bytes[index..<index + 4], as: UTF8.self), radix: 16)
+        guard index + 4 <= bytes.count,
+            let value = UInt32(String(decoding: bytes[index..<index + 4], as: UTF8.self), radix: 16)
         else { throw error("expected four hex digits after \\u") }
         index += 4
         return value
@@ -337,7 +352,8 @@ extension JSONValue {
             case "\r": out += "\\r"
             case "\t": out += "\\t"
             case _ where scalar.value < 0x20:
-                out += "\\u" + String(repeating: "0", count: 4 - String(scalar.value, radix: 16).count)
+                out +=
+                    "\\u" + String(repeating: "0", count: 4 - String(scalar.value, radix: 16).count)
                     + String(scalar.value, radix: 16)
             default: out.unicodeScalars.append(scalar)
             }
@@ -378,7 +394,9 @@ extension JSONValue {
     /// The value an RFC 6901 JSON pointer (`/a/0/b~1c`) designates; `""` is the whole value.
     public func value(at pointer: String) throws(PointerError) -> JSONValue {
         if pointer.isEmpty { return self }
-        guard pointer.hasPrefix("/") else { throw PointerError(pointer: pointer, message: "must be empty or start with '/'") }
+        guard pointer.hasPrefix("/") else {
+            throw PointerError(pointer: pointer, message: "must be empty or start with '/'")
+        }
         var current = self
         var walked = ""
         for rawToken in pointer.dropFirst().split(separator: "/", omittingEmptySubsequences: false) {
@@ -398,11 +416,14 @@ extension JSONValue {
                     throw PointerError(pointer: pointer, message: "'\(token)' is not an array index at \(walked)")
                 }
                 guard i < elements.count else {
-                    throw PointerError(pointer: pointer, message: "index \(i) is past the end (\(elements.count) elements) at \(walked)")
+                    throw PointerError(
+                        pointer: pointer,
+                        message: "index \(i) is past the end (\(elements.count) elements) at \(walked)")
                 }
                 current = elements[i]
             default:
-                throw PointerError(pointer: pointer, message: "\(walked) goes inside a value that is not an object or array")
+                throw PointerError(
+                    pointer: pointer, message: "\(walked) goes inside a value that is not an object or array")
             }
         }
         return current

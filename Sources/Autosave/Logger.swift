@@ -54,8 +54,9 @@ public struct Logger: Sendable {
 public struct StderrLogHandler: LogHandler {
     public init() {}
 
-    public func log(level: LogLevel, message: String, metadata: [String: String], file: String, line: Int, function: String)
-    {
+    public func log(
+        level: LogLevel, message: String, metadata: [String: String], file: String, line: Int, function: String
+    ) {
         var text = "<\(level.rawValue)>\(message)"
         for key in metadata.keys.sorted() where !(metadata[key] ?? "").isEmpty {
             let value = metadata[key]!

@@ -49,7 +49,8 @@ public struct PackageDocument: AutosaveDocument {
         guard !path.isEmpty, !path.hasPrefix("/"), !path.utf8.contains(0),
             components.allSatisfy({ !$0.isEmpty && $0 != "." && $0 != ".." && !TemporaryName.isTemporary($0) })
         else {
-            throw DocumentContentError(.invalid, "'\(path)' is not a valid member path (relative, no '.', '..' or empty parts)")
+            throw DocumentContentError(
+                .invalid, "'\(path)' is not a valid member path (relative, no '.', '..' or empty parts)")
         }
         return components
     }

@@ -20,7 +20,8 @@ enum Probe {
     static func run() async -> Int32 {
         var arguments = Array(CommandLine.arguments.dropFirst())
         guard let mode = arguments.first else {
-            FileHandle.standardError.write(Data("usage: autosave-probe dirty N|save-loop N|bench-… [autosaved options]\n".utf8))
+            FileHandle.standardError.write(
+                Data("usage: autosave-probe dirty N|save-loop N|bench-… [autosaved options]\n".utf8))
             return 64
         }
         arguments.removeFirst()
@@ -33,7 +34,8 @@ enum Probe {
             return
                 await Daemon.run(arguments: arguments) { store in
                     for i in 0..<count {
-                        _ = try? await store.apply(.setText(contents(document: i, version: 1)), to: "dirty/doc\(i).txt", create: true)
+                        _ = try? await store.apply(
+                            .setText(contents(document: i, version: 1)), to: "dirty/doc\(i).txt", create: true)
                     }
                     let unsaved = await store.status().unsaved
                     say("ready \(unsaved)")
@@ -48,7 +50,8 @@ enum Probe {
                         var version = 1
                         for i in 0..<count {
                             if case .text(let text)? = try? await store.read("loop/doc\(i).txt"),
-                                let line = text.split(separator: "\n").first, let v = Int(line.split(separator: " ").last ?? "")
+                                let line = text.split(separator: "\n").first,
+                                let v = Int(line.split(separator: " ").last ?? "")
                             {
                                 version = max(version, v + 1)
                             }
@@ -57,7 +60,8 @@ enum Probe {
                         while true {
                             for i in 0..<count {
                                 _ = try? await store.apply(
-                                    .setText(contents(document: i, version: version)), to: "loop/doc\(i).txt", create: true)
+                                    .setText(contents(document: i, version: version)), to: "loop/doc\(i).txt",
+                                    create: true)
                             }
                             try? await store.saveAll(wait: true)
                             if !announced {

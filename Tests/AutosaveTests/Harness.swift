@@ -7,7 +7,9 @@ import Testing
 /// Every event a store emitted, in order, with waiting for one to come.
 actor EventLog {
     private(set) var events: [StoreEvent] = []
-    private var waiters: [UUID: (from: Int, predicate: @Sendable (StoreEvent) -> Bool, continuation: CheckedContinuation<Int?, Never>)] = [:]
+    private var waiters:
+        [UUID: (from: Int, predicate: @Sendable (StoreEvent) -> Bool, continuation: CheckedContinuation<Int?, Never>)] =
+            [:]
 
     func append(_ event: StoreEvent) {
         events.append(event)
@@ -19,7 +21,9 @@ actor EventLog {
     }
 
     /// The index of the first event at or after `from` matching `predicate`, waiting up to `timeout`.
-    func first(from: Int, within timeout: Duration, where predicate: @escaping @Sendable (StoreEvent) -> Bool) async -> Int? {
+    func first(from: Int, within timeout: Duration, where predicate: @escaping @Sendable (StoreEvent) -> Bool) async
+        -> Int?
+    {
         if let index = events.indices.first(where: { $0 >= from && predicate(events[$0]) }) { return index }
         let id = UUID()
         return await withCheckedContinuation { continuation in
@@ -94,7 +98,9 @@ final class StoreHarness: @unchecked Sendable {
 
     /// The next save of `path`.
     @discardableResult
-    func nextSave(of path: String, within timeout: Duration = .seconds(30), sourceLocation: SourceLocation = #_sourceLocation)
+    func nextSave(
+        of path: String, within timeout: Duration = .seconds(30), sourceLocation: SourceLocation = #_sourceLocation
+    )
         async -> StoreEvent?
     {
         await next(within: timeout, sourceLocation: sourceLocation) {

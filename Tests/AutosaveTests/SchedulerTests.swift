@@ -8,7 +8,8 @@ import Testing
 
 /// A document whose serialisation waits at a gate the test opens, and says when it got there.
 struct GatedDocument: AutosaveDocument {
-    static let type = UTType.declare("org.autosaved.test.gated", conformingTo: [.plainText], filenameExtensions: ["gated"])
+    static let type = UTType.declare(
+        "org.autosaved.test.gated", conformingTo: [.plainText], filenameExtensions: ["gated"])
     static var readableContentTypes: [UTType] { [type] }
 
     var text: String
@@ -205,7 +206,9 @@ struct SaveFailureTests {
         // Retries back off exponentially while the cause remains.
         let second = try #require(await harness.nextFailure(of: "doc.txt"))
         #expect(second.attempts == 2)
-        #expect(second.retryAt.timeIntervalSince(second.failedAt) > failure.retryAt.timeIntervalSince(failure.failedAt) * 1.5)
+        #expect(
+            second.retryAt.timeIntervalSince(second.failedAt) > failure.retryAt.timeIntervalSince(failure.failedAt)
+                * 1.5)
 
         try mount.makeWritable()
         await harness.nextSave(of: "doc.txt")

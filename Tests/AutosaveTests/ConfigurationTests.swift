@@ -1,0 +1,176 @@
+import Autosave
+import Foundation
+import TestSupport
+import Testing
+
+@Suite("Configuration files")
+struct ConfigurationTests {
+    let directory = TemporaryDirectory("config")
+
+    @Test("Keys, comments, time spans and drop-ins in name order")
+    func parsing() throws {
+        let path = directory.sub("autosaved.conf")
+        try Disk.write(
+            """
+            # comment
+            ; another
+            [Store]
+            Root = /srv/docs
+            PackageExtensions=notes, pkg
+
+            [Autosave]
+            QuietPeriod=500ms
+            MaxDelay=1min 30s
+            MaxConcurrentSaves=8
+            RefuseEditsWhenSaveFails=yes
+            """, to: path)
+        try FileManager.default.createDirectory(atPath: path + ".d", withIntermediateDirectories: false)
+        try Disk.write("[Autosave]\nMaxConcurrentSaves=2\n", to: path + ".d/10-first.conf")
+        try Disk.write("[Autosave]\nMaxConcurrentSaves=3\n[Log]\nLevel=debug\n", to: path + ".d/20-second.conf")
+        try Disk.write("[Autosave]\nMaxConcurrentSaves=99\n", to: path + ".d/ignored.txt")
+
+        let configuration = try Configuration.load(path: path, required: true, environment: [:])
+        #expect(configuration.root == "/srv/docs")
+        #expect(configuration.packageExtensions == ["notes", "pkg"])
+        #expect(configuration.quietPeriod == .milliseconds(500))
+        #expect(configuration.maxDelay == .seconds(90))
+        #expect(configuration.maxConcurrentSaves == 3)
+        #expect(configuration.refuseEditsWhenSaveFails)
+        #expect(configuration.logLevel == .debug)
+        #expect(configuration.sources.count == 3)
+        #expect(configuration.rendered.contains("MaxDelay=90s"))
+    }
+
+    @Test("Every problem is reported with its file and line")
+    func errors() throws {
+        let path = directory.sub("bad.conf")
+        try Disk.write(
+            """
+            [Autosave]
+            QuietPeriod=soon
+            MaxConcurrentSaves=0
+            Colour=blue
+            no equals sign here
+            [Network]
+            Port=1
+            """, to: path)
+        #expect {
+            try Configuration.load(path: path, required: true, environment: [:])
+        } throws: { error in
+            let lines = (error as! ConfigurationErrors).errors.map(\.description)
+            return lines == [
+                "\(path):2: QuietPeriod=soon: 'soon' is not a time span (expected e.g. 500ms, 2s, 1min 30s)",
+                "\(path):3: MaxConcurrentSaves=0: expected a whole number from 1 to 1024",
+                "\(path):4: unknown key Colour= in section [Autosave]; known keys: QuietPeriod=, MaxDelay=, MaxConcurrentSaves=, RetryInterval=, MaxRetryInterval=, RefuseEditsWhenSaveFails=",
+                "\(path):5: expected Key=value, found: no equals sign here",
+                "\(path):6: unknown section [Network]; known sections: [Autosave], [Log], [Store]",
+                "\(path):7: Port= is outside any section (or in an unknown one)",
+            ]
+        }
+    }
+
+    @Test("MaxDelay shorter than QuietPeriod is refused")
+    func relations() throws {
+        let path = directory.sub("r.conf")
+        try Disk.write("[Autosave]\nQuietPeriod=10s\nMaxDelay=5s\n", to: path)
+        #expect(throws: ConfigurationErrors.self) {
+            try Configuration.load(path: path, required: true, environment: [:])
+        }
+    }
+
+    @Test("The embedded default root: STATE_DIRECTORY, else XDG_STATE_HOME/autosaved, else ./autosave-data")
+    func defaultRoot() {
+        #expect(
+            Configuration(environment: ["STATE_DIRECTORY": "/var/lib/autosaved:/other"]).root == "/var/lib/autosaved")
+        #expect(
+            Configuration(environment: ["XDG_STATE_HOME": "/home/u/.local/state"]).root
+                == "/home/u/.local/state/autosaved")
+        #expect(Configuration(environment: [:]).root == "./autosave-data")
+    }
+
+    @Test("A missing file given explicitly is an error; the default path may be absent")
+    func missing() throws {
+        #expect(throws: ConfigurationErrors.self) {
+            try Configuration.load(path: directory.sub("absent.conf"), required: true, environment: [:])
+        }
+        let configuration = try Configuration.load(
+            path: directory.sub("absent.conf"), required: false, environment: [:])
+        #expect(configuration.sources.isEmpty)
+    }
+
+    @Test("systemd time spans")
+    func timeSpans() throws {
+        #expect(try TimeSpan.parse("2s") == .seconds(2))
+        #expect(try TimeSpan.parse("250ms") == .milliseconds(250))
+        #expect(try TimeSpan.parse("1min 30s") == .seconds(90))
+        #expect(try TimeSpan.parse("1h") == .seconds(3600))
+        #expect(try TimeSpan.parse("3") == .seconds(3))
+        #expect(try TimeSpan.parse("1.5s") == .milliseconds(1500))
+        #expect(throws: (any Error).self) { try TimeSpan.parse("2 fortnights") }
+        #expect(TimeSpan.format(.milliseconds(500)) == "500ms")
+        #expect(TimeSpan.format(.seconds(120)) == "2min")
+    }
+}
+
+@Suite("JSON values")
+struct JSONTests {
+    @Test("Parse errors carry line and column")
+    func errors() {
+        for (text, line, column) in [
+            ("", 1, 1), ("{", 1, 2), ("[1,]", 1, 4), ("{\"a\" 1}", 1, 6), ("\n\n  nul", 3, 3), ("\"abc", 1, 1),
+        ] {
+            #expect {
+                try JSONValue(parsing: text)
+            } throws: { error in
+                let e = error as! JSONSyntaxError
+                return e.line == line && e.column == column
+            }
+        }
+    }
+
+    @Test("Round trip keeps member order and escapes")
+    func roundTrip() throws {
+        let text = #"{"z": 1, "a": [true, null, -1.5e3], "s": "tab\tquote\"\u00e9\ud83d\ude00"}"#
+        let value = try JSONValue(parsing: text)
+        #expect(value.serialized(pretty: false) == #"{"z":1,"a":[true,null,-1.5e3],"s":"tab\tquote\"é😀"}"#)
+        #expect(try JSONValue(parsing: value.serialized()) == value)
+    }
+
+    @Test("RFC 6901 pointers, including escapes")
+    func pointers() throws {
+        let value = try JSONValue(parsing: #"{"a/b": 1, "m~n": 2, "": 3, "arr": [10, 20]}"#)
+        #expect(try value.value(at: "/a~1b") == .number("1"))
+        #expect(try value.value(at: "/m~0n") == .number("2"))
+        #expect(try value.value(at: "/") == .number("3"))
+        #expect(try value.value(at: "/arr/1") == .number("20"))
+        #expect(try value.value(at: "") == value)
+        #expect(throws: JSONValue.PointerError.self) { try value.value(at: "/arr/01") }
+        #expect(throws: JSONValue.PointerError.self) { try value.value(at: "arr") }
+        #expect(throws: JSONValue.PointerError.self) { try value.value(at: "/m~2n") }
+    }
+
+    @Test("RFC 7396 appendix A examples")
+    func mergePatch() throws {
+        let cases: [(String, String, String)] = [
+            (#"{"a":"b"}"#, #"{"a":"c"}"#, #"{"a":"c"}"#),
+            (#"{"a":"b"}"#, #"{"b":"c"}"#, #"{"a":"b","b":"c"}"#),
+            (#"{"a":"b"}"#, #"{"a":null}"#, #"{}"#),
+            (#"{"a":"b","b":"c"}"#, #"{"a":null}"#, #"{"b":"c"}"#),
+            (#"{"a":["b"]}"#, #"{"a":"c"}"#, #"{"a":"c"}"#),
+            (#"{"a":"c"}"#, #"{"a":["b"]}"#, #"{"a":["b"]}"#),
+            (#"{"a":{"b":"c"}}"#, #"{"a":{"b":"d","c":null}}"#, #"{"a":{"b":"d"}}"#),
+            (#"{"a":[{"b":"c"}]}"#, #"{"a":[1]}"#, #"{"a":[1]}"#),
+            (#"["a","b"]"#, #"["c","d"]"#, #"["c","d"]"#),
+            (#"{"a":"b"}"#, #"["c"]"#, #"["c"]"#),
+            (#"{"a":"foo"}"#, #"null"#, #"null"#),
+            (#"{"a":"foo"}"#, #""bar""#, #""bar""#),
+            (#"{"e":null}"#, #"{"a":1}"#, #"{"e":null,"a":1}"#),
+            (#"[1,2]"#, #"{"a":"b","c":null}"#, #"{"a":"b"}"#),
+            (#"{}"#, #"{"a":{"bb":{"ccc":null}}}"#, #"{"a":{"bb":{}}}"#),
+        ]
+        for (target, patch, result) in cases {
+            let merged = try JSONValue(parsing: target).merging(patch: try JSONValue(parsing: patch))
+            #expect(merged == (try JSONValue(parsing: result)), "\(target) + \(patch)")
+        }
+    }
+}
