@@ -1,3 +1,4 @@
+import Dispatch
 import Documents
 import Foundation
 import Posix
@@ -150,6 +151,9 @@ extension DocumentStore {
 
     // MARK: Saving
 
+    /// Where saves run; concurrency is bounded by `MaxConcurrentSaves`, counted by the store.
+    static let saveQueue = DispatchQueue(label: "autosaved.saves", qos: .utility, attributes: .concurrent)
+
     private func startSave(_ path: String) {
         var entry = entries[path]!
         let token = entry.changeCount
@@ -164,7 +168,9 @@ extension DocumentStore {
         let fullPath = root + "/" + path
         let writer = writer
         let clock = clock
-        Task.detached { [weak self] in
+        // Serialising and writing block on memory copies and on the disk: they run on
+        // Dispatch's threads, never on the cooperative pool that edits run on.
+        Self.saveQueue.async { @Sendable [weak self] in
             let start = clock.now
             let result = Result { () throws -> (FileWrapper, DurableWriter.Report) in
                 let wrapper = try snapshot.fileWrapper(configuration: .init(contentType: type, existingFile: existing))
@@ -172,7 +178,8 @@ extension DocumentStore {
                 let report = try writer.write(wrapper, to: fullPath, options: [], originalContentsPath: fullPath)
                 return (wrapper, report)
             }
-            await self?.finishSave(path, token: token, snapshot: snapshot, result: result, duration: clock.now - start)
+            let duration = clock.now - start
+            Task { await self?.finishSave(path, token: token, snapshot: snapshot, result: result, duration: duration) }
         }
     }
 

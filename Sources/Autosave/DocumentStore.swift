@@ -17,7 +17,9 @@ public actor DocumentStore {
     public nonisolated let root: String
     public private(set) var configuration: Configuration
     public let registry: DocumentTypeRegistry
-    let writer = DurableWriter(symlinkPolicy: .refuse)
+    /// Symbolic links at a document's place are refused (they could lead out of the
+    /// root); written bytes are not kept twice in memory.
+    let writer = DurableWriter(symlinkPolicy: .refuse, keepsWrittenContents: false)
     let clock = ContinuousClock()
     let log: Logger
 

@@ -73,6 +73,11 @@ enum Probe {
                     }
                 }
 
+        case "bench-edits":
+            // bench-edits MB DIR: edit latency with and without a save of an MB-megabyte document in flight.
+            guard let directory = arguments.first else { return 64 }
+            return await EditBench.run(root: directory, megabytes: count)
+
         default:
             FileHandle.standardError.write(Data("autosave-probe: unknown mode \(mode)\n".utf8))
             return 64

@@ -6,7 +6,7 @@ import Synchronization
 enum DiskReader {
     struct ReadNode {
         var node: FileWrapper.Node
-        var attributes: [String: any Sendable]
+        var status: FileStatus
         var sync: SyncRecord?
     }
 
@@ -30,7 +30,6 @@ enum DiskReader {
         do throws(Errno) { status = try parent.status(of: name) } catch {
             throw DocumentError(operation: .stat, path: path, errno: error)
         }
-        let attributes = attributes(of: status)
         switch status.kind {
         case .regular:
             let identity = DiskIdentity(status)
@@ -41,7 +40,7 @@ enum DiskReader {
                 contents = .onDisk(path: path, identity: identity)
             }
             return ReadNode(
-                node: .regularFile(contents), attributes: attributes,
+                node: .regularFile(contents), status: status,
                 sync: SyncRecord(path: path, identity: identity))
         case .symbolicLink:
             let destination: String
@@ -49,7 +48,7 @@ enum DiskReader {
                 throw DocumentError(operation: .readLink, path: path, errno: error)
             }
             return ReadNode(
-                node: .symbolicLink(destination), attributes: attributes,
+                node: .symbolicLink(destination), status: status,
                 sync: SyncRecord(path: path, identity: DiskIdentity(status)))
         case .directory:
             let directory: FileDescriptor
@@ -70,14 +69,14 @@ enum DiskReader {
                     let child = FileWrapper(node: read.node, preferredFilename: entry.name)
                     child.state.withLock {
                         $0.filename = entry.name
-                        $0.attributes = read.attributes
+                        $0.diskStatus = read.status
                         $0.sync = read.sync
                         $0.changedKeys = []
                     }
                     children[entry.name] = child
                 }
                 return ReadNode(
-                    node: .directory(children), attributes: attributes,
+                    node: .directory(children), status: status,
                     sync: SyncRecord(path: path, identity: DiskIdentity(status)))
             }
         case .other:

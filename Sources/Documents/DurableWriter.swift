@@ -41,10 +41,18 @@ public struct DurableWriter: Sendable {
 
     public var symlinkPolicy: SymlinkPolicy
     public var packageSwap: PackageSwap
+    /// Whether written regular-file wrappers keep their bytes in memory (as Apple's do).
+    /// With `false`, a written wrapper becomes lazy, like one read from disk: its bytes
+    /// are read back on access, checked against the file written. A daemon holding many
+    /// documents keeps one copy of each in memory instead of two.
+    public var keepsWrittenContents: Bool
 
-    public init(symlinkPolicy: SymlinkPolicy = .follow, packageSwap: PackageSwap = .exchange) {
+    public init(
+        symlinkPolicy: SymlinkPolicy = .follow, packageSwap: PackageSwap = .exchange, keepsWrittenContents: Bool = true
+    ) {
         self.symlinkPolicy = symlinkPolicy
         self.packageSwap = packageSwap
+        self.keepsWrittenContents = keepsWrittenContents
     }
 
     /// What a write did.
@@ -81,7 +89,7 @@ public struct DurableWriter: Sendable {
         _ wrapper: FileWrapper, to path: String, options: FileWrapper.WritingOptions = [],
         originalContentsPath: String? = nil
     ) throws -> Report {
-        var session = WriteSession(policy: symlinkPolicy, swap: packageSwap)
+        var session = WriteSession(policy: symlinkPolicy, swap: packageSwap, keepsContents: keepsWrittenContents)
         let location = try session.resolve(path, followingLinks: !wrapper.isSymbolicLink)
         defer { session.closeAll() }
         switch wrapper.node {
@@ -150,9 +158,12 @@ struct WriteSession {
     static let newFilePermissions = FilePermissions(rawValue: 0o666 & ~CurrentProcess.fileCreationMask.rawValue)
     static let newDirectoryPermissions = FilePermissions(rawValue: 0o777 & ~CurrentProcess.fileCreationMask.rawValue)
 
-    init(policy: DurableWriter.SymlinkPolicy, swap: DurableWriter.PackageSwap) {
+    let keepsContents: Bool
+
+    init(policy: DurableWriter.SymlinkPolicy, swap: DurableWriter.PackageSwap, keepsContents: Bool = true) {
         self.policy = policy
         self.swap = swap
+        self.keepsContents = keepsContents
     }
 
     mutating func closeAll() {
@@ -197,7 +208,7 @@ struct WriteSession {
 
     mutating func commit(updatingNames: Bool) {
         for entry in pending {
-            entry.wrapper.settle(entry.record, keys: entry.settledKeys)
+            entry.wrapper.settle(entry.record, keys: entry.settledKeys, releasingContents: !keepsContents)
             if updatingNames { entry.wrapper.filename = entry.name }
         }
         pending = []

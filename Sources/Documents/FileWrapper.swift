@@ -55,7 +55,10 @@ public final class FileWrapper: @unchecked Sendable {
         var node: Node
         var filename: String?
         var preferredFilename: String?
-        var attributes: [String: any Sendable] = [:]
+        /// Attributes set by the program; they win over what was read from disk.
+        var explicitAttributes: [String: any Sendable]?
+        /// What `stat` said when the node was read.
+        var diskStatus: FileStatus?
         var sync: SyncRecord?
         /// Directories: the keys added or removed since the last sync, or `nil` when
         /// unknown (never synced). With it, an in-place save visits only these keys
@@ -107,7 +110,8 @@ public final class FileWrapper: @unchecked Sendable {
         state.withLock {
             $0.filename = (path as NSString).lastPathComponent
             $0.preferredFilename = $0.filename
-            $0.attributes = node.attributes
+            $0.diskStatus = node.status
+            $0.explicitAttributes = nil
             $0.sync = node.sync
             $0.changedKeys = []
         }
@@ -120,7 +124,8 @@ public final class FileWrapper: @unchecked Sendable {
         state.withLock {
             $0.node = node.node
             $0.filename = (path as NSString).lastPathComponent
-            $0.attributes = node.attributes
+            $0.diskStatus = node.status
+            $0.explicitAttributes = nil
             $0.sync = node.sync
             $0.changedKeys = []
             if case .directory(let children) = node.node {
@@ -162,10 +167,16 @@ public final class FileWrapper: @unchecked Sendable {
     /// permissions, size, owner, modification date and inode; before a write, a
     /// `.posixPermissions` value sets the mode of a file the write creates.
     public var fileAttributes: [String: Any] {
-        get { state.withLock { $0.attributes.mapValues { $0 as Any } } }
+        get {
+            state.withLock { state in
+                if let explicit = state.explicitAttributes { return explicit.mapValues { $0 as Any } }
+                guard let status = state.diskStatus else { return [:] }
+                return DiskReader.attributes(of: status).mapValues { $0 as Any }
+            }
+        }
         set {
             let sendable = newValue.compactMapValues(FileWrapper.sendableAttribute)
-            state.withLock { $0.attributes = sendable }
+            state.withLock { $0.explicitAttributes = sendable }
         }
     }
 
@@ -349,9 +360,12 @@ extension FileWrapper {
 
     /// Applies a completed write: the new sync record, and for directories, the keys
     /// now settled (`nil`: every key, after a full pass).
-    func settle(_ record: SyncRecord, keys: Set<String>?) {
+    func settle(_ record: SyncRecord, keys: Set<String>?, releasingContents: Bool = false) {
         state.withLock { state in
             state.sync = record
+            if releasingContents, case .regularFile(.loaded) = state.node {
+                state.node = .regularFile(.onDisk(path: record.path, identity: record.identity))
+            }
             guard case .directory = state.node else { return }
             if let keys, let changed = state.changedKeys {
                 state.changedKeys = changed.subtracting(keys)
@@ -364,9 +378,12 @@ extension FileWrapper {
     /// The `.posixPermissions` attribute, if any.
     var requestedPermissions: FilePermissions? {
         state.withLock { state in
-            (state.attributes[FileAttributeKey.posixPermissions.rawValue] as? Int).map {
-                FilePermissions(rawValue: mode_t($0))
+            if let explicit = state.explicitAttributes {
+                return (explicit[FileAttributeKey.posixPermissions.rawValue] as? Int).map {
+                    FilePermissions(rawValue: mode_t($0))
+                }
             }
+            return state.diskStatus?.permissions
         }
     }
 }

@@ -58,7 +58,7 @@ extension DurableWriter {
         _ wrapper: FileWrapper, to path: String, options: FileWrapper.WritingOptions = [],
         originalContentsPath: String? = nil
     ) throws -> PreparedWrite {
-        var session = WriteSession(policy: symlinkPolicy, swap: packageSwap)
+        var session = WriteSession(policy: symlinkPolicy, swap: packageSwap, keepsContents: keepsWrittenContents)
         do {
             let location = try session.resolve(path, followingLinks: !wrapper.isSymbolicLink)
             let staged = try session.stage(wrapper, at: location, linkBase: originalContentsPath ?? location.path)

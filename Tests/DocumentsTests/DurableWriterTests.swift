@@ -299,3 +299,21 @@ struct ChangeTrackingTests {
         #expect(again.filesWritten == 0, "nothing is rewritten once settled")
     }
 }
+
+@Suite("DurableWriter: written contents")
+struct WrittenContentsTests {
+    let directory = TemporaryDirectory("contents")
+
+    @Test("keepsWrittenContents: false leaves the wrapper lazy: its bytes come back from the file written")
+    func released() throws {
+        let path = directory.sub("doc.txt")
+        let wrapper = FileWrapper(regularFileWithContents: Data("hello".utf8))
+        try DurableWriter(keepsWrittenContents: false).write(wrapper, to: path)
+        #expect(!wrapper.isContentsLoaded)
+        #expect(wrapper.regularFileContents == Data("hello".utf8))
+
+        let kept = FileWrapper(regularFileWithContents: Data("kept".utf8))
+        try DurableWriter().write(kept, to: directory.sub("kept.txt"))
+        #expect(kept.isContentsLoaded)
+    }
+}
