@@ -172,11 +172,14 @@ extension DocumentStore {
         // Dispatch's threads, never on the cooperative pool that edits run on.
         Self.saveQueue.async { @Sendable [weak self] in
             let start = clock.now
-            let result = Result { () throws -> (FileWrapper, DurableWriter.Report) in
+            let result = Result { () throws -> SaveOutcome in
                 let wrapper = try snapshot.fileWrapper(configuration: .init(contentType: type, existingFile: existing))
+                let bytes = wrapper.isRegularFile ? wrapper.regularFileContents : nil
                 try Self.makeParentDirectories(of: fullPath)
                 let report = try writer.write(wrapper, to: fullPath, options: [], originalContentsPath: fullPath)
-                return (wrapper, report)
+                let status = try? FileDescriptor.currentWorkingDirectory.status(of: report.path)
+                return SaveOutcome(
+                    wrapper: wrapper, report: report, fingerprint: status.map { Fingerprint($0, contents: bytes) })
             }
             let duration = clock.now - start
             Task { await self?.finishSave(path, token: token, snapshot: snapshot, result: result, duration: duration) }
@@ -205,17 +208,19 @@ extension DocumentStore {
 
     private func finishSave(
         _ path: String, token: UInt64, snapshot: any AutosaveDocument,
-        result: Result<(FileWrapper, DurableWriter.Report), any Error>, duration: Duration
+        result: Result<SaveOutcome, any Error>, duration: Duration
     ) {
         savesInFlight -= 1
         defer { startReadySaves() }
         guard entries[path] != nil else { return }
         entries[path]!.savingToken = nil
         switch result {
-        case .success(let (wrapper, report)):
+        case .success(let outcome):
+            let report = outcome.report
             var entry = entries[path]!
             entry.savedChangeCount = max(entry.savedChangeCount, token)
-            entry.existingFile = wrapper
+            entry.existingFile = outcome.wrapper
+            entry.fingerprint = outcome.fingerprint
             Self.didSave(&entry.document, snapshot: snapshot)
             entry.failure = nil
             entry.retryAt = nil
@@ -284,6 +289,13 @@ extension DocumentStore {
             message: "the document could not be serialised: \(error)", attempts: attempts, failedAt: Date(),
             retryAt: retryAt)
     }
+}
+
+/// What a finished save hands back to the store.
+struct SaveOutcome: Sendable {
+    var wrapper: FileWrapper
+    var report: DurableWriter.Report
+    var fingerprint: Fingerprint?
 }
 
 extension Duration {

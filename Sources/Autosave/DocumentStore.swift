@@ -44,6 +44,8 @@ public actor DocumentStore {
         var waiters: [(token: UInt64, continuation: CheckedContinuation<Void, any Error>)] = []
         var saves = 0
         var lastSaved: Date?
+        /// The file as this store last read or wrote it.
+        var fingerprint: Fingerprint?
 
         var isDirty: Bool { changeCount > savedChangeCount }
     }
@@ -154,9 +156,12 @@ public actor DocumentStore {
         } catch {
             throw .invalidDocument(path, message: "\(error)")
         }
-        let entry = Entry(
+        var entry = Entry(
             contentType: registration.contentType, isPackage: registration.isPackage, document: document,
             existingFile: file)
+        entry.fingerprint = Fingerprint(status, contents: file.isRegularFile ? file.regularFileContents : nil)
+        // The document holds its value; the wrapper need not hold the bytes a second time.
+        file.releaseContents()
         entries[path] = entry
         emit(.opened(document: path))
         return entry
@@ -416,6 +421,13 @@ public actor DocumentStore {
         let offset = instant - clock.now
         let (seconds, attoseconds) = offset.components
         return Date().addingTimeInterval(Double(seconds) + Double(attoseconds) / 1e18)
+    }
+
+    /// The fingerprint of the document's file as last read or saved, `nil` before its first save.
+    public func fingerprint(_ path: String) throws(StoreError) -> Fingerprint? {
+        let path = try DocumentPath.validate(path)
+        guard let entry = entries[path] else { throw .notFound(path) }
+        return entry.fingerprint
     }
 
     /// The state of the document at `path`.

@@ -152,3 +152,27 @@ enum DocumentPath {
         return trimmed
     }
 }
+
+/// What identifies a document's file on disk: where it is, its size and modification
+/// time, and a hash of its bytes (regular files only). Recorded at load and after each
+/// save, so that a later look at the disk can tell the daemon's own writes from others'.
+public struct Fingerprint: Sendable, Hashable {
+    public var device: UInt64
+    public var inode: UInt64
+    public var size: Int64
+    public var modified: FileTime
+    /// A hash of the bytes (process-local: compare only within one run); `nil` for packages.
+    public var contentHash: Int?
+
+    init(_ status: FileStatus, contents: Data?) {
+        device = status.device
+        inode = status.inode
+        size = status.size
+        modified = status.modified
+        contentHash = contents.map { data in
+            var hasher = Hasher()
+            data.withUnsafeBytes { hasher.combine(bytes: $0) }
+            return hasher.finalize()
+        }
+    }
+}

@@ -220,6 +220,30 @@ public final class FileWrapper: @unchecked Sendable {
         }
     }
 
+    /// Drops regular-file bytes that are the same as the file last read or written
+    /// (and, for a directory, its children's), so the wrapper holds no copy of what is on
+    /// disk; they are read again, checked against that file, on the next access. Bytes
+    /// not yet written are kept. An addition to Apple's API, for programs that hold many
+    /// documents.
+    public func releaseContents() {
+        let children: [FileWrapper] = state.withLock { state in
+            switch state.node {
+            case .regularFile(.loaded):
+                // Contents never change after creation, so loaded bytes with a sync record
+                // are the bytes of the file that record describes.
+                if let sync = state.sync {
+                    state.node = .regularFile(.onDisk(path: sync.path, identity: sync.identity))
+                }
+                return []
+            case .directory(let children):
+                return Array(children.values)
+            default:
+                return []
+            }
+        }
+        for child in children { child.releaseContents() }
+    }
+
     // MARK: Symbolic links
 
     /// The destination of a symbolic-link wrapper, as a file URL; `nil` for other kinds.

@@ -1,7 +1,8 @@
-import Autosave
 import Foundation
 import TestSupport
 import Testing
+
+@testable import Autosave
 
 @Suite("Configuration files")
 struct ConfigurationTests {
@@ -171,6 +172,43 @@ struct JSONTests {
         for (target, patch, result) in cases {
             let merged = try JSONValue(parsing: target).merging(patch: try JSONValue(parsing: patch))
             #expect(merged == (try JSONValue(parsing: result)), "\(target) + \(patch)")
+        }
+    }
+}
+
+@Suite("The shipped configuration and its documentation")
+struct ShippedConfigurationTests {
+    static let repository = URL(fileURLWithPath: #filePath).deletingLastPathComponent().deletingLastPathComponent()
+        .deletingLastPathComponent().path
+
+    @Test("Configs/autosaved.conf, uncommented, is valid and gives the embedded defaults")
+    func sample() throws {
+        let text = try String(contentsOfFile: Self.repository + "/Configs/autosaved.conf", encoding: .utf8)
+        let uncommented = text.split(separator: "\n", omittingEmptySubsequences: false).map { line in
+            line.hasPrefix("#") && line.dropFirst().first?.isUppercase == true && line.contains("=")
+                ? String(line.dropFirst()) : String(line)
+        }.joined(separator: "\n")
+        let directory = TemporaryDirectory("shipped")
+        try Disk.write(uncommented, to: directory.sub("autosaved.conf"))
+        var loaded = try Configuration.load(path: directory.sub("autosaved.conf"), required: true, environment: [:])
+        loaded.sources = []
+        var expected = Configuration(environment: [:])
+        expected.root = loaded.root
+        #expect(loaded == expected)
+        #expect(loaded.root == "/var/lib/autosaved")
+    }
+
+    @Test("Every key is in Configs/autosaved.conf and docs/CONFIGURATION.md")
+    func documented() throws {
+        let sample = try String(contentsOfFile: Self.repository + "/Configs/autosaved.conf", encoding: .utf8)
+        let docs = try String(contentsOfFile: Self.repository + "/docs/CONFIGURATION.md", encoding: .utf8)
+        for (section, keys) in Configuration.keys {
+            #expect(sample.contains("[\(section)]"))
+            #expect(docs.contains("## [\(section)]"))
+            for key in keys {
+                #expect(sample.contains("#\(key)="), "\(key)= is missing from Configs/autosaved.conf")
+                #expect(docs.contains("`\(key)=`"), "\(key)= is missing from docs/CONFIGURATION.md")
+            }
         }
     }
 }

@@ -1,6 +1,7 @@
 import Autosave
 import Documents
 import Foundation
+import Posix
 import TestSupport
 import Testing
 
@@ -176,5 +177,31 @@ struct DocumentTypeTests {
         // The protocol's generic set replaces it by reading bytes as the file.
         try await harness.store.apply(.setData(Data("7".utf8)), to: "visits.count")
         #expect(try await harness.store.read("visits.count") == .data(Data("7".utf8)))
+    }
+}
+
+@Suite("Fingerprints")
+struct FingerprintTests {
+    @Test("Recorded at load and after each save: device, inode, size, modification time and a content hash")
+    func recorded() async throws {
+        let harness = await StoreHarness(quiet: .seconds(3600))
+        try Disk.write("same bytes\n", to: harness.file("a.txt"))
+        try await harness.store.open("a.txt")
+        let loaded = try #require(try await harness.store.fingerprint("a.txt"))
+        let status = try Disk.status(harness.file("a.txt"))
+        #expect(loaded.inode == status.inode && loaded.size == 11 && loaded.modified == status.modified)
+
+        try await harness.store.apply(.setText("same bytes\n"), to: "b.txt", create: true)
+        #expect(try await harness.store.fingerprint("b.txt") == nil, "never saved")
+        try await harness.store.save("b.txt", wait: true)
+        let saved = try #require(try await harness.store.fingerprint("b.txt"))
+        #expect(saved.inode == (try Disk.inode(harness.file("b.txt"))))
+        #expect(saved.contentHash == loaded.contentHash, "the same bytes hash the same")
+
+        try await harness.store.apply(.append("more"), to: "b.txt")
+        try await harness.store.save("b.txt", wait: true)
+        let resaved = try #require(try await harness.store.fingerprint("b.txt"))
+        #expect(resaved.contentHash != saved.contentHash)
+        #expect(resaved.inode != saved.inode, "a save replaces the file")
     }
 }
