@@ -12,6 +12,7 @@ let package = Package(
         .library(name: "Documents", targets: ["Documents"]),
         .library(name: "Posix", targets: ["Posix"]),
         .library(name: "Autosave", targets: ["Autosave"]),
+        .library(name: "Control", targets: ["Control"]),
         .executable(name: "autosaved", targets: ["autosaved"]),
     ],
     targets: [
@@ -25,7 +26,9 @@ let package = Package(
         ),
         .target(name: "Posix", dependencies: ["CLinux"], swiftSettings: strictSettings),
         .target(name: "Documents", dependencies: ["Posix"], swiftSettings: strictSettings),
-        .target(name: "Autosave", dependencies: ["Documents", "Posix"], swiftSettings: strictSettings),
+        // The control protocol, shared by the daemon and autosavectl: JSON, messages, socket paths, a client.
+        .target(name: "Control", dependencies: ["Posix"], swiftSettings: strictSettings),
+        .target(name: "Autosave", dependencies: ["Documents", "Posix", "Control"], swiftSettings: strictSettings),
         .executableTarget(name: "autosaved", dependencies: ["Autosave"], swiftSettings: strictSettings),
         // The daemon with an in-process edit driver, for the daemon harnesses and benchmarks.
         .executableTarget(name: "AutosaveProbe", dependencies: ["Autosave"], swiftSettings: strictSettings),
@@ -42,7 +45,7 @@ let package = Package(
         .testTarget(name: "PosixTests", dependencies: ["Posix"], swiftSettings: strictSettings),
         .testTarget(
             name: "AutosaveTests",
-            dependencies: ["Autosave", "Documents", "Posix", "TestSupport", "autosaved", "AutosaveProbe"],
+            dependencies: ["Autosave", "Control", "Documents", "Posix", "TestSupport", "autosaved", "AutosaveProbe"],
             swiftSettings: strictSettings),
         .testTarget(
             name: "DocumentsTests",

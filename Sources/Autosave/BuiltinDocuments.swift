@@ -1,3 +1,4 @@
+import Control
 import Documents
 import Foundation
 

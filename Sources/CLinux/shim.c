@@ -5,7 +5,12 @@
 #include <fcntl.h>
 #include <linux/openat2.h>
 #include <stdio.h>
+#include <stddef.h>
+#include <string.h>
+#include <sys/epoll.h>
+#include <sys/eventfd.h>
 #include <sys/random.h>
+#include <sys/un.h>
 #include <sys/socket.h>
 #include <sys/syscall.h>
 #include <unistd.h>
@@ -45,3 +50,79 @@ int clinux_openat_beneath(int dirfd, const char *path, int flags, unsigned int m
 long clinux_getrandom(void *buffer, size_t count) { return (long)getrandom(buffer, count, 0); }
 
 int clinux_syncfs(int fd) { return syncfs(fd); }
+
+int clinux_peer_groups_get(int socket, uint32_t *groups, int capacity) {
+    socklen_t len = (socklen_t)(capacity * sizeof(gid_t));
+    if (getsockopt(socket, SOL_SOCKET, SO_PEERGROUPS, groups, &len) != 0) {
+        if (errno == ERANGE) {
+            return (int)(len / sizeof(gid_t));
+        }
+        return -1;
+    }
+    return (int)(len / sizeof(gid_t));
+}
+
+static int fill_address(struct sockaddr_un *address, const char *path, socklen_t *length) {
+    memset(address, 0, sizeof(*address));
+    address->sun_family = AF_UNIX;
+    size_t n = strlen(path);
+    if (n >= sizeof(address->sun_path)) {
+        errno = ENAMETOOLONG;
+        return -1;
+    }
+    memcpy(address->sun_path, path, n + 1);
+    *length = (socklen_t)(offsetof(struct sockaddr_un, sun_path) + n + 1);
+    return 0;
+}
+
+int clinux_unix_bind(int socket, const char *path) {
+    struct sockaddr_un address;
+    socklen_t length;
+    if (fill_address(&address, path, &length) != 0) return -1;
+    return bind(socket, (struct sockaddr *)&address, length);
+}
+
+int clinux_unix_connect(int socket, const char *path) {
+    struct sockaddr_un address;
+    socklen_t length;
+    if (fill_address(&address, path, &length) != 0) return -1;
+    return connect(socket, (struct sockaddr *)&address, length);
+}
+
+int clinux_accept(int socket) { return accept4(socket, NULL, NULL, SOCK_CLOEXEC | SOCK_NONBLOCK); }
+
+int clinux_unix_socket(int nonblocking) {
+    return socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC | (nonblocking ? SOCK_NONBLOCK : 0), 0);
+}
+
+int clinux_epoll_create(void) { return epoll_create1(EPOLL_CLOEXEC); }
+
+int clinux_epoll_ctl(int epfd, int op, int fd, uint32_t events, uint64_t data) {
+    struct epoll_event event;
+    event.events = events;
+    event.data.u64 = data;
+    return epoll_ctl(epfd, op, fd, &event);
+}
+
+int clinux_epoll_wait(int epfd, clinux_epoll_event *out, int capacity, int timeout) {
+    struct epoll_event events[256];
+    if (capacity > 256) capacity = 256;
+    int n = epoll_wait(epfd, events, capacity, timeout);
+    for (int i = 0; i < n; i++) {
+        out[i].events = events[i].events;
+        out[i].data = events[i].data.u64;
+    }
+    return n;
+}
+
+uint32_t clinux_epollin(void) { return EPOLLIN; }
+uint32_t clinux_epollout(void) { return EPOLLOUT; }
+uint32_t clinux_epollerr(void) { return EPOLLERR; }
+uint32_t clinux_epollhup(void) { return EPOLLHUP; }
+uint32_t clinux_epollrdhup(void) { return EPOLLRDHUP; }
+uint32_t clinux_epolloneshot(void) { return EPOLLONESHOT; }
+int clinux_epoll_ctl_add(void) { return EPOLL_CTL_ADD; }
+int clinux_epoll_ctl_mod(void) { return EPOLL_CTL_MOD; }
+int clinux_epoll_ctl_del(void) { return EPOLL_CTL_DEL; }
+
+int clinux_eventfd(void) { return eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK); }

@@ -1,4 +1,5 @@
 import Autosave
+import Control
 import Documents
 import Foundation
 import Posix

@@ -31,4 +31,33 @@ long clinux_getrandom(void *buffer, size_t count);
 /// syncfs(2): flush the file system holding `fd`.
 int clinux_syncfs(int fd);
 
+/// SO_PEERGROUPS: the supplementary groups of a Unix socket's peer. Returns the count
+/// (which may exceed `capacity`: call again with more room), or -1.
+int clinux_peer_groups_get(int socket, uint32_t *groups, int capacity);
+
+/// Binds a Unix stream socket to `path` (which must fit sun_path); -1 with errno on failure,
+/// ENAMETOOLONG when it does not fit.
+int clinux_unix_bind(int socket, const char *path);
+int clinux_unix_connect(int socket, const char *path);
+int clinux_accept(int socket);
+int clinux_unix_socket(int nonblocking);
+
+/// epoll, one call each.
+int clinux_epoll_create(void);
+int clinux_epoll_ctl(int epfd, int op, int fd, uint32_t events, uint64_t data);
+typedef struct { uint32_t events; uint64_t data; } clinux_epoll_event;
+int clinux_epoll_wait(int epfd, clinux_epoll_event *events, int capacity, int timeout);
+uint32_t clinux_epollin(void);
+uint32_t clinux_epollout(void);
+uint32_t clinux_epollerr(void);
+uint32_t clinux_epollhup(void);
+uint32_t clinux_epollrdhup(void);
+uint32_t clinux_epolloneshot(void);
+int clinux_epoll_ctl_add(void);
+int clinux_epoll_ctl_mod(void);
+int clinux_epoll_ctl_del(void);
+
+/// eventfd for waking an epoll loop.
+int clinux_eventfd(void);
+
 #endif

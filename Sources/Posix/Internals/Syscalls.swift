@@ -105,6 +105,41 @@ internal func system_getrandom(_ buffer: UnsafeMutableRawPointer, _ count: Int) 
 
 internal func system_futimens(_ fd: CInt, _ times: UnsafePointer<timespec>?) -> CInt { Glibc.futimens(fd, times) }
 
+internal func system_unix_socket(nonblocking: Bool) -> CInt { clinux_unix_socket(nonblocking ? 1 : 0) }
+internal func system_unix_bind(_ fd: CInt, _ path: UnsafePointer<CChar>) -> CInt { clinux_unix_bind(fd, path) }
+internal func system_unix_connect(_ fd: CInt, _ path: UnsafePointer<CChar>) -> CInt { clinux_unix_connect(fd, path) }
+internal func system_listen(_ fd: CInt, _ backlog: CInt) -> CInt { Glibc.listen(fd, backlog) }
+internal func system_accept(_ fd: CInt) -> CInt { clinux_accept(fd) }
+internal func system_shutdown(_ fd: CInt, _ how: CInt) -> CInt { Glibc.shutdown(fd, how) }
+internal func system_chmod(_ path: UnsafePointer<CChar>, _ mode: mode_t) -> CInt { Glibc.chmod(path, mode) }
+internal func system_peer_credentials(_ fd: CInt, _ out: inout clinux_peer_credentials) -> CInt {
+    clinux_peer_credentials_get(fd, &out)
+}
+internal func system_peer_groups(_ fd: CInt, _ buffer: UnsafeMutablePointer<UInt32>, _ capacity: CInt) -> CInt {
+    clinux_peer_groups_get(fd, buffer, capacity)
+}
+internal func system_set_nonblocking(_ fd: CInt) -> CInt {
+    let flags = Glibc.fcntl(fd, F_GETFL)
+    if flags == -1 { return -1 }
+    return Glibc.fcntl(fd, F_SETFL, flags | O_NONBLOCK)
+}
+internal func system_send(_ fd: CInt, _ buffer: UnsafeRawPointer?, _ count: Int) -> Int {
+    Glibc.send(fd, buffer, count, CInt(MSG_NOSIGNAL))
+}
+
+internal func system_epoll_create() -> CInt { clinux_epoll_create() }
+internal func system_epoll_ctl(_ epfd: CInt, _ op: CInt, _ fd: CInt, _ events: UInt32, _ data: UInt64) -> CInt {
+    clinux_epoll_ctl(epfd, op, fd, events, data)
+}
+internal func system_epoll_wait(
+    _ epfd: CInt, _ events: UnsafeMutablePointer<clinux_epoll_event>, _ capacity: CInt, _ timeout: CInt
+)
+    -> CInt
+{
+    clinux_epoll_wait(epfd, events, capacity, timeout)
+}
+internal func system_eventfd() -> CInt { clinux_eventfd() }
+
 /// Runs `body` until it succeeds or fails with something other than EINTR.
 /// `close` never goes through here: after EINTR its descriptor is already gone.
 @inline(__always)
