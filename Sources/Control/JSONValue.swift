@@ -23,11 +23,6 @@ public enum JSONValue: Sendable, Equatable {
         default: false
         }
     }
-
-    subscript(key: String) -> JSONValue? {
-        guard case .object(let members) = self else { return nil }
-        return members.last(where: { $0.key == key })?.value
-    }
 }
 
 /// A JSON text that is not valid, with where the parser stopped.

@@ -140,29 +140,45 @@ public struct DocumentExporter: Sendable {
                 == .directory
         else { throw DocumentExportError.destinationNotADirectory(directoryPath) }
 
+        let prepared = try await prepareExport(documents: documents, filenames: filenames, progress: progress)
+        try Task.checkCancellation()
+        try prepared.commit(progress: progress)
+        return prepared.urls
+    }
+
+    /// Writes every document completely and durably under a temporary name beside its
+    /// destination, without putting any in place: ``PreparedExport/commit(progress:)``
+    /// does that, ``PreparedExport/discard()`` (or releasing it) removes them. Lets a
+    /// caller make several exports one all-or-nothing step.
+    @MainActor
+    public func prepareExport<C: Collection>(
+        documents: C,
+        filenames: [String]? = nil,
+        progress: (@MainActor (Progress) -> Void)? = nil
+    ) async throws -> PreparedExport where C.Element: WritableDocument, C.Element.Writer.Destination == URL {
+        guard !documents.isEmpty else { throw DocumentExportError.noDocuments }
+        if let filenames, filenames.count != documents.count {
+            throw DocumentExportError.filenameCountMismatch(documents: documents.count, filenames: filenames.count)
+        }
+        let directoryPath = destination.path
+        guard (try? FileDescriptor.currentWorkingDirectory.status(of: directoryPath, followSymlinks: true))?.kind
+            == .directory
+        else { throw DocumentExportError.destinationNotADirectory(directoryPath) }
+
         let contentType = try contentType(for: C.Element.self)
         let names = try uniqueFilenames(
             filenames ?? Array(repeating: defaultFilename, count: documents.count), contentType: contentType)
-        var prepared: [PreparedWrite] = []
-        defer { for write in prepared { write.discard() } }
-        var urls: [URL] = []
+        let export = PreparedExport()
         for (index, document) in documents.enumerated() {
             try Task.checkCancellation()
             let url = destination.appendingPathComponent(names[index], isDirectory: false)
             let snapshot = try await document.snapshot(contentType: contentType)
             let writer = document.writer(configuration: .init(contentType: contentType, existingFile: nil))
-            prepared.append(try await writer.prepare(snapshot, for: url))
-            urls.append(url)
+            export.writes.append(try await writer.prepare(snapshot, for: url))
+            export.urls.append(url)
             progress?(Progress(phase: .writing, completed: index + 1, total: documents.count, url: url))
         }
-        try Task.checkCancellation()
-        for (index, write) in prepared.enumerated() {
-            try write.commit()
-            progress?(Progress(phase: .committing, completed: index + 1, total: documents.count, url: urls[index]))
-        }
-        prepared = []
-        progress?(Progress(phase: .finished, completed: documents.count, total: documents.count, url: nil))
-        return urls
+        return export
     }
 
     private func uniqueFilenames(_ requested: [String], contentType: UTType) throws -> [String] {
@@ -189,4 +205,33 @@ public struct DocumentExporter: Sendable {
             return candidate
         }
     }
+}
+
+/// Documents written under temporary names by ``DocumentExporter/prepareExport(documents:filenames:progress:)``,
+/// waiting to be put in place. Released without a commit, they are removed.
+public final class PreparedExport {
+    /// One destination per document, in order.
+    public internal(set) var urls: [URL] = []
+    var writes: [PreparedWrite] = []
+
+    init() {}
+
+    /// Renames every document into place, in order.
+    @MainActor
+    public func commit(progress: (@MainActor (DocumentExporter.Progress) -> Void)? = nil) throws {
+        for (index, write) in writes.enumerated() {
+            try write.commit()
+            progress?(.init(phase: .committing, completed: index + 1, total: writes.count, url: urls[index]))
+        }
+        writes = []
+        progress?(.init(phase: .finished, completed: urls.count, total: urls.count, url: nil))
+    }
+
+    /// Removes every temporary document; no destination is touched.
+    public func discard() {
+        for write in writes { write.discard() }
+        writes = []
+    }
+
+    deinit { discard() }
 }

@@ -244,6 +244,21 @@ public final class FileWrapper: @unchecked Sendable {
         for child in children { child.releaseContents() }
     }
 
+    /// A copy of the tree: the same children, names, attributes and sync records, with
+    /// contents shared (they never change). Changing the copy leaves this wrapper as it
+    /// is — for writing a document elsewhere without touching the wrapper its own saves
+    /// build on. An addition to Apple's API.
+    public func copy() -> FileWrapper {
+        let snapshot = state.withLock { $0 }
+        var copied = snapshot
+        if case .directory(let children) = snapshot.node {
+            copied.node = .directory(children.mapValues { $0.copy() })
+        }
+        let wrapper = FileWrapper(node: copied.node)
+        wrapper.state.withLock { $0 = copied }
+        return wrapper
+    }
+
     // MARK: Symbolic links
 
     /// The destination of a symbolic-link wrapper, as a file URL; `nil` for other kinds.

@@ -41,6 +41,9 @@ public struct Errno: RawRepresentable, Error, Hashable, Sendable, CustomStringCo
     public static let tooManyLinks = Errno(rawValue: EMLINK)
     public static let wouldBlock = Errno(rawValue: EAGAIN)
     public static let tooManyOpenFiles = Errno(rawValue: EMFILE)
+    public static let connectionRefused = Errno(rawValue: ECONNREFUSED)
+    public static let brokenPipe = Errno(rawValue: EPIPE)
+    public static let connectionReset = Errno(rawValue: ECONNRESET)
 
     /// Lets `case Errno.noSpace:` match an `any Error`.
     public static func ~= (lhs: Errno, rhs: any Error) -> Bool {
