@@ -1,3 +1,4 @@
+import Control
 import Foundation
 import Posix
 
@@ -24,6 +25,20 @@ public struct Configuration: Sendable, Equatable {
     /// `stop-writes-on-bgsave-error`).
     public var refuseEditsWhenSaveFails = false
 
+    // [Control]
+    /// The control socket (default: `ControlProtocol.defaultSocketPath`).
+    public var socketPath: String
+    public var socketMode: FilePermissions = .init(rawValue: 0o600)
+    /// Users (besides root and the daemon's own user) allowed to connect.
+    public var allowUsers: [UInt32] = []
+    /// Groups whose members are allowed to connect.
+    public var allowGroups: [UInt32] = []
+    public var maxConnections = 1024
+    /// The longest request line accepted, in bytes.
+    public var maxRequestSize = 8 << 20
+    /// Directories outside the store root that `export` may write into.
+    public var exportDirectories: [String] = []
+
     // [Log]
     public var logLevel: LogLevel = .info
 
@@ -34,6 +49,7 @@ public struct Configuration: Sendable, Equatable {
     /// `$XDG_STATE_HOME/autosaved`, else `./autosave-data`.
     public init(environment: [String: String] = ProcessInfo.processInfo.environment) {
         root = Self.defaultRoot(environment: environment)
+        socketPath = ControlProtocol.defaultSocketPath(environment: environment)
     }
 
     public static func defaultRoot(environment: [String: String]) -> String {
@@ -195,6 +211,10 @@ extension Configuration {
             "QuietPeriod", "MaxDelay", "MaxConcurrentSaves", "RetryInterval", "MaxRetryInterval",
             "RefuseEditsWhenSaveFails",
         ],
+        "Control": [
+            "Socket", "SocketMode", "AllowUsers", "AllowGroups", "MaxConnections", "MaxRequestSize",
+            "ExportDirectories",
+        ],
         "Log": ["Level"],
     ]
 
@@ -224,6 +244,43 @@ extension Configuration {
         case ("Autosave", "RefuseEditsWhenSaveFails"):
             guard let flag = Self.boolean(value) else { return "expected yes or no" }
             refuseEditsWhenSaveFails = flag
+        case ("Control", "Socket"):
+            guard value.hasPrefix("/") else { return "the socket path must be absolute" }
+            guard value.utf8.count < 108 else {
+                return "the socket path is longer than a Unix socket address allows (107 bytes)"
+            }
+            socketPath = value
+        case ("Control", "SocketMode"):
+            guard let mode = mode_t(value, radix: 8), mode <= 0o777 else {
+                return "expected an octal mode such as 0600 or 0660"
+            }
+            socketMode = FilePermissions(rawValue: mode)
+        case ("Control", "AllowUsers"):
+            var ids: [UInt32] = []
+            for name in Self.list(value) {
+                guard let id = UInt32(name) ?? Self.userID(named: name) else { return "no user named '\(name)'" }
+                ids.append(id)
+            }
+            allowUsers = ids
+        case ("Control", "AllowGroups"):
+            var ids: [UInt32] = []
+            for name in Self.list(value) {
+                guard let id = UInt32(name) ?? Self.groupID(named: name) else { return "no group named '\(name)'" }
+                ids.append(id)
+            }
+            allowGroups = ids
+        case ("Control", "MaxConnections"):
+            guard let n = Int(value), n >= 1, n <= 1_000_000 else { return "expected a whole number from 1 to 1000000" }
+            maxConnections = n
+        case ("Control", "MaxRequestSize"):
+            guard let n = Self.byteSize(value), n >= 1024 else {
+                return "expected a size such as 64K, 8M or 1G (at least 1K)"
+            }
+            maxRequestSize = n
+        case ("Control", "ExportDirectories"):
+            let list = Self.list(value)
+            if let bad = list.first(where: { !$0.hasPrefix("/") }) { return "'\(bad)' is not an absolute path" }
+            exportDirectories = list
         case ("Log", "Level"):
             guard let level = LogLevel(name: value.lowercased()) else {
                 return "expected one of \(LogLevel.allCases.map(\.name).joined(separator: ", "))"
@@ -243,6 +300,22 @@ extension Configuration {
             return "\(error)"
         }
     }
+
+    static func list(_ value: String) -> [String] {
+        value.split(whereSeparator: { $0 == " " || $0 == "," }).map(String.init)
+    }
+
+    /// `512`, `64K`, `8M`, `1G` (powers of 1024).
+    static func byteSize(_ value: String) -> Int? {
+        let units: [Character: Int] = ["K": 1 << 10, "M": 1 << 20, "G": 1 << 30]
+        if let last = value.last, let unit = units[Character(last.uppercased())] {
+            return Int(value.dropLast()).map { $0 * unit }
+        }
+        return Int(value)
+    }
+
+    static func userID(named name: String) -> UInt32? { getpwnam(name).map { $0.pointee.pw_uid } }
+    static func groupID(named name: String) -> UInt32? { getgrnam(name).map { $0.pointee.gr_gid } }
 
     static func boolean(_ value: String) -> Bool? {
         switch value.lowercased() {
@@ -288,6 +361,15 @@ extension Configuration {
             RetryInterval=\(TimeSpan.format(retryInterval))
             MaxRetryInterval=\(TimeSpan.format(maxRetryInterval))
             RefuseEditsWhenSaveFails=\(refuseEditsWhenSaveFails ? "yes" : "no")
+
+            [Control]
+            Socket=\(socketPath)
+            SocketMode=0\(String(socketMode.rawValue, radix: 8))
+            AllowUsers=\(allowUsers.map(String.init).joined(separator: " "))
+            AllowGroups=\(allowGroups.map(String.init).joined(separator: " "))
+            MaxConnections=\(maxConnections)
+            MaxRequestSize=\(maxRequestSize)
+            ExportDirectories=\(exportDirectories.joined(separator: " "))
 
             [Log]
             Level=\(logLevel.name)

@@ -139,6 +139,22 @@ public enum Daemon {
         let store = DocumentStore(configuration: configuration, log: log)
         for problem in await store.openAll() { log.warning("not opened: \(problem)") }
         let scheduler = Task { await store.runScheduler() }
+        let reloader = Reloader(
+            path: configPath, required: options.configPath != nil, environment: environment, store: store,
+            levels: levels,
+            log: log)
+        let server: ControlServer
+        do {
+            server = try ControlServer(store: store, configuration: configuration, log: log, environment: environment) {
+                await reloader.reload()
+            }
+        } catch {
+            fail("cannot open the control socket: \(error)")
+            _ = await store.shutdown()
+            scheduler.cancel()
+            return ExitCode.cannotCreate
+        }
+        let serving = Task { await server.run() }
         let opened = await store.status().documents
         log.notice(
             "started: \(opened) documents under \(configuration.root)",
@@ -147,20 +163,7 @@ public enum Daemon {
 
         for await signal in signals.stream {
             if signal == SIGHUP {
-                do {
-                    let reloaded = try Configuration.load(
-                        path: configPath, required: options.configPath != nil, environment: environment)
-                    await store.reconfigure(reloaded)
-                    levels.level = reloaded.logLevel
-                    configuration = reloaded
-                    log.notice(
-                        "configuration reloaded from \(reloaded.sources.isEmpty ? "the embedded defaults" : reloaded.sources.joined(separator: ", "))"
-                    )
-                } catch {
-                    for problem in error.errors {
-                        log.error("reload refused, keeping the running configuration: \(problem)")
-                    }
-                }
+                _ = await reloader.reload()
                 continue
             }
             break
@@ -169,6 +172,8 @@ public enum Daemon {
         let dirty = await store.status().unsaved
         log.notice("stopping: saving \(dirty) documents with unsaved edits")
         let report = await store.shutdown()
+        serving.cancel()
+        await serving.value
         scheduler.cancel()
         await scheduler.value
         if !report.unsaved.isEmpty {
@@ -179,6 +184,43 @@ public enum Daemon {
         }
         log.notice("stopped: \(report.saved) documents saved at shutdown")
         return ExitCode.success
+    }
+}
+
+/// Reads the configuration again (SIGHUP, the `reload` command) and applies it; a bad
+/// file is reported and the running configuration kept.
+actor Reloader {
+    let path: String
+    let required: Bool
+    let environment: [String: String]
+    let store: DocumentStore
+    let levels: LogLevelSetting
+    let log: Logger
+
+    init(
+        path: String, required: Bool, environment: [String: String], store: DocumentStore, levels: LogLevelSetting,
+        log: Logger
+    ) {
+        self.path = path
+        self.required = required
+        self.environment = environment
+        self.store = store
+        self.levels = levels
+        self.log = log
+    }
+
+    func reload() async -> Result<String, ConfigurationErrors> {
+        do {
+            let reloaded = try Configuration.load(path: path, required: required, environment: environment)
+            await store.reconfigure(reloaded)
+            levels.level = reloaded.logLevel
+            let from = reloaded.sources.isEmpty ? "the embedded defaults" : reloaded.sources.joined(separator: ", ")
+            log.notice("configuration reloaded from \(from)")
+            return .success("configuration reloaded from \(from)")
+        } catch {
+            for problem in error.errors { log.error("reload refused, keeping the running configuration: \(problem)") }
+            return .failure(error)
+        }
     }
 }
 

@@ -74,7 +74,8 @@ public final class ControlClient {
                 let line = Array(buffer[..<newline])
                 buffer.removeSubrange(...newline)
                 do { return try JSONValue(parsing: line) } catch {
-                    throw ControlClientError(kind: .protocolError, message: "the daemon sent a line that is not JSON: \(error)")
+                    throw ControlClientError(
+                        kind: .protocolError, message: "the daemon sent a line that is not JSON: \(error)")
                 }
             }
             var chunk = [UInt8](repeating: 0, count: 65536)

@@ -6,13 +6,17 @@ extension JSONValue: ExpressibleByStringLiteral, ExpressibleByIntegerLiteral, Ex
     public init(floatLiteral value: Double) { self = .number(String(value)) }
     public init(booleanLiteral value: Bool) { self = .bool(value) }
     public init(arrayLiteral elements: JSONValue...) { self = .array(elements) }
-    public init(dictionaryLiteral elements: (String, JSONValue)...) { self = .object(elements.map { (key: $0.0, value: $0.1) }) }
+    public init(dictionaryLiteral elements: (String, JSONValue)...) {
+        self = .object(elements.map { (key: $0.0, value: $0.1) })
+    }
     public init(nilLiteral: ()) { self = .null }
 
     public init(_ value: Int) { self = .number(String(value)) }
     public init(_ value: UInt64) { self = .number(String(value)) }
     public init(_ value: Double) {
-        self = value.isFinite ? .number(value == value.rounded() && abs(value) < 1e15 ? String(Int64(value)) : String(value)) : .null
+        self =
+            value.isFinite
+            ? .number(value == value.rounded() && abs(value) < 1e15 ? String(Int64(value)) : String(value)) : .null
     }
     public init(_ value: String) { self = .string(value) }
     public init(_ value: Bool) { self = .bool(value) }
@@ -35,7 +39,9 @@ extension JSONValue: ExpressibleByStringLiteral, ExpressibleByIntegerLiteral, Ex
 
     /// An integral number's value.
     public var intValue: Int? {
-        if case .number(let n) = self { return Int(n) ?? Double(n).flatMap { $0 == $0.rounded() ? Int(exactly: $0) : nil } }
+        if case .number(let n) = self {
+            return Int(n) ?? Double(n).flatMap { $0 == $0.rounded() ? Int(exactly: $0) : nil }
+        }
         return nil
     }
 

@@ -161,8 +161,9 @@ public struct DocumentExporter: Sendable {
             throw DocumentExportError.filenameCountMismatch(documents: documents.count, filenames: filenames.count)
         }
         let directoryPath = destination.path
-        guard (try? FileDescriptor.currentWorkingDirectory.status(of: directoryPath, followSymlinks: true))?.kind
-            == .directory
+        guard
+            (try? FileDescriptor.currentWorkingDirectory.status(of: directoryPath, followSymlinks: true))?.kind
+                == .directory
         else { throw DocumentExportError.destinationNotADirectory(directoryPath) }
 
         let contentType = try contentType(for: C.Element.self)

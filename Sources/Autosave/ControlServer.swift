@@ -1,0 +1,279 @@
+import Control
+import Foundation
+import Posix
+import Synchronization
+
+/// The control socket: accepts clients, checks who they are, reads one JSON request
+/// per line and answers each with one JSON line (see `docs/PROTOCOL.md`).
+///
+/// Each connection is served by its own task; readiness comes from one epoll thread.
+/// A client that sends nothing, sends too much, or does not read its replies affects
+/// only its own connection.
+public final class ControlServer: Sendable {
+    let store: DocumentStore
+    let configuration: Configuration
+    let loop: EventLoop
+    let listener: Int32
+    let log: Logger
+    /// Reloads the daemon's configuration; returns what happened, in words.
+    let reload: @Sendable () async -> Result<String, ConfigurationErrors>
+    /// The path this server bound (and removes at the end), `nil` for an inherited socket.
+    let boundPath: String?
+    let boundInode: UInt64?
+    private let connections = Atomic<Int>(0)
+
+    /// Listens on the configured socket, or on the one systemd passed (socket activation).
+    public init(
+        store: DocumentStore, configuration: Configuration, log: Logger,
+        environment: [String: String] = ProcessInfo.processInfo.environment,
+        reload: @escaping @Sendable () async -> Result<String, ConfigurationErrors>
+    ) throws {
+        self.store = store
+        self.configuration = configuration
+        self.log = log
+        self.reload = reload
+        loop = try EventLoop()
+        if let inherited = SocketActivation.controlSocket(environment: environment) {
+            try inherited.setNonBlocking()
+            listener = inherited.rawValue
+            boundPath = nil
+            boundInode = nil
+            log.notice("listening on the socket passed by systemd (fd \(inherited.rawValue))")
+        } else {
+            let socket = try Self.bindSocket(at: configuration.socketPath, mode: configuration.socketMode)
+            listener = socket.rawValue
+            boundPath = configuration.socketPath
+            boundInode = try? FileDescriptor.currentWorkingDirectory.status(of: configuration.socketPath).inode
+            log.notice("listening on \(configuration.socketPath)", ["socket": configuration.socketPath])
+        }
+    }
+
+    /// Why the control socket could not be set up.
+    public struct SetupError: Error, CustomStringConvertible {
+        public var description: String
+    }
+
+    /// Creates the listening socket at `path` with `mode`, without a moment where it
+    /// exists with another mode: it is bound inside a fresh 0700 directory, given its
+    /// mode there, then renamed into place. A stale socket (nobody listening) is replaced;
+    /// a live one, or anything that is not a socket, is an error.
+    static func bindSocket(at path: String, mode: FilePermissions) throws -> FileDescriptor {
+        let directory = (path as NSString).deletingLastPathComponent
+        do {
+            try FileManager.default.createDirectory(
+                atPath: directory, withIntermediateDirectories: true, attributes: [.posixPermissions: 0o755])
+        } catch {
+            throw SetupError(
+                description: "cannot create \(directory) for the control socket: \(error.localizedDescription)")
+        }
+        if let existing = try? FileDescriptor.currentWorkingDirectory.status(of: path) {
+            guard existing.kind == .other else {
+                throw SetupError(description: "\(path) exists and is not a socket; remove it or set [Control] Socket=")
+            }
+            if let probe = try? FileDescriptor.unixSocket() {
+                defer { try? probe.close() }
+                if (try? probe.connect(toPath: path)) != nil {
+                    throw SetupError(description: "another daemon is listening on \(path)")
+                }
+            }
+        }
+        let staging = directory + "/.control-bind-" + CurrentProcess.randomAlphanumerics(6)
+        do {
+            let parent = try FileDescriptor.open(directory, options: [.directory])
+            try parent.closeAfter { () throws(Errno) in
+                try parent.makeDirectory((staging as NSString).lastPathComponent, permissions: .init(rawValue: 0o700))
+            }
+        } catch {
+            throw SetupError(description: "cannot create a staging directory in \(directory): \(error)")
+        }
+        defer { try? FileManager.default.removeItem(atPath: staging) }
+        let socket: FileDescriptor
+        do {
+            socket = try FileDescriptor.unixSocket(nonBlocking: true)
+        } catch {
+            throw SetupError(description: "cannot create a socket: \(error)")
+        }
+        do throws(Errno) {
+            try socket.bind(toPath: staging + "/s")
+            try changeMode(ofPath: staging + "/s", to: mode)
+            try socket.listen(backlog: 1024)
+            let directoryFD = try FileDescriptor.open(directory, options: [.directory])
+            try directoryFD.closeAfter { () throws(Errno) in
+                try directoryFD.rename(
+                    ((staging as NSString).lastPathComponent) + "/s", to: (path as NSString).lastPathComponent)
+            }
+        } catch {
+            try? socket.close()
+            if error == .nameTooLong {
+                throw SetupError(description: "the socket path \(path) is too long for a Unix socket address")
+            }
+            throw SetupError(description: "cannot listen on \(path): \(error)")
+        }
+        return socket
+    }
+
+    /// Accepts and serves clients until the calling task is cancelled; then closes every
+    /// connection (cancelling their exports) and removes the socket it bound.
+    public func run() async {
+        let listener = FileDescriptor(rawValue: self.listener)
+        await withDiscardingTaskGroup { group in
+            while !Task.isCancelled {
+                guard await loop.readable(listener) else { break }
+                while true {
+                    let client: FileDescriptor
+                    do {
+                        client = try listener.accept()
+                    } catch .wouldBlock {
+                        break
+                    } catch .tooManyOpenFiles {
+                        log.error("cannot accept a connection: too many open files")
+                        break
+                    } catch {
+                        break
+                    }
+                    if connections.wrappingAdd(1, ordering: .relaxed).newValue > configuration.maxConnections {
+                        connections.wrappingSubtract(1, ordering: .relaxed)
+                        let reply = ControlProtocol.errorReply(
+                            id: nil, code: .tooManyConnections,
+                            message:
+                                "the daemon already serves \(configuration.maxConnections) connections (MaxConnections=)"
+                        )
+                        let line = Array((reply.serialized(pretty: false) + "\n").utf8)
+                        _ = line.withUnsafeBytes { try? client.send($0) }
+                        try? client.close()
+                        continue
+                    }
+                    let raw = client.rawValue
+                    group.addTask {
+                        await self.serve(raw)
+                        self.connections.wrappingSubtract(1, ordering: .relaxed)
+                    }
+                }
+            }
+            group.cancelAll()
+        }
+        loop.forget(listener)
+        try? listener.close()
+        if let boundPath, let boundInode,
+            (try? FileDescriptor.currentWorkingDirectory.status(of: boundPath))?.inode == boundInode
+        {
+            try? FileManager.default.removeItem(atPath: boundPath)
+        }
+        loop.stop()
+    }
+
+    /// Refuses a document path that is not a clean relative path, or whose existing part
+    /// goes through a symbolic link (which could lead out of the root): one `openat2`
+    /// with `RESOLVE_BENEATH | RESOLVE_NO_SYMLINKS` from the root.
+    func checkBeneathRoot(_ path: String) throws {
+        let normalized: String
+        do { normalized = try DocumentPath.validate(path) } catch { throw RequestError(error) }
+        let root: FileDescriptor
+        do { root = try FileDescriptor.open(store.root, options: [.directory, .pathOnly]) } catch {
+            throw RequestError(.ioError, "the store root \(store.root) cannot be opened: \(error)")
+        }
+        defer { try? root.close() }
+        do {
+            try FileDescriptor.openBeneath(
+                normalized, relativeTo: root, options: [.pathOnly, .noFollow], noSymlinks: true
+            ).close()
+        } catch .noSuchFile {
+            return
+        } catch .tooManySymbolicLinks, .crossDevice {
+            throw RequestError(
+                .invalidPath,
+                "invalid document path '\(path)': it goes through a symbolic link, which could lead out of the store root"
+            )
+        } catch .notDirectory {
+            throw RequestError(.invalidPath, "invalid document path '\(path)': a component is not a directory")
+        } catch {
+            throw RequestError(.ioError, "'\(path)' cannot be checked: \(error)")
+        }
+    }
+
+    /// Connections being served now.
+    public var connectionCount: Int { connections.load(ordering: .relaxed) }
+
+    func allowed(_ peer: PeerCredentials) -> Bool {
+        if peer.userID == 0 || peer.userID == CurrentProcess.userID { return true }
+        if configuration.allowUsers.contains(peer.userID) { return true }
+        if configuration.allowGroups.contains(peer.groupID) { return true }
+        return peer.groups.contains { configuration.allowGroups.contains($0) }
+    }
+
+    private func serve(_ raw: Int32) async {
+        let fd = FileDescriptor(rawValue: raw)
+        defer {
+            loop.forget(fd)
+            try? fd.close()
+        }
+        let peer = try? fd.peerCredentials()
+        let connection = Connection(raw: raw, loop: loop, peer: peer, limit: 64 << 20)
+        guard let peer, allowed(peer) else {
+            let who = peer.map { "uid \($0.userID), gid \($0.groupID)" } ?? "an unknown peer"
+            log.warning("refused a control connection from \(who)", ["peer_uid": peer.map { "\($0.userID)" } ?? ""])
+            await connection.send(
+                ControlProtocol.errorReply(
+                    id: nil, code: .forbidden,
+                    message: "\(who) may not use this daemon; allow it with [Control] AllowUsers= or AllowGroups="))
+            try? fd.shutdownWriting()
+            return
+        }
+        let session = ControlSession(server: self, connection: connection)
+        var reader = LineReader(limit: configuration.maxRequestSize)
+        var buffer = [UInt8](repeating: 0, count: 64 * 1024)
+        await withDiscardingTaskGroup { tasks in
+            reading: while !connection.isBroken {
+                let count: Int
+                do {
+                    count = try buffer.withUnsafeMutableBytes { raw in
+                        Result { () throws(Errno) in try fd.read(into: raw) }
+                    }.get()
+                } catch .wouldBlock {
+                    guard await loop.readable(fd) else { break reading }
+                    continue
+                } catch {
+                    break reading
+                }
+                if count == 0 { break reading }
+                let items = buffer.withUnsafeBytes { reader.feed(UnsafeRawBufferPointer(rebasing: $0[..<count])) }
+                for item in items {
+                    switch item {
+                    case .line(let line):
+                        await session.handle(line, tasks: &tasks)
+                    case .tooLarge(let size):
+                        await connection.send(
+                            ControlProtocol.errorReply(
+                                id: nil, code: .tooLarge,
+                                message:
+                                    "the request line has \(size) bytes or more; the limit is \(configuration.maxRequestSize) (MaxRequestSize=)"
+                            ))
+                    }
+                }
+            }
+            tasks.cancelAll()
+        }
+    }
+}
+
+/// systemd socket activation: `LISTEN_PID`, `LISTEN_FDS`, `LISTEN_FDNAMES`.
+enum SocketActivation {
+    static let firstDescriptor: Int32 = 3
+
+    /// The control socket systemd passed, if any: the one named `control` (or `autosaved.socket`'s
+    /// default name), else the first.
+    static func controlSocket(environment: [String: String]) -> FileDescriptor? {
+        guard let pid = environment["LISTEN_PID"].flatMap(Int32.init), pid == CurrentProcess.processID,
+            let count = environment["LISTEN_FDS"].flatMap(Int32.init), count >= 1
+        else { return nil }
+        let names =
+            environment["LISTEN_FDNAMES"]?.split(separator: ":", omittingEmptySubsequences: false).map(String.init)
+            ?? []
+        let index = names.firstIndex(of: "control") ?? 0
+        guard index < count else { return nil }
+        unsetenv("LISTEN_PID")
+        unsetenv("LISTEN_FDS")
+        unsetenv("LISTEN_FDNAMES")
+        return FileDescriptor(rawValue: firstDescriptor + Int32(index))
+    }
+}

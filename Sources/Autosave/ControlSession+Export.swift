@@ -1,0 +1,149 @@
+import Control
+import Documents
+import Foundation
+import Posix
+
+/// A store document as a ``WritableDocument`` for ``DocumentExporter``: its snapshot is
+/// the document value, written with a copy of the wrapper its saves build on.
+@MainActor
+final class ExportableDocument<Document: AutosaveDocument>: WritableDocument {
+    static var writableContentTypes: [UTType] { Document.writableContentTypes }
+
+    let value: Document
+    let existing: FileWrapper?
+
+    init(value: Document, existing: FileWrapper?) {
+        self.value = value
+        self.existing = existing
+    }
+
+    nonisolated func writer(configuration: sending WriteConfiguration) -> sending FileWrapperDocumentWriter {
+        let base = existing?.copy()
+        let type = configuration.contentType
+        return FileWrapperDocumentWriter(configuration) { (snapshot: Document, _) in
+            try snapshot.fileWrapper(configuration: .init(contentType: type, existingFile: base))
+        }
+    }
+
+    func snapshot(contentType: UTType) async throws -> Document { value }
+}
+
+extension DocumentStore {
+    /// What an export needs of a document: its value, type and saved wrapper.
+    func exportSnapshot(_ path: String) throws(StoreError) -> (
+        document: any AutosaveDocument, type: UTType, existing: FileWrapper?
+    ) {
+        let path = try DocumentPath.validate(path)
+        if entries[path] == nil { try open(path) }
+        let entry = entries[path]!
+        return (entry.document, entry.contentType, entry.existingFile)
+    }
+}
+
+extension ControlSession {
+    /// `export`: every document written under a temporary name beside its destination,
+    /// then all renamed into place; cancelled (by `cancel` or the client leaving) before
+    /// that, nothing is left behind.
+    @MainActor
+    func export(_ request: JSONValue, id: JSONValue?) async throws -> [(key: String, value: JSONValue)] {
+        guard let paths = try strings(request, "docs"), !paths.isEmpty else {
+            throw RequestError(.badRequest, "field \"docs\" must be a non-empty array of document paths")
+        }
+        for path in paths { try server.checkBeneathRoot(path) }
+        let destination = try exportDestination(try string(request, "to"))
+        let requestedType = try optionalString(request, "type").map { identifier -> UTType in
+            guard let type = UTType(identifier) else {
+                throw RequestError(.badRequest, "unknown content type \"\(identifier)\"")
+            }
+            return type
+        }
+
+        var names: [String] = []
+        for path in paths {
+            var name = (path as NSString).lastPathComponent
+            if names.contains(name) {
+                let base = (name as NSString).deletingPathExtension
+                let ext = (name as NSString).pathExtension
+                var counter = 2
+                repeat {
+                    name = ext.isEmpty ? "\(base) \(counter)" : "\(base) \(counter).\(ext)"
+                    counter += 1
+                } while names.contains(name)
+            }
+            names.append(name)
+        }
+
+        var snapshots: [(document: any AutosaveDocument, type: UTType, existing: FileWrapper?)] = []
+        for path in paths { snapshots.append(try await store.exportSnapshot(path)) }
+
+        let total = paths.count
+        let connection = connection
+        var prepared: [PreparedExport] = []
+        defer { for export in prepared { export.discard() } }
+        for (index, snapshot) in snapshots.enumerated() {
+            try Task.checkCancellation()
+            let exporter = DocumentExporter(
+                destination: destination, contentTypes: requestedType.map { [$0] } ?? [snapshot.type])
+            do {
+                prepared.append(
+                    try await Self.prepare(
+                        snapshot.document, existing: snapshot.existing, exporter: exporter, name: names[index]))
+            } catch let error as DocumentError {
+                throw RequestError(.ioError, "exporting \(paths[index]) failed: \(error)")
+            } catch let error as DocumentExportError {
+                throw RequestError(.badRequest, "exporting \(paths[index]) failed: \(error)")
+            }
+            await connection.send([
+                "event": "export-progress", "id": id ?? .null, "phase": "writing", "completed": JSONValue(index + 1),
+                "total": JSONValue(total),
+            ])
+        }
+        try Task.checkCancellation()
+        var urls: [URL] = []
+        for (index, export) in prepared.enumerated() {
+            do { try export.commit() } catch {
+                throw RequestError(.ioError, "putting \(paths[index]) in place failed: \(error)")
+            }
+            urls += export.urls
+            await connection.send([
+                "event": "export-progress", "id": id ?? .null, "phase": "committing", "completed": JSONValue(index + 1),
+                "total": JSONValue(total),
+            ])
+        }
+        prepared = []
+        return [("paths", .array(urls.map { .string($0.path) }))]
+    }
+
+    @MainActor
+    private static func prepare<D: AutosaveDocument>(
+        _ document: D, existing: FileWrapper?, exporter: DocumentExporter, name: String
+    ) async throws -> PreparedExport {
+        try await exporter.prepareExport(
+            documents: [ExportableDocument(value: document, existing: existing)], filenames: [name])
+    }
+
+    /// The export directory: a path relative to the store root (no symbolic links), or an
+    /// absolute path inside one of `[Control] ExportDirectories=`.
+    func exportDestination(_ to: String) throws -> URL {
+        let configuration = server.configuration
+        if to.hasPrefix("/") {
+            let resolved = URL(fileURLWithPath: to).standardizedFileURL.resolvingSymlinksInPath().path
+            let allowed = configuration.exportDirectories.contains { directory in
+                let base = URL(fileURLWithPath: directory).standardizedFileURL.resolvingSymlinksInPath().path
+                return resolved == base || resolved.hasPrefix(base + "/")
+            }
+            guard allowed else {
+                throw RequestError(
+                    .invalidPath,
+                    "export destination '\(to)' is outside the store root; allow it with [Control] ExportDirectories=")
+            }
+            return URL(fileURLWithPath: resolved)
+        }
+        try server.checkBeneathRoot(to)
+        let path = store.root + "/" + (try DocumentPath.validate(to))
+        guard (try? FileDescriptor.currentWorkingDirectory.status(of: path))?.kind == .directory else {
+            throw RequestError(.notFound, "export destination '\(to)' is not a directory under the store root")
+        }
+        return URL(fileURLWithPath: path)
+    }
+}

@@ -1,0 +1,373 @@
+import Control
+import Documents
+import Foundation
+import Posix
+import Synchronization
+
+/// A request that cannot be carried out, with the protocol's error code.
+struct RequestError: Error {
+    var code: ControlProtocol.ErrorCode
+    var message: String
+
+    init(_ code: ControlProtocol.ErrorCode, _ message: String) {
+        self.code = code
+        self.message = message
+    }
+
+    init(_ error: StoreError) {
+        self.code = ControlProtocol.ErrorCode(rawValue: error.code) ?? .internalError
+        self.message = error.description
+    }
+}
+
+/// The commands of one connection. Requests are handled in order, except `export`,
+/// which runs beside later requests so that `cancel` can reach it.
+final class ControlSession: Sendable {
+    let server: ControlServer
+    let connection: Connection
+    private let exports = Mutex<[String: Task<Void, Never>]>([:])
+    private let subscription = Mutex<Task<Void, Never>?>(nil)
+
+    init(server: ControlServer, connection: Connection) {
+        self.server = server
+        self.connection = connection
+    }
+
+    deinit {
+        subscription.withLock { $0?.cancel() }
+    }
+
+    var store: DocumentStore { server.store }
+
+    func handle(_ line: [UInt8], tasks: inout DiscardingTaskGroup) async {
+        let request: JSONValue
+        do { request = try JSONValue(parsing: line) } catch {
+            await connection.send(
+                ControlProtocol.errorReply(id: nil, code: .badRequest, message: "the request is not JSON: \(error)"))
+            return
+        }
+        guard case .object = request else {
+            await connection.send(
+                ControlProtocol.errorReply(id: nil, code: .badRequest, message: "a request must be a JSON object"))
+            return
+        }
+        let id = request["id"]
+        guard let command = request["cmd"]?.stringValue else {
+            await connection.send(
+                ControlProtocol.errorReply(id: id, code: .badRequest, message: "the request has no \"cmd\" string"))
+            return
+        }
+        if command == "export" {
+            let key = id.map { $0.serialized(pretty: false) } ?? UUID().uuidString
+            let task = Task {
+                await self.reply(id) { try await self.export(request, id: id) }
+                _ = self.exports.withLock { $0.removeValue(forKey: key) }
+            }
+            exports.withLock { $0[key] = task }
+            tasks.addTask { await task.value }
+            return
+        }
+        await reply(id) { try await self.run(command, request) }
+    }
+
+    private func reply(_ id: JSONValue?, _ body: () async throws -> [(key: String, value: JSONValue)]) async {
+        var members: [(key: String, value: JSONValue)] = []
+        if let id { members.append(("id", id)) }
+        do {
+            let fields = try await body()
+            members.append(("ok", true))
+            members += fields
+            await connection.send(.object(members))
+        } catch let error as RequestError {
+            await connection.send(ControlProtocol.errorReply(id: id, code: error.code, message: error.message))
+        } catch let error as StoreError {
+            let mapped = RequestError(error)
+            await connection.send(ControlProtocol.errorReply(id: id, code: mapped.code, message: mapped.message))
+        } catch is CancellationError {
+            await connection.send(ControlProtocol.errorReply(id: id, code: .cancelled, message: "cancelled"))
+        } catch {
+            await connection.send(ControlProtocol.errorReply(id: id, code: .internalError, message: "\(error)"))
+        }
+    }
+
+    // MARK: Fields
+
+    func string(_ request: JSONValue, _ key: String) throws -> String {
+        guard let value = request[key] else { throw RequestError(.badRequest, "missing field \"\(key)\"") }
+        guard let string = value.stringValue else {
+            throw RequestError(.badRequest, "field \"\(key)\" must be a string")
+        }
+        return string
+    }
+
+    func optionalString(_ request: JSONValue, _ key: String) throws -> String? {
+        guard let value = request[key], !value.isNull else { return nil }
+        guard let string = value.stringValue else {
+            throw RequestError(.badRequest, "field \"\(key)\" must be a string")
+        }
+        return string
+    }
+
+    func integer(_ request: JSONValue, _ key: String) throws -> Int {
+        guard let value = request[key] else { throw RequestError(.badRequest, "missing field \"\(key)\"") }
+        guard let int = value.intValue else {
+            throw RequestError(.badRequest, "field \"\(key)\" must be a whole number")
+        }
+        return int
+    }
+
+    func flag(_ request: JSONValue, _ key: String) throws -> Bool {
+        guard let value = request[key], !value.isNull else { return false }
+        guard let bool = value.boolValue else {
+            throw RequestError(.badRequest, "field \"\(key)\" must be true or false")
+        }
+        return bool
+    }
+
+    func strings(_ request: JSONValue, _ key: String) throws -> [String]? {
+        guard let value = request[key], !value.isNull else { return nil }
+        guard let array = value.arrayValue, let strings = Optional(array.compactMap(\.stringValue)),
+            strings.count == array.count
+        else { throw RequestError(.badRequest, "field \"\(key)\" must be an array of strings") }
+        return strings
+    }
+
+    /// The document path of a request, checked to stay inside the root.
+    func document(_ request: JSONValue) throws -> String {
+        let path = try string(request, "doc")
+        try server.checkBeneathRoot(path)
+        return path
+    }
+
+    /// Bytes given as `text` (UTF-8) or `base64`.
+    func bytes(_ request: JSONValue) throws -> Data {
+        if let text = try optionalString(request, "text") { return Data(text.utf8) }
+        if let encoded = try optionalString(request, "base64") {
+            guard let data = Data(base64Encoded: encoded) else {
+                throw RequestError(.badRequest, "field \"base64\" is not valid base64")
+            }
+            return data
+        }
+        throw RequestError(.badRequest, "give the contents as \"text\" or \"base64\"")
+    }
+
+    // MARK: Commands
+
+    private func run(_ command: String, _ request: JSONValue) async throws -> [(key: String, value: JSONValue)] {
+        switch command {
+        case "status":
+            return try await status()
+        case "list":
+            let documents = await store.list().map { Self.describe($0) }
+            return [("documents", .array(documents))]
+        case "open":
+            return [("document", Self.describe(try await store.open(try document(request))))]
+        case "create":
+            return [("document", Self.describe(try await store.create(try document(request))))]
+        case "get":
+            return try await get(request)
+        case "set":
+            let path = try document(request)
+            let edit: DocumentEdit
+            if let json = request["json"] {
+                edit = .setJSON(json.serialized() + "\n")
+            } else if let text = try optionalString(request, "text") {
+                edit = path.lowercased().hasSuffix(".json") ? .setJSON(text) : .setText(text)
+            } else {
+                edit = .setData(try bytes(request))
+            }
+            return [("document", Self.describe(try await store.apply(edit, to: path, create: true)))]
+        case "append":
+            let path = try document(request)
+            return [("document", Self.describe(try await store.apply(.append(try string(request, "text")), to: path)))]
+        case "replace":
+            let path = try document(request)
+            let edit = DocumentEdit.replace(
+                offset: try integer(request, "offset"), length: try integer(request, "length"),
+                with: try string(request, "text"))
+            return [("document", Self.describe(try await store.apply(edit, to: path)))]
+        case "patch":
+            let path = try document(request)
+            guard let patch = request["patch"] else { throw RequestError(.badRequest, "missing field \"patch\"") }
+            let text = patch.stringValue ?? patch.serialized()
+            return [("document", Self.describe(try await store.apply(.mergePatch(text), to: path)))]
+        case "put-member":
+            let path = try document(request)
+            let member = try string(request, "member")
+            return [
+                ("document", Self.describe(try await store.apply(.putMember(member, try bytes(request)), to: path)))
+            ]
+        case "remove-member":
+            let path = try document(request)
+            return [
+                (
+                    "document",
+                    Self.describe(try await store.apply(.removeMember(try string(request, "member")), to: path))
+                )
+            ]
+        case "save":
+            let path = try document(request)
+            try await store.save(path, wait: try flag(request, "wait"))
+            return [("document", Self.describe(try await store.info(path)))]
+        case "save-all":
+            let wait = try flag(request, "wait")
+            try await store.saveAll(wait: wait)
+            return [("unsaved", JSONValue(await store.status().unsaved))]
+        case "revert":
+            return [("document", Self.describe(try await store.revert(try document(request))))]
+        case "close":
+            let path = try document(request)
+            try await store.close(path)
+            return [("doc", .string(path))]
+        case "cancel":
+            guard let target = request["target"] else {
+                throw RequestError(.badRequest, "missing field \"target\" (the id of an export)")
+            }
+            let key = target.serialized(pretty: false)
+            guard let task = exports.withLock({ $0[key] }) else {
+                throw RequestError(.notFound, "no running export has id \(key)")
+            }
+            task.cancel()
+            return [("cancelled", target)]
+        case "subscribe":
+            return try subscribe(request)
+        case "reload":
+            switch await server.reload() {
+            case .success(let message): return [("message", .string(message))]
+            case .failure(let errors):
+                throw RequestError(.badRequest, "the configuration was not reloaded: \(errors.description)")
+            }
+        default:
+            throw RequestError(
+                .unknownCommand,
+                "unknown command \"\(command)\"; commands: \(ControlProtocol.commands.joined(separator: ", "))")
+        }
+    }
+
+    private func status() async throws -> [(key: String, value: JSONValue)] {
+        let status = await store.status()
+        var fields: [(key: String, value: JSONValue)] = [
+            ("version", .string(Daemon.version)),
+            ("root", .string(store.root)),
+            ("documents", JSONValue(status.documents)),
+            ("unsaved", JSONValue(status.unsaved)),
+            ("saving", JSONValue(status.saving)),
+            ("failed", JSONValue(status.failed)),
+            ("saves", JSONValue(status.saves)),
+            ("uptime_seconds", JSONValue(Date().timeIntervalSince(status.startedAt).rounded())),
+            ("connections", JSONValue(server.connectionCount)),
+        ]
+        if let last = status.lastSave {
+            fields.append(("last_save", ["doc": .string(last.document), "at": .string(Self.timestamp(last.at))]))
+        } else {
+            fields.append(("last_save", .null))
+        }
+        fields.append(("last_failure", status.lastFailure.map(Self.describe) ?? .null))
+        return fields
+    }
+
+    private func get(_ request: JSONValue) async throws -> [(key: String, value: JSONValue)] {
+        let path = try document(request)
+        let query: DocumentQuery
+        if let pointer = try optionalString(request, "pointer") {
+            query = .jsonPointer(pointer)
+        } else if let member = try optionalString(request, "member") {
+            query = .member(member)
+        } else if try flag(request, "members") {
+            query = .members
+        } else {
+            query = .contents
+        }
+        let info = try await store.info(path)
+        var fields: [(key: String, value: JSONValue)] = [
+            ("doc", .string(path)), ("type", .string(info.contentType.identifier)),
+        ]
+        switch try await store.read(path, query) {
+        case .text(let text):
+            fields.append(("text", .string(text)))
+        case .json(let value):
+            fields.append(("value", value))
+        case .data(let data):
+            if let text = String(data: data, encoding: .utf8) {
+                fields.append(("text", .string(text)))
+            } else {
+                fields.append(("base64", .string(data.base64EncodedString())))
+            }
+        case .members(let members):
+            fields.append(("members", .array(members.map { .string($0) })))
+        }
+        return fields
+    }
+
+    private func subscribe(_ request: JSONValue) throws -> [(key: String, value: JSONValue)] {
+        let documents = try strings(request, "docs").map(Set.init)
+        let kinds = try strings(request, "events").map(Set.init) ?? ["saved", "save-failed"]
+        let known: Set<String> = ["saved", "save-failed"]
+        if let unknown = kinds.first(where: { !known.contains($0) }) {
+            throw RequestError(.badRequest, "unknown event \"\(unknown)\"; events: saved, save-failed")
+        }
+        let store = store
+        let connection = connection
+        let task = Task {
+            for await event in await store.events() {
+                guard let message = Self.eventMessage(event, kinds: kinds, documents: documents) else { continue }
+                await connection.send(message)
+                if connection.isBroken { return }
+            }
+        }
+        subscription.withLock {
+            $0?.cancel()
+            $0 = task
+        }
+        return [
+            ("events", .array(kinds.sorted().map { .string($0) })),
+            ("docs", documents.map { .array($0.sorted().map { .string($0) }) } ?? .null),
+        ]
+    }
+
+    static func eventMessage(_ event: StoreEvent, kinds: Set<String>, documents: Set<String>?) -> JSONValue? {
+        switch event {
+        case .saved(let document, let bytes, let duration):
+            guard kinds.contains("saved"), documents?.contains(document) ?? true else { return nil }
+            return [
+                "event": "saved", "doc": .string(document), "bytes": JSONValue(bytes),
+                "duration_ms": JSONValue(Double(duration.microseconds) / 1000),
+            ]
+        case .saveFailed(let failure):
+            guard kinds.contains("save-failed"), documents?.contains(failure.document) ?? true else { return nil }
+            return describe(failure).setting("event", "save-failed")
+        default:
+            return nil
+        }
+    }
+
+    // MARK: Describing
+
+    static func timestamp(_ date: Date) -> String {
+        date.formatted(Date.ISO8601FormatStyle(includingFractionalSeconds: true))
+    }
+
+    static func describe(_ info: DocumentInfo) -> JSONValue {
+        var value: JSONValue = [
+            "doc": .string(info.path), "type": .string(info.contentType.identifier), "state": .string(info.state.name),
+            "changes": JSONValue(info.changeCount), "saved_changes": JSONValue(info.savedChangeCount),
+            "saves": JSONValue(info.saves),
+            "last_saved": info.lastSaved.map { .string(timestamp($0)) } ?? .null,
+        ]
+        switch info.state {
+        case .scheduled(let at): value = value.setting("save_at", .string(timestamp(at)))
+        case .failed(let failure): value = value.setting("failure", describe(failure))
+        default: break
+        }
+        return value
+    }
+
+    static func describe(_ failure: SaveFailure) -> JSONValue {
+        [
+            "doc": .string(failure.document), "operation": .string(failure.operation), "path": .string(failure.path),
+            "errno": failure.errno.map { .string($0.name) } ?? .null, "message": .string(failure.message),
+            "attempts": JSONValue(failure.attempts), "failed_at": .string(timestamp(failure.failedAt)),
+            "retry_at": .string(timestamp(failure.retryAt)),
+        ]
+    }
+}
