@@ -14,6 +14,7 @@ let package = Package(
         .library(name: "Autosave", targets: ["Autosave"]),
         .library(name: "Control", targets: ["Control"]),
         .executable(name: "autosaved", targets: ["autosaved"]),
+        .executable(name: "autosavectl", targets: ["autosavectl"]),
     ],
     targets: [
         // _GNU_SOURCE-only pieces of glibc (renameat2, RENAME_*, O_TMPFILE, struct ucred, openat2).
@@ -30,6 +31,9 @@ let package = Package(
         .target(name: "Control", dependencies: ["Posix"], swiftSettings: strictSettings),
         .target(name: "Autosave", dependencies: ["Documents", "Posix", "Control"], swiftSettings: strictSettings),
         .executableTarget(name: "autosaved", dependencies: ["Autosave"], swiftSettings: strictSettings),
+        // autosavectl's parsing, requests and output; it speaks only the protocol (never Systemd).
+        .target(name: "AutosaveCtl", dependencies: ["Control"], swiftSettings: strictSettings),
+        .executableTarget(name: "autosavectl", dependencies: ["AutosaveCtl"], swiftSettings: strictSettings),
         // The daemon with an in-process edit driver, for the daemon harnesses and benchmarks.
         .executableTarget(name: "AutosaveProbe", dependencies: ["Autosave"], swiftSettings: strictSettings),
         // A small command-line driver over Documents used by the crash, strace and benchmark harnesses.
@@ -45,7 +49,9 @@ let package = Package(
         .testTarget(name: "PosixTests", dependencies: ["Posix"], swiftSettings: strictSettings),
         .testTarget(
             name: "AutosaveTests",
-            dependencies: ["Autosave", "Control", "Documents", "Posix", "TestSupport", "autosaved", "AutosaveProbe"],
+            dependencies: [
+                "Autosave", "Control", "Documents", "Posix", "TestSupport", "autosaved", "autosavectl", "AutosaveProbe",
+            ],
             swiftSettings: strictSettings),
         .testTarget(
             name: "DocumentsTests",

@@ -1,0 +1,190 @@
+import Control
+import Dispatch
+import Foundation
+
+/// Writes a line to standard output at once (events must not wait in a buffer).
+func say(_ text: String) {
+    FileHandle.standardOutput.write(Data((text + "\n").utf8))
+}
+
+/// One conversation with the daemon: a request, its events, its reply, printed.
+final class Session {
+    let client: ControlClient
+    let json: Bool
+    let subcommand: String
+    private let standardErrorIsTerminal = isatty(2) == 1
+
+    init(client: ControlClient, json: Bool, subcommand: String) {
+        self.client = client
+        self.json = json
+        self.subcommand = subcommand
+    }
+
+    func run(_ request: JSONValue) -> Int32 {
+        let id: JSONValue
+        do { id = try client.send(request) } catch {
+            FileHandle.standardError.write(Data("autosavectl: \(error)\n".utf8))
+            return CommandLineTool.ExitCode.unavailable
+        }
+        // Ctrl-C: an export is cancelled in the daemon (which answers "cancelled");
+        // anything else just stops waiting.
+        signal(SIGINT, SIG_IGN)
+        let interrupts = DispatchSource.makeSignalSource(signal: SIGINT, queue: .global())
+        let client = client
+        let subcommand = subcommand
+        interrupts.setEventHandler {
+            if subcommand == "export" {
+                _ = try? client.send(["cmd": "cancel", "target": id])
+            } else {
+                FileHandle.standardError.write(Data("\n".utf8))
+                exit(
+                    subcommand == "subscribe" ? CommandLineTool.ExitCode.success : CommandLineTool.ExitCode.interrupted)
+            }
+        }
+        interrupts.resume()
+        defer { interrupts.cancel() }
+
+        var progressShown = false
+        while true {
+            let line: JSONValue
+            do { line = try client.receive() } catch {
+                FileHandle.standardError.write(Data("autosavectl: \(error)\n".utf8))
+                return CommandLineTool.ExitCode.unavailable
+            }
+            if let event = line["event"]?.stringValue {
+                if event == "export-progress" {
+                    progress(line)
+                    progressShown = true
+                } else {
+                    printEvent(line)
+                }
+                continue
+            }
+            if line["id"] != nil && line["id"] != id { continue }
+            if progressShown && standardErrorIsTerminal { FileHandle.standardError.write(Data("\n".utf8)) }
+            if line["ok"]?.boolValue == true {
+                if subcommand == "subscribe" {
+                    if !json { FileHandle.standardError.write(Data("subscribed; Ctrl-C to stop\n".utf8)) }
+                    continue
+                }
+                output(line)
+                return CommandLineTool.ExitCode.success
+            }
+            let code = line["error"]?["code"]?.stringValue ?? "error"
+            let message = line["error"]?["message"]?.stringValue ?? line.serialized(pretty: false)
+            if json { say(line.serialized()) }
+            FileHandle.standardError.write(Data("autosavectl: \(code): \(message)\n".utf8))
+            return code == "cancelled" ? CommandLineTool.ExitCode.interrupted : CommandLineTool.ExitCode.refused
+        }
+    }
+
+    private func progress(_ line: JSONValue) {
+        let phase = line["phase"]?.stringValue ?? ""
+        let completed = line["completed"]?.intValue ?? 0
+        let total = line["total"]?.intValue ?? 0
+        let verb = phase == "committing" ? "putting in place" : "writing"
+        let text = "export: \(verb) \(completed)/\(total)"
+        FileHandle.standardError.write(Data((standardErrorIsTerminal ? "\r\u{1B}[K" + text : text + "\n").utf8))
+    }
+
+    private func printEvent(_ line: JSONValue) {
+        if json {
+            say(line.serialized(pretty: false))
+        } else {
+            let doc = line["doc"]?.stringValue ?? "?"
+            switch line["event"]?.stringValue {
+            case "saved":
+                let bytes = line["bytes"]?.intValue ?? 0
+                let ms = line["duration_ms"]?.doubleValue ?? 0
+                say("saved \(doc) (\(bytes) bytes, \(String(format: "%.1f", ms)) ms)")
+            case "save-failed":
+                say("save-failed \(doc): \(line["message"]?.stringValue ?? "")")
+            default:
+                say(line.serialized(pretty: false))
+            }
+        }
+    }
+
+    // MARK: Human-readable replies
+
+    private func output(_ reply: JSONValue) {
+        if json {
+            say(reply.serialized())
+            return
+        }
+        switch subcommand {
+        case "status":
+            printStatus(reply)
+        case "list":
+            let documents = reply["documents"]?.arrayValue ?? []
+            if documents.isEmpty {
+                say("no open documents")
+                return
+            }
+            say("STATE      CHANGES  SAVED    DOCUMENT")
+            for document in documents {
+                let state = (document["state"]?.stringValue ?? "").padding(toLength: 10, withPad: " ", startingAt: 0)
+                let changes = String(document["changes"]?.intValue ?? 0).padding(
+                    toLength: 8, withPad: " ", startingAt: 0)
+                let saved = String(document["saved_changes"]?.intValue ?? 0).padding(
+                    toLength: 8, withPad: " ", startingAt: 0)
+                say("\(state) \(changes) \(saved) \(document["doc"]?.stringValue ?? "")")
+            }
+        case "get":
+            if let text = reply["text"]?.stringValue {
+                FileHandle.standardOutput.write(Data(text.utf8))
+            } else if let encoded = reply["base64"]?.stringValue, let data = Data(base64Encoded: encoded) {
+                FileHandle.standardOutput.write(data)
+            } else if let members = reply["members"]?.arrayValue {
+                for member in members { say(member.stringValue ?? "") }
+            } else if let value = reply["value"] {
+                say(value.serialized())
+            }
+        case "save" where reply["unsaved"] != nil:
+            let unsaved = reply["unsaved"]?.intValue ?? 0
+            say(unsaved == 0 ? "every document is saved" : "\(unsaved) documents still have unsaved edits")
+        case "close":
+            say("closed \(reply["doc"]?.stringValue ?? "")")
+        case "export":
+            for path in reply["paths"]?.arrayValue ?? [] { say(path.stringValue ?? "") }
+        case "reload":
+            say(reply["message"]?.stringValue ?? "reloaded")
+        default:
+            if let document = reply["document"] { printDocument(document) }
+        }
+    }
+
+    private func printDocument(_ document: JSONValue) {
+        let path = document["doc"]?.stringValue ?? ""
+        let state = document["state"]?.stringValue ?? ""
+        let changes = document["changes"]?.intValue ?? 0
+        let saved = document["saved_changes"]?.intValue ?? 0
+        var line = "\(path): \(state), \(changes) changes, \(saved) on disk"
+        if let failure = document["failure"], let message = failure["message"]?.stringValue {
+            line += "\n  last save failed: \(message)"
+        }
+        say(line)
+    }
+
+    private func printStatus(_ reply: JSONValue) {
+        let int = { (key: String) in reply[key]?.intValue ?? 0 }
+        say(
+            "autosaved \(reply["version"]?.stringValue ?? "?"), up \(int("uptime_seconds")) s, root \(reply["root"]?.stringValue ?? "?")"
+        )
+        say(
+            "documents: \(int("documents")), unsaved: \(int("unsaved")), saving: \(int("saving")), failed: \(int("failed")), saves: \(int("saves"))"
+        )
+        if let last = reply["last_save"], !last.isNull {
+            say("last save: \(last["doc"]?.stringValue ?? "") at \(last["at"]?.stringValue ?? "")")
+        } else {
+            say("last save: none")
+        }
+        if let failure = reply["last_failure"], !failure.isNull {
+            say(
+                "last failure: \(failure["message"]?.stringValue ?? "") (retry at \(failure["retry_at"]?.stringValue ?? "?"))"
+            )
+        } else {
+            say("last failure: none")
+        }
+    }
+}
