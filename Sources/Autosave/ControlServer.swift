@@ -174,9 +174,8 @@ public final class ControlServer: Sendable {
         }
         defer { try? root.close() }
         do {
-            try FileDescriptor.openBeneath(
-                normalized, relativeTo: root, options: [.pathOnly, .noFollow], noSymlinks: true
-            ).close()
+            // Without O_NOFOLLOW: with O_PATH it would let a symbolic link as the last component through.
+            try FileDescriptor.openBeneath(normalized, relativeTo: root, options: [.pathOnly], noSymlinks: true).close()
         } catch .noSuchFile {
             return
         } catch .tooManySymbolicLinks, .crossDevice {
@@ -251,6 +250,7 @@ public final class ControlServer: Sendable {
                     }
                 }
             }
+            session.cancelAll()
             tasks.cancelAll()
         }
     }

@@ -39,6 +39,16 @@ final class ControlSession: Sendable {
 
     var store: DocumentStore { server.store }
 
+    /// Ends what the connection started: running exports are cancelled (and leave
+    /// nothing behind), the subscription stops.
+    func cancelAll() {
+        for task in exports.withLock({ Array($0.values) }) { task.cancel() }
+        subscription.withLock {
+            $0?.cancel()
+            $0 = nil
+        }
+    }
+
     func handle(_ line: [UInt8], tasks: inout DiscardingTaskGroup) async {
         let request: JSONValue
         do { request = try JSONValue(parsing: line) } catch {

@@ -93,6 +93,7 @@ public final class ControlClient {
     }
 
     /// Sends `request` and returns its reply; lines that are events are passed to `onEvent`.
+    @discardableResult
     public func call(_ request: JSONValue, onEvent: (JSONValue) -> Void = { _ in }) throws -> JSONValue {
         let id = try send(request)
         while true {

@@ -84,10 +84,18 @@ public enum Machine {
     /// A built product of this package, by name.
     public static func product(_ name: String) -> String { productsDirectory + "/" + name }
 
-    public struct Output {
+    public struct Output: CustomStringConvertible {
         public var status: Int32
         public var stdout: String
         public var stderr: String
+
+        public init(status: Int32, stdout: String, stderr: String) {
+            self.status = status
+            self.stdout = stdout
+            self.stderr = stderr
+        }
+
+        public var description: String { "exit \(status)\nstdout: \(stdout)\nstderr: \(stderr)" }
     }
 
     /// Runs a program to completion and returns its exit status and output.

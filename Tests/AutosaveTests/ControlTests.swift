@@ -1,0 +1,401 @@
+import Autosave
+import Control
+import Foundation
+@preconcurrency import Glibc
+import Posix
+import TestSupport
+import Testing
+
+/// The built autosaved on a temporary root, with the built autosavectl and raw clients.
+final class RunningDaemon {
+    let directory = TemporaryDirectory("control")
+    let process: DaemonProcess
+    var root: String { directory.sub("root") }
+    var socket: String { directory.sub("run/control.sock") }
+
+    init(_ extra: String = "", quiet: String = "200ms") async throws {
+        let config = directory.sub("autosaved.conf")
+        try Disk.write(
+            "[Store]\nRoot=\(directory.sub("root"))\n[Autosave]\nQuietPeriod=\(quiet)\nMaxDelay=1h\n[Control]\nSocket=\(directory.sub("run/control.sock"))\n"
+                + extra,
+            to: config)
+        process = try DaemonProcess(Machine.product("autosaved"), ["--config", config])
+        await process.waitForLine(containing: "started:")
+    }
+
+    func stop() async -> Int32 {
+        process.signal(SIGTERM)
+        return await process.exitStatus()
+    }
+
+    /// Runs the built autosavectl against this daemon.
+    @discardableResult
+    func ctl(_ arguments: String..., stdin: String? = nil) throws -> Machine.Output {
+        try ctl(arguments, stdin: stdin)
+    }
+
+    func ctl(_ arguments: [String], stdin: String? = nil) throws -> Machine.Output {
+        let process = Process()
+        process.executableURL = URL(fileURLWithPath: Machine.product("autosavectl"))
+        process.arguments = ["--socket", socket] + arguments
+        let out = Pipe()
+        let err = Pipe()
+        let input = Pipe()
+        process.standardOutput = out
+        process.standardError = err
+        process.standardInput = input
+        try process.run()
+        if let stdin { input.fileHandleForWriting.write(Data(stdin.utf8)) }
+        try input.fileHandleForWriting.close()
+        let o = out.fileHandleForReading.readDataToEndOfFile()
+        let e = err.fileHandleForReading.readDataToEndOfFile()
+        process.waitUntilExit()
+        return Machine.Output(
+            status: process.terminationStatus, stdout: String(decoding: o, as: UTF8.self),
+            stderr: String(decoding: e, as: UTF8.self))
+    }
+
+    func client() throws -> ControlClient { try ControlClient(socketPath: socket) }
+
+    func onDisk(_ path: String) throws -> String { try String(contentsOfFile: root + "/" + path, encoding: .utf8) }
+}
+
+@Suite("autosavectl against the built daemon", .serialized)
+struct ControlEndToEndTests {
+    @Test("Every command, with save --wait followed by reading the file from disk")
+    func everyCommand() async throws {
+        let daemon = try await RunningDaemon(quiet: "1h")
+        var r = try daemon.ctl("set", "notes/todo.txt", "--text", "buy milk\n")
+        #expect(r.status == 0 && r.stdout.contains("notes/todo.txt: scheduled"), "\(r)")
+        r = try daemon.ctl("append", "notes/todo.txt", stdin: "buy eggs\n")
+        #expect(r.status == 0)
+        r = try daemon.ctl("replace", "notes/todo.txt", "--offset", "4", "--length", "4", "--text", "oat milk")
+        #expect(r.status == 0)
+        r = try daemon.ctl("save", "notes/todo.txt", "--wait")
+        #expect(r.status == 0 && r.stdout.contains("clean"))
+        #expect(try daemon.onDisk("notes/todo.txt") == "buy oat milk\nbuy eggs\n")
+        r = try daemon.ctl("get", "notes/todo.txt")
+        #expect(r.stdout == "buy oat milk\nbuy eggs\n")
+
+        r = try daemon.ctl("set", "conf.json", "--text", #"{"a": 1}"#)
+        #expect(r.status == 0)
+        r = try daemon.ctl("patch", "conf.json", "--patch", #"{"b": {"c": [1, 2]}}"#)
+        #expect(r.status == 0)
+        r = try daemon.ctl("get", "conf.json", "--pointer", "/b/c/1")
+        #expect(r.stdout == "2\n")
+        r = try daemon.ctl("set", "conf.json", "--text", "{oops")
+        #expect(r.status == 1 && r.stderr.contains("bad-request") && r.stderr.contains("line 1, column 2"))
+
+        r = try daemon.ctl("create", "book.package")
+        #expect(r.status == 0)
+        r = try daemon.ctl("put-member", "book.package", "ch/1.txt", "--text", "one\n")
+        #expect(r.status == 0)
+        r = try daemon.ctl("put-member", "book.package", "ch/2.txt", stdin: "two\n")
+        #expect(r.status == 0)
+        r = try daemon.ctl("remove-member", "book.package", "ch/2.txt")
+        #expect(r.status == 0)
+        r = try daemon.ctl("get", "book.package", "--members")
+        #expect(r.stdout == "ch/1.txt\n")
+        r = try daemon.ctl("get", "book.package", "--member", "ch/1.txt")
+        #expect(r.stdout == "one\n")
+
+        r = try daemon.ctl("save", "--all", "--wait")
+        #expect(r.status == 0 && r.stdout.contains("every document is saved"))
+        #expect(try daemon.onDisk("book.package/ch/1.txt") == "one\n")
+        #expect(
+            try JSONValue(parsing: try daemon.onDisk("conf.json"))
+                == (try JSONValue(parsing: #"{"a":1,"b":{"c":[1,2]}}"#)))
+
+        r = try daemon.ctl("status")
+        #expect(r.status == 0 && r.stdout.contains("documents: 3, unsaved: 0"))
+        r = try daemon.ctl("--json", "status")
+        let status = try JSONValue(parsing: r.stdout)
+        #expect(status["documents"]?.intValue == 3)
+        #expect(status["last_save"]?["doc"] != nil)
+        r = try daemon.ctl("list")
+        #expect(r.stdout.contains("clean") && r.stdout.contains("book.package"))
+
+        try Disk.write("changed behind the daemon's back\n", to: daemon.root + "/notes/todo.txt")
+        r = try daemon.ctl("append", "notes/todo.txt", "--text", "unsaved\n")
+        r = try daemon.ctl("revert", "notes/todo.txt")
+        #expect(r.status == 0)
+        #expect(try daemon.ctl("get", "notes/todo.txt").stdout == "changed behind the daemon's back\n")
+
+        try FileManager.default.createDirectory(atPath: daemon.root + "/out", withIntermediateDirectories: false)
+        r = try daemon.ctl("export", "notes/todo.txt", "conf.json", "book.package", "--to", "out")
+        #expect(r.status == 0, "\(r.stderr)")
+        #expect(r.stderr.contains("export: putting in place 3/3"))
+        #expect(try Disk.names(in: daemon.root + "/out") == ["book.package", "conf.json", "todo.txt"])
+        #expect(try daemon.onDisk("out/book.package/ch/1.txt") == "one\n")
+
+        r = try daemon.ctl("close", "notes/todo.txt")
+        #expect(r.status == 0)
+        r = try daemon.ctl("open", "notes/todo.txt")
+        #expect(r.status == 0)
+        r = try daemon.ctl("reload")
+        #expect(r.status == 0 && r.stdout.contains("configuration reloaded"))
+        #expect(await daemon.stop() == 0)
+    }
+
+    @Test("Usage errors exit 64, refusals 1, an unreachable daemon 69; --help everywhere")
+    func exitCodes() async throws {
+        let daemon = try await RunningDaemon()
+        #expect(try daemon.ctl("get", "absent.txt").status == 1)
+        #expect(try daemon.ctl("frobnicate").status == 64)
+        #expect(try daemon.ctl("replace", "a.txt", "--offset", "x", "--length", "1", "--text", "y").status == 64)
+        #expect(try daemon.ctl("set").status == 64)
+        for command in ControlProtocol.commands where !["save-all", "cancel"].contains(command) {
+            let help = try daemon.ctl(command, "--help")
+            #expect(
+                help.status == 0 && help.stdout.contains("OVERVIEW:") && help.stdout.contains("USAGE:")
+                    && help.stdout.contains("OPTIONS:"), "\(command)")
+        }
+        let unreachable = try Machine.run(
+            Machine.product("autosavectl"), ["--socket", daemon.directory.sub("nothing.sock"), "status"])
+        #expect(unreachable.status == 69)
+        #expect(unreachable.stderr.contains("is autosaved running?"))
+        #expect(await daemon.stop() == 0)
+    }
+
+    @Test("subscribe prints save events as they happen")
+    func subscribe() async throws {
+        let daemon = try await RunningDaemon(quiet: "50ms")
+        let subscriber = try DaemonProcess(
+            Machine.product("autosavectl"), ["--socket", daemon.socket, "subscribe", "watched.txt"])
+        await subscriber.waitForLine(containing: "subscribed")
+        try daemon.ctl("set", "other.txt", "--text", "x")
+        try daemon.ctl("set", "watched.txt", "--text", "hello")
+        let line = await subscriber.waitForLine(containing: "saved watched.txt")
+        #expect(line?.contains("(5 bytes") == true)
+        #expect(!subscriber.output.contains { $0.contains("other.txt") })
+        subscriber.signal(SIGINT)
+        #expect(await subscriber.exitStatus() == 0)
+        #expect(await daemon.stop() == 0)
+    }
+}
+
+@Suite("The control socket against raw and hostile clients", .serialized)
+struct ControlSocketTests {
+    /// A raw client speaking bytes.
+    final class Raw {
+        let fd: FileDescriptor
+        init(_ path: String) throws {
+            fd = try FileDescriptor.unixSocket()
+            try fd.connect(toPath: path)
+        }
+        deinit { try? fd.close() }
+        func send(_ text: String) throws { try fd.writeAll(Array(text.utf8)) }
+        func line() throws -> JSONValue? {
+            var bytes: [UInt8] = []
+            var byte: UInt8 = 0
+            while true {
+                let n = try withUnsafeMutableBytes(of: &byte) { try fd.read(into: $0) }
+                if n == 0 { return nil }
+                if byte == 10 { return try JSONValue(parsing: bytes) }
+                bytes.append(byte)
+            }
+        }
+        func code() throws -> String? { try line()?["error"]?["code"]?.stringValue }
+    }
+
+    @Test(
+        "Malformed JSON, unknown commands, missing fields, a 10 MB line: each gets its error and the daemon serves on")
+    func malformed() async throws {
+        let daemon = try await RunningDaemon()
+        let raw = try Raw(daemon.socket)
+        try raw.send("this is not json\n")
+        #expect(try raw.code() == "bad-request")
+        try raw.send("[1,2,3]\n")
+        #expect(try raw.code() == "bad-request")
+        try raw.send(#"{"id": 7, "cmd": "teleport"}"# + "\n")
+        let unknown = try raw.line()
+        #expect(unknown?["id"]?.intValue == 7 && unknown?["error"]?["code"]?.stringValue == "unknown-command")
+        try raw.send(#"{"id": 8, "cmd": "set"}"# + "\n")
+        let missing = try raw.line()
+        #expect(
+            missing?["error"]?["code"]?.stringValue == "invalid-path"
+                || missing?["error"]?["code"]?.stringValue == "bad-request")
+        #expect(missing?["error"]?["message"]?.stringValue?.contains("\"doc\"") == true)
+        try raw.send(#"{"id": 9, "cmd": "replace", "doc": "a.txt", "offset": "x", "length": 1, "text": ""}"# + "\n")
+        #expect(try raw.code() == "bad-request")
+        try raw.send(#"{"cmd": "set", "doc": "big.txt", "text": ""# + String(repeating: "x", count: 10 << 20) + "\"}\n")
+        #expect(try raw.code() == "too-large")
+        try raw.send(#"{"id": 10, "cmd": "status"}"# + "\n")
+        #expect(try raw.line()?["ok"]?.boolValue == true, "the same connection still works after the oversized line")
+        #expect(try daemon.ctl("status").status == 0)
+        #expect(await daemon.stop() == 0)
+    }
+
+    @Test("A client that sends nothing, and one that disconnects mid-request, delay nobody")
+    func idleAndHalf() async throws {
+        let daemon = try await RunningDaemon()
+        let idle = try Raw(daemon.socket)
+        let half = try Raw(daemon.socket)
+        try half.send(#"{"cmd": "set", "doc": "half.txt", "te"#)
+        try half.fd.close()
+        let start = ContinuousClock.now
+        for i in 0..<20 { #expect(try daemon.ctl("set", "x\(i).txt", "--text", "\(i)").status == 0) }
+        _ = idle
+        #expect(ContinuousClock.now - start < .seconds(60))
+        #expect(try daemon.ctl("get", "half.txt").status == 1, "the half request was never applied")
+        #expect(await daemon.stop() == 0)
+    }
+
+    @Test("Path attacks are refused and nothing outside the root is read or touched")
+    func pathAttacks() async throws {
+        let daemon = try await RunningDaemon()
+        let outside = daemon.directory.sub("outside")
+        try FileManager.default.createDirectory(atPath: outside, withIntermediateDirectories: false)
+        try Disk.write("secret\n", to: outside + "/secret.txt")
+        try FileManager.default.createDirectory(atPath: daemon.root + "/sub", withIntermediateDirectories: true)
+        #expect(symlink("/etc", daemon.root + "/etc") == 0)
+        #expect(symlink(outside, daemon.root + "/sub/linked") == 0)
+        #expect(symlink(outside + "/secret.txt", daemon.root + "/leak.txt") == 0)
+        let client = try daemon.client()
+        let attacks = [
+            "../x.txt", "/etc/passwd", "a/../../x.txt", "nul\u{0}.txt", "etc/passwd", "sub/linked/secret.txt",
+            "leak.txt", "sub/linked/new.txt",
+        ]
+        for path in attacks {
+            for request: JSONValue in [
+                ["cmd": "get", "doc": .string(path)], ["cmd": "set", "doc": .string(path), "text": "pwned"],
+                ["cmd": "open", "doc": .string(path)], ["cmd": "create", "doc": .string(path)],
+            ] {
+                let reply = try client.call(request)
+                #expect(
+                    reply["error"]?["code"]?.stringValue == "invalid-path",
+                    "\(path): \(reply.serialized(pretty: false))")
+            }
+        }
+        let export = try client.call(["cmd": "export", "docs": [], "to": "/tmp"])
+        #expect(export["ok"]?.boolValue == false)
+        try client.call(["cmd": "set", "doc": "fine.txt", "text": "ok"])
+        let outsideExport = try client.call(["cmd": "export", "docs": ["fine.txt"], "to": .string(outside)])
+        #expect(outsideExport["error"]?["code"]?.stringValue == "invalid-path")
+        let linkedExport = try client.call(["cmd": "export", "docs": ["fine.txt"], "to": "sub/linked"])
+        #expect(linkedExport["error"]?["code"]?.stringValue == "invalid-path")
+        #expect(try Disk.names(in: outside) == ["secret.txt"])
+        #expect(try Disk.bytes(outside + "/secret.txt") == Data("secret\n".utf8))
+        #expect(await daemon.stop() == 0)
+        #expect(try Disk.bytes(outside + "/secret.txt") == Data("secret\n".utf8))
+        #expect(try Disk.names(in: outside) == ["secret.txt"])
+    }
+
+    @Test("100 concurrent clients each append 1,000 distinct lines: the saved document holds all 100,000")
+    func concurrentAppends() async throws {
+        let daemon = try await RunningDaemon(quiet: "100ms")
+        let socket = daemon.socket
+        try daemon.ctl("set", "log.txt", "--text", "")
+        try await withThrowingTaskGroup(of: Void.self) { group in
+            for client in 0..<100 {
+                group.addTask {
+                    let connection = try ControlClient(socketPath: socket)
+                    for line in 0..<1000 {
+                        let reply = try connection.call([
+                            "cmd": "append", "doc": "log.txt", "text": .string("client \(client) line \(line)\n"),
+                        ])
+                        guard reply["ok"]?.boolValue == true else {
+                            throw Failure("append refused: \(reply.serialized(pretty: false))")
+                        }
+                    }
+                }
+            }
+            try await group.waitForAll()
+        }
+        #expect(try daemon.ctl("save", "log.txt", "--wait").status == 0)
+        let lines = try daemon.onDisk("log.txt").split(separator: "\n")
+        #expect(lines.count == 100_000)
+        #expect(Set(lines).count == 100_000)
+        #expect(await daemon.stop() == 0)
+    }
+
+    @Test(
+        "An unprivileged client is refused unless the configuration allows it",
+        .enabled(if: Machine.isRoot && Machine.has("setpriv"), "needs root and setpriv"))
+    func unprivileged() async throws {
+        // The socket mode lets anyone connect, so the refusal must come from SO_PEERCRED.
+        let daemon = try await RunningDaemon("SocketMode=0666\n")
+        try changeMode(ofPath: daemon.directory.path, to: .init(rawValue: 0o755))
+        let nobody = [
+            "--reuid=65534", "--regid=65534", "--clear-groups", Machine.product("autosavectl"), "--socket",
+            daemon.socket, "status",
+        ]
+        let refused = try Machine.run("setpriv", nobody)
+        #expect(refused.status == 1)
+        #expect(refused.stderr.contains("forbidden"))
+        #expect(refused.stderr.contains("uid 65534"))
+        #expect(await daemon.stop() == 0)
+
+        let allowed = try await RunningDaemon("SocketMode=0666\nAllowUsers=65534\n")
+        try changeMode(ofPath: allowed.directory.path, to: .init(rawValue: 0o755))
+        let ok = try Machine.run(
+            "setpriv",
+            [
+                "--reuid=65534", "--regid=65534", "--clear-groups", Machine.product("autosavectl"), "--socket",
+                allowed.socket, "status",
+            ])
+        #expect(ok.status == 0, "\(ok.stderr)")
+        #expect(await allowed.stop() == 0)
+
+        // With the default mode 0600 the kernel refuses the connection itself.
+        let strict = try await RunningDaemon()
+        try changeMode(ofPath: strict.directory.path, to: .init(rawValue: 0o755))
+        #expect(try FileDescriptor.currentWorkingDirectory.status(of: strict.socket).permissions.rawValue == 0o600)
+        let denied = try Machine.run(
+            "setpriv",
+            [
+                "--reuid=65534", "--regid=65534", "--clear-groups", Machine.product("autosavectl"), "--socket",
+                strict.socket, "status",
+            ])
+        #expect(denied.status == 69)
+        #expect(await strict.stop() == 0)
+    }
+
+    @Test("Cancelling an export, or the client going away, leaves nothing half-written")
+    func cancelExport() async throws {
+        let daemon = try await RunningDaemon(quiet: "1h")
+        let client = try daemon.client()
+        let big = String(repeating: "0123456789", count: 500_000)
+        for i in 0..<6 {
+            let reply = try client.call(["cmd": "set", "doc": .string("big\(i).txt"), "text": .string(big)])
+            #expect(reply["ok"]?.boolValue == true)
+        }
+        try FileManager.default.createDirectory(atPath: daemon.root + "/out", withIntermediateDirectories: false)
+        let docs: JSONValue = .array((0..<6).map { .string("big\($0).txt") })
+        let id = try client.send(["cmd": "export", "docs": docs, "to": "out"])
+        // Cancel once the first document is written.
+        var sawProgress = false
+        var reply: JSONValue? = nil
+        while reply == nil {
+            let line = try client.receive()
+            if line["event"] != nil {
+                if !sawProgress {
+                    sawProgress = true
+                    try client.send(["cmd": "cancel", "target": id])
+                }
+            } else if line["id"] == id {
+                reply = line
+            }
+        }
+        #expect(reply?["error"]?["code"]?.stringValue == "cancelled")
+        #expect(try Disk.names(in: daemon.root + "/out").isEmpty, "no file, half-written or whole, and no temporary")
+
+        // A client that leaves during an export: the export is cancelled, or, if it had
+        // already put everything in place, complete — never partial.
+        var leaving: ControlClient? = try daemon.client()
+        try leaving?.send(["cmd": "export", "docs": docs, "to": "out"])
+        _ = try leaving?.receive()
+        leaving = nil
+        // The daemon notices the hang-up: then only `client` and the status request itself are connected.
+        var connections = 3
+        for _ in 0..<200 where connections > 2 {
+            connections =
+                try JSONValue(parsing: try daemon.ctl("--json", "status").stdout)["connections"]?.intValue ?? 0
+        }
+        #expect(connections == 2)
+        let exported = try Disk.names(in: daemon.root + "/out")
+        #expect(exported.isEmpty || exported.count == 6, "all or nothing: \(exported)")
+        #expect(Disk.temporaries(under: daemon.root + "/out").isEmpty)
+        #expect(await daemon.stop() == 0)
+    }
+}
