@@ -213,3 +213,18 @@ struct ShippedConfigurationTests {
         }
     }
 }
+
+@Suite("docs/PROTOCOL.md")
+struct ProtocolDocumentationTests {
+    @Test("Every command has a section with an example, and every error code is described")
+    func complete() throws {
+        let text = try String(contentsOfFile: ShippedConfigurationTests.repository + "/docs/PROTOCOL.md", encoding: .utf8)
+        for command in ControlProtocol.commands {
+            #expect(text.contains("### \(command)") || text.contains(", \(command)\n"), "no section for \(command)")
+            #expect(text.contains("\"cmd\": \"\(command)\""), "no example for \(command)")
+        }
+        for code in ControlProtocol.ErrorCode.allCases where code != .conflict {
+            #expect(text.contains("`\(code.rawValue)`"), "\(code.rawValue) is not described")
+        }
+    }
+}

@@ -3,6 +3,7 @@ import Control
 import Foundation
 @preconcurrency import Glibc
 import Posix
+import Synchronization
 import TestSupport
 import Testing
 
@@ -286,22 +287,34 @@ struct ControlSocketTests {
         let daemon = try await RunningDaemon(quiet: "100ms")
         let socket = daemon.socket
         try daemon.ctl("set", "log.txt", "--text", "")
-        try await withThrowingTaskGroup(of: Void.self) { group in
-            for client in 0..<100 {
-                group.addTask {
+        // One thread per client (blocking I/O), so all 100 really are connected and sending at once.
+        final class Failures: Sendable {
+            let list = Mutex<[String]>([])
+        }
+        let failures = Failures()
+        let finished = DispatchGroup()
+        for client in 0..<100 {
+            finished.enter()
+            Thread {
+                defer { finished.leave() }
+                do {
                     let connection = try ControlClient(socketPath: socket)
                     for line in 0..<1000 {
-                        let reply = try connection.call([
-                            "cmd": "append", "doc": "log.txt", "text": .string("client \(client) line \(line)\n"),
-                        ])
-                        guard reply["ok"]?.boolValue == true else {
-                            throw Failure("append refused: \(reply.serialized(pretty: false))")
-                        }
+                        let reply = try connection.call(["cmd": "append", "doc": "log.txt", "text": .string("client \(client) line \(line)\n")])
+                        if reply["ok"]?.boolValue != true { throw Failure("append refused: \(reply.serialized(pretty: false))") }
                     }
+                } catch {
+                    failures.list.withLock { $0.append("client \(client): \(error)") }
                 }
-            }
-            try await group.waitForAll()
+            }.start()
         }
+        await withCheckedContinuation { continuation in
+            DispatchQueue.global().async {
+                finished.wait()
+                continuation.resume()
+            }
+        }
+        #expect(failures.list.withLock { $0 }.isEmpty, "\(failures.list.withLock { $0 })")
         #expect(try daemon.ctl("save", "log.txt", "--wait").status == 0)
         let lines = try daemon.onDisk("log.txt").split(separator: "\n")
         #expect(lines.count == 100_000)
