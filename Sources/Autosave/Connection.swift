@@ -31,7 +31,8 @@ final class Connection: Sendable {
 
     /// Queues one line (the compact JSON of `message`) and writes what is queued.
     func send(_ message: JSONValue) async {
-        let line = Array((message.serialized(pretty: false) + "\n").utf8)
+        var line = message.serializedBytes()
+        line.append(10)
         let shouldWrite: Bool = output.withLock { state in
             if state.broken { return false }
             state.pending += line

@@ -20,6 +20,8 @@ public final class ControlServer: Sendable {
     /// The path this server bound (and removes at the end), `nil` for an inherited socket.
     let boundPath: String?
     let boundInode: UInt64?
+    /// The store root, held open (`O_PATH`) for path checks.
+    let rootDescriptor: Int32
     private let connections = Atomic<Int>(0)
 
     /// Listens on the configured socket, or on the one systemd passed (socket activation).
@@ -33,6 +35,11 @@ public final class ControlServer: Sendable {
         self.log = log
         self.reload = reload
         loop = try EventLoop()
+        do {
+            rootDescriptor = try FileDescriptor.open(configuration.root, options: [.directory, .pathOnly]).rawValue
+        } catch {
+            throw SetupError(description: "the store root \(configuration.root) cannot be opened: \(error)")
+        }
         if let inherited = SocketActivation.controlSocket(environment: environment) {
             try inherited.setNonBlocking()
             listener = inherited.rawValue
@@ -160,6 +167,7 @@ public final class ControlServer: Sendable {
             try? FileManager.default.removeItem(atPath: boundPath)
         }
         loop.stop()
+        try? FileDescriptor(rawValue: rootDescriptor).close()
     }
 
     /// Refuses a document path that is not a clean relative path, or whose existing part
@@ -168,11 +176,7 @@ public final class ControlServer: Sendable {
     func checkBeneathRoot(_ path: String) throws {
         let normalized: String
         do { normalized = try DocumentPath.validate(path) } catch { throw RequestError(error) }
-        let root: FileDescriptor
-        do { root = try FileDescriptor.open(store.root, options: [.directory, .pathOnly]) } catch {
-            throw RequestError(.ioError, "the store root \(store.root) cannot be opened: \(error)")
-        }
-        defer { try? root.close() }
+        let root = FileDescriptor(rawValue: rootDescriptor)
         do {
             // Without O_NOFOLLOW: with O_PATH it would let a symbolic link as the last component through.
             try FileDescriptor.openBeneath(normalized, relativeTo: root, options: [.pathOnly], noSymlinks: true).close()

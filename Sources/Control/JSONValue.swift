@@ -220,29 +220,29 @@ struct JSONParser {
     mutating func parseString() throws(JSONSyntaxError) -> String {
         let open = index
         index += 1
-        var scalars = String.UnicodeScalarView()
         var runStart = index
         var result = ""
         while true {
             guard index < bytes.count else { throw error("unterminated string", at: open) }
             let byte = bytes[index]
             if byte == UInt8(ascii: "\"") {
-                result += String(decoding: bytes[runStart..<index], as: UTF8.self)
-                guard String(validating: bytes[runStart..<index], as: UTF8.self) != nil else {
+                guard let run = String(validating: bytes[runStart..<index], as: UTF8.self) else {
                     throw error("the string is not valid UTF-8", at: runStart)
                 }
-                result.unicodeScalars.append(contentsOf: scalars)
+                if result.isEmpty {
+                    index += 1
+                    return run
+                }
+                result += run
                 index += 1
                 return result
             }
             if byte < 0x20 { throw error("control character \(describe(byte)) in a string must be escaped") }
             if byte == UInt8(ascii: "\\") {
-                guard String(validating: bytes[runStart..<index], as: UTF8.self) != nil else {
+                guard let run = String(validating: bytes[runStart..<index], as: UTF8.self) else {
                     throw error("the string is not valid UTF-8", at: runStart)
                 }
-                result += String(decoding: bytes[runStart..<index], as: UTF8.self)
-                result.unicodeScalars.append(contentsOf: scalars)
-                scalars = String.UnicodeScalarView()
+                result += run
                 index += 1
                 guard index < bytes.count else { throw error("unterminated escape") }
                 let escape = bytes[index]
@@ -295,65 +295,83 @@ struct JSONParser {
 extension JSONValue {
     /// The value as JSON text: pretty-printed with two-space indents, or compact.
     public func serialized(pretty: Bool = true) -> String {
-        var out = ""
+        String(decoding: serializedBytes(pretty: pretty), as: UTF8.self)
+    }
+
+    /// The value as UTF-8 JSON text.
+    public func serializedBytes(pretty: Bool = false) -> [UInt8] {
+        var out: [UInt8] = []
+        out.reserveCapacity(256)
         write(to: &out, pretty: pretty, indent: 0)
         return out
     }
 
-    private func write(to out: inout String, pretty: Bool, indent: Int) {
+    private static func newline(_ out: inout [UInt8], indent: Int) {
+        out.append(10)
+        out.append(contentsOf: repeatElement(32, count: indent * 2))
+    }
+
+    private func write(to out: inout [UInt8], pretty: Bool, indent: Int) {
         switch self {
-        case .null: out += "null"
-        case .bool(let b): out += b ? "true" : "false"
-        case .number(let n): out += n
+        case .null: out.append(contentsOf: "null".utf8)
+        case .bool(let b): out.append(contentsOf: (b ? "true" : "false").utf8)
+        case .number(let n): out.append(contentsOf: n.utf8)
         case .string(let s): Self.writeString(s, to: &out)
         case .array(let elements):
             if elements.isEmpty {
-                out += "[]"
+                out.append(contentsOf: "[]".utf8)
                 return
             }
-            out += "["
+            out.append(UInt8(ascii: "["))
             for (i, element) in elements.enumerated() {
-                if i > 0 { out += "," }
-                if pretty { out += "\n" + String(repeating: "  ", count: indent + 1) }
+                if i > 0 { out.append(UInt8(ascii: ",")) }
+                if pretty { Self.newline(&out, indent: indent + 1) }
                 element.write(to: &out, pretty: pretty, indent: indent + 1)
             }
-            if pretty { out += "\n" + String(repeating: "  ", count: indent) }
-            out += "]"
+            if pretty { Self.newline(&out, indent: indent) }
+            out.append(UInt8(ascii: "]"))
         case .object(let members):
             if members.isEmpty {
-                out += "{}"
+                out.append(contentsOf: "{}".utf8)
                 return
             }
-            out += "{"
+            out.append(UInt8(ascii: "{"))
             for (i, member) in members.enumerated() {
-                if i > 0 { out += "," }
-                if pretty { out += "\n" + String(repeating: "  ", count: indent + 1) }
+                if i > 0 { out.append(UInt8(ascii: ",")) }
+                if pretty { Self.newline(&out, indent: indent + 1) }
                 Self.writeString(member.key, to: &out)
-                out += pretty ? ": " : ":"
+                out.append(UInt8(ascii: ":"))
+                if pretty { out.append(32) }
                 member.value.write(to: &out, pretty: pretty, indent: indent + 1)
             }
-            if pretty { out += "\n" + String(repeating: "  ", count: indent) }
-            out += "}"
+            if pretty { Self.newline(&out, indent: indent) }
+            out.append(UInt8(ascii: "}"))
         }
     }
 
-    static func writeString(_ s: String, to out: inout String) {
-        out += "\""
-        for scalar in s.unicodeScalars {
-            switch scalar {
-            case "\"": out += "\\\""
-            case "\\": out += "\\\\"
-            case "\n": out += "\\n"
-            case "\r": out += "\\r"
-            case "\t": out += "\\t"
-            case _ where scalar.value < 0x20:
-                out +=
-                    "\\u" + String(repeating: "0", count: 4 - String(scalar.value, radix: 16).count)
-                    + String(scalar.value, radix: 16)
-            default: out.unicodeScalars.append(scalar)
+    /// Appends `s` as a JSON string: runs that need no escape are copied whole.
+    static func writeString(_ s: String, to out: inout [UInt8]) {
+        out.append(UInt8(ascii: "\""))
+        var s = s
+        s.withUTF8 { bytes in
+            var runStart = 0
+            for (index, byte) in bytes.enumerated() where byte < 0x20 || byte == UInt8(ascii: "\"") || byte == UInt8(ascii: "\\") {
+                out.append(contentsOf: bytes[runStart..<index])
+                switch byte {
+                case UInt8(ascii: "\""): out.append(contentsOf: [92, 34])
+                case UInt8(ascii: "\\"): out.append(contentsOf: [92, 92])
+                case 10: out.append(contentsOf: [92, UInt8(ascii: "n")])
+                case 13: out.append(contentsOf: [92, UInt8(ascii: "r")])
+                case 9: out.append(contentsOf: [92, UInt8(ascii: "t")])
+                default:
+                    let hex = Array("0123456789abcdef".utf8)
+                    out.append(contentsOf: [92, UInt8(ascii: "u"), 48, 48, hex[Int(byte >> 4)], hex[Int(byte & 15)]])
+                }
+                runStart = index + 1
             }
+            out.append(contentsOf: bytes[runStart...])
         }
-        out += "\""
+        out.append(UInt8(ascii: "\""))
     }
 }
 
