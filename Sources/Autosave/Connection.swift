@@ -30,7 +30,7 @@ final class Connection: Sendable {
     func markBroken() { output.withLock { $0.broken = true } }
 
     /// Queues one line (the compact JSON of `message`) and writes what is queued.
-    func send(_ message: JSONValue) async {
+    func send(_ message: JSONValue, isolation: isolated (any Actor)? = #isolation) async {
         var line = message.serializedBytes()
         line.append(10)
         let shouldWrite: Bool = output.withLock { state in
@@ -47,7 +47,7 @@ final class Connection: Sendable {
         if shouldWrite { await drain() }
     }
 
-    private func drain() async {
+    private func drain(isolation: isolated (any Actor)? = #isolation) async {
         let fd = FileDescriptor(rawValue: raw)
         while true {
             let chunk: [UInt8]? = output.withLock { state in

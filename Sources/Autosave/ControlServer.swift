@@ -166,8 +166,8 @@ public final class ControlServer: Sendable {
         {
             try? FileManager.default.removeItem(atPath: boundPath)
         }
-        loop.stop()
         try? FileDescriptor(rawValue: rootDescriptor).close()
+        loop.stop()
     }
 
     /// Refuses a document path that is not a clean relative path, or whose existing part
@@ -204,6 +204,7 @@ public final class ControlServer: Sendable {
         return peer.groups.contains { configuration.allowGroups.contains($0) }
     }
 
+    /// Serves one client: reads lines, handles each request in order, replies.
     private func serve(_ raw: Int32) async {
         let fd = FileDescriptor(rawValue: raw)
         defer {
@@ -220,43 +221,64 @@ public final class ControlServer: Sendable {
                     id: nil, code: .forbidden,
                     message: "\(who) may not use this daemon; allow it with [Control] AllowUsers= or AllowGroups="))
             try? fd.shutdownWriting()
+            // Closing with the client's request unread could discard the error before the
+            // client reads it: wait (at most 2 s) for the client to close its end first.
+            let raw = fd.rawValue
+            let limit = Task {
+                try? await Task.sleep(for: .seconds(2))
+                self.loop.forget(FileDescriptor(rawValue: raw))
+            }
+            var scratch = [UInt8](repeating: 0, count: 4096)
+            draining: while true {
+                do {
+                    let n = try scratch.withUnsafeMutableBytes { bytes in
+                        Result { () throws(Errno) in try fd.read(into: bytes) }
+                    }.get()
+                    if n == 0 { break draining }
+                } catch .wouldBlock {
+                    guard await loop.readable(fd) else { break draining }
+                } catch {
+                    break draining
+                }
+            }
+            limit.cancel()
             return
         }
         let session = ControlSession(server: self, connection: connection)
         var reader = LineReader(limit: configuration.maxRequestSize)
         var buffer = [UInt8](repeating: 0, count: 64 * 1024)
-        await withDiscardingTaskGroup { tasks in
-            reading: while !connection.isBroken {
-                let count: Int
-                do {
-                    count = try buffer.withUnsafeMutableBytes { raw in
-                        Result { () throws(Errno) in try fd.read(into: raw) }
-                    }.get()
-                } catch .wouldBlock {
-                    guard await loop.readable(fd) else { break reading }
-                    continue
-                } catch {
-                    break reading
-                }
-                if count == 0 { break reading }
-                let items = buffer.withUnsafeBytes { reader.feed(UnsafeRawBufferPointer(rebasing: $0[..<count])) }
-                for item in items {
-                    switch item {
-                    case .line(let line):
-                        await session.handle(line, tasks: &tasks)
-                    case .tooLarge(let size):
-                        await connection.send(
-                            ControlProtocol.errorReply(
-                                id: nil, code: .tooLarge,
-                                message:
-                                    "the request line has \(size) bytes or more; the limit is \(configuration.maxRequestSize) (MaxRequestSize=)"
-                            ))
-                    }
+        reading: while !connection.isBroken {
+            let count: Int
+            do {
+                count = try buffer.withUnsafeMutableBytes { raw in
+                    Result { () throws(Errno) in try fd.read(into: raw) }
+                }.get()
+            } catch .wouldBlock {
+                guard await loop.readable(fd) else { break reading }
+                continue
+            } catch {
+                break reading
+            }
+            if count == 0 { break reading }
+            let items = buffer.withUnsafeBytes { reader.feed(UnsafeRawBufferPointer(rebasing: $0[..<count])) }
+            for item in items {
+                switch item {
+                case .line(let line):
+                    await session.handle(line)
+                case .tooLarge(let size):
+                    await connection.send(
+                        ControlProtocol.errorReply(
+                            id: nil, code: .tooLarge,
+                            message:
+                                "the request line has \(size) bytes or more; the limit is \(configuration.maxRequestSize) (MaxRequestSize=)"
+                        ))
                 }
             }
-            session.cancelAll()
-            tasks.cancelAll()
         }
+        // Nothing may write to the descriptor once it is closed (its number is reused):
+        // stop the connection's other tasks and wait for them first.
+        connection.markBroken()
+        await session.finish()
     }
 }
 

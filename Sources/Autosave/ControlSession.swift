@@ -39,17 +39,21 @@ final class ControlSession: Sendable {
 
     var store: DocumentStore { server.store }
 
-    /// Ends what the connection started: running exports are cancelled (and leave
-    /// nothing behind), the subscription stops.
-    func cancelAll() {
-        for task in exports.withLock({ Array($0.values) }) { task.cancel() }
-        subscription.withLock {
-            $0?.cancel()
-            $0 = nil
+    /// Ends what the connection started — running exports are cancelled (and leave
+    /// nothing behind), the subscription stops — and waits until they have.
+    func finish(isolation: isolated (any Actor)? = #isolation) async {
+        let running = exports.withLock { Array($0.values) }
+        let events = subscription.withLock { task in
+            defer { task = nil }
+            return task
         }
+        for task in running { task.cancel() }
+        events?.cancel()
+        for task in running { await task.value }
+        await events?.value
     }
 
-    func handle(_ line: [UInt8], tasks: inout DiscardingTaskGroup) async {
+    func handle(_ line: [UInt8], isolation: isolated (any Actor)? = #isolation) async {
         let request: JSONValue
         do { request = try JSONValue(parsing: line) } catch {
             await connection.send(
@@ -70,33 +74,40 @@ final class ControlSession: Sendable {
         if command == "export" {
             let key = id.map { $0.serialized(pretty: false) } ?? UUID().uuidString
             let task = Task {
-                await self.reply(id) { try await self.export(request, id: id) }
+                let reply: JSONValue
+                do { reply = Self.success(id, try await self.export(request, id: id)) } catch {
+                    reply = Self.failure(id, error)
+                }
+                await self.connection.send(reply)
                 _ = self.exports.withLock { $0.removeValue(forKey: key) }
             }
             exports.withLock { $0[key] = task }
-            tasks.addTask { await task.value }
             return
         }
-        await reply(id) { try await self.run(command, request) }
+        // Inline, not through a closure: a closure would run off the caller's (the store's) thread.
+        let reply: JSONValue
+        do { reply = Self.success(id, try await run(command, request)) } catch { reply = Self.failure(id, error) }
+        await connection.send(reply)
     }
 
-    private func reply(_ id: JSONValue?, _ body: () async throws -> [(key: String, value: JSONValue)]) async {
+    static func success(_ id: JSONValue?, _ fields: [(key: String, value: JSONValue)]) -> JSONValue {
         var members: [(key: String, value: JSONValue)] = []
         if let id { members.append(("id", id)) }
-        do {
-            let fields = try await body()
-            members.append(("ok", true))
-            members += fields
-            await connection.send(.object(members))
-        } catch let error as RequestError {
-            await connection.send(ControlProtocol.errorReply(id: id, code: error.code, message: error.message))
-        } catch let error as StoreError {
+        members.append(("ok", true))
+        return .object(members + fields)
+    }
+
+    static func failure(_ id: JSONValue?, _ error: any Error) -> JSONValue {
+        switch error {
+        case let error as RequestError:
+            return ControlProtocol.errorReply(id: id, code: error.code, message: error.message)
+        case let error as StoreError:
             let mapped = RequestError(error)
-            await connection.send(ControlProtocol.errorReply(id: id, code: mapped.code, message: mapped.message))
-        } catch is CancellationError {
-            await connection.send(ControlProtocol.errorReply(id: id, code: .cancelled, message: "cancelled"))
-        } catch {
-            await connection.send(ControlProtocol.errorReply(id: id, code: .internalError, message: "\(error)"))
+            return ControlProtocol.errorReply(id: id, code: mapped.code, message: mapped.message)
+        case is CancellationError:
+            return ControlProtocol.errorReply(id: id, code: .cancelled, message: "cancelled")
+        default:
+            return ControlProtocol.errorReply(id: id, code: .internalError, message: "\(error)")
         }
     }
 
@@ -163,7 +174,9 @@ final class ControlSession: Sendable {
 
     // MARK: Commands
 
-    private func run(_ command: String, _ request: JSONValue) async throws -> [(key: String, value: JSONValue)] {
+    private func run(
+        _ command: String, _ request: JSONValue, isolation: isolated (any Actor)? = #isolation
+    ) async throws -> [(key: String, value: JSONValue)] {
         switch command {
         case "status":
             return try await status()
@@ -254,7 +267,8 @@ final class ControlSession: Sendable {
         }
     }
 
-    private func status() async throws -> [(key: String, value: JSONValue)] {
+    private func status(isolation: isolated (any Actor)? = #isolation) async throws -> [(key: String, value: JSONValue)]
+    {
         let status = await store.status()
         var fields: [(key: String, value: JSONValue)] = [
             ("version", .string(Daemon.version)),
@@ -276,7 +290,9 @@ final class ControlSession: Sendable {
         return fields
     }
 
-    private func get(_ request: JSONValue) async throws -> [(key: String, value: JSONValue)] {
+    private func get(
+        _ request: JSONValue, isolation: isolated (any Actor)? = #isolation
+    ) async throws -> [(key: String, value: JSONValue)] {
         let path = try document(request)
         let query: DocumentQuery
         if let pointer = try optionalString(request, "pointer") {

@@ -23,6 +23,12 @@ final class Session {
     func run(_ request: JSONValue) -> Int32 {
         let id: JSONValue
         do { id = try client.send(request) } catch {
+            // The daemon may have refused the connection with an error line before closing it.
+            if let line = try? client.receive(), let code = line["error"]?["code"]?.stringValue {
+                let message = line["error"]?["message"]?.stringValue ?? ""
+                FileHandle.standardError.write(Data("autosavectl: \(code): \(message)\n".utf8))
+                return CommandLineTool.ExitCode.refused
+            }
             FileHandle.standardError.write(Data("autosavectl: \(error)\n".utf8))
             return CommandLineTool.ExitCode.unavailable
         }

@@ -60,9 +60,18 @@ public final class ControlClient {
             nextID += 1
             request = request.setting("id", id)
         }
-        let line = Array((request.serialized(pretty: false) + "\n").utf8)
-        do { try socket.writeAll(line) } catch {
-            throw ControlClientError(kind: .protocolError, message: "the daemon closed the connection: \(error)")
+        var line = request.serializedBytes()
+        line.append(10)
+        var offset = 0
+        while offset < line.count {
+            // send(MSG_NOSIGNAL): a daemon that closed the connection gives EPIPE, not SIGPIPE.
+            do {
+                offset += try line.withUnsafeBytes { bytes in
+                    Result { () throws(Errno) in try socket.send(UnsafeRawBufferPointer(rebasing: bytes[offset...])) }
+                }.get()
+            } catch {
+                throw ControlClientError(kind: .protocolError, message: "the daemon closed the connection: \(error)")
+            }
         }
         return id
     }

@@ -355,7 +355,8 @@ extension JSONValue {
         var s = s
         s.withUTF8 { bytes in
             var runStart = 0
-            for (index, byte) in bytes.enumerated() where byte < 0x20 || byte == UInt8(ascii: "\"") || byte == UInt8(ascii: "\\") {
+            for (index, byte) in bytes.enumerated()
+            where byte < 0x20 || byte == UInt8(ascii: "\"") || byte == UInt8(ascii: "\\") {
                 out.append(contentsOf: bytes[runStart..<index])
                 switch byte {
                 case UInt8(ascii: "\""): out.append(contentsOf: [92, 34])

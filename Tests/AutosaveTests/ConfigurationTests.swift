@@ -65,7 +65,7 @@ struct ConfigurationTests {
                 "\(path):3: MaxConcurrentSaves=0: expected a whole number from 1 to 1024",
                 "\(path):4: unknown key Colour= in section [Autosave]; known keys: QuietPeriod=, MaxDelay=, MaxConcurrentSaves=, RetryInterval=, MaxRetryInterval=, RefuseEditsWhenSaveFails=",
                 "\(path):5: expected Key=value, found: no equals sign here",
-                "\(path):6: unknown section [Network]; known sections: [Autosave], [Log], [Store]",
+                "\(path):6: unknown section [Network]; known sections: [Autosave], [Control], [Log], [Store]",
                 "\(path):7: Port= is outside any section (or in an unknown one)",
             ]
         }
@@ -218,7 +218,8 @@ struct ShippedConfigurationTests {
 struct ProtocolDocumentationTests {
     @Test("Every command has a section with an example, and every error code is described")
     func complete() throws {
-        let text = try String(contentsOfFile: ShippedConfigurationTests.repository + "/docs/PROTOCOL.md", encoding: .utf8)
+        let text = try String(
+            contentsOfFile: ShippedConfigurationTests.repository + "/docs/PROTOCOL.md", encoding: .utf8)
         for command in ControlProtocol.commands {
             #expect(text.contains("### \(command)") || text.contains(", \(command)\n"), "no section for \(command)")
             #expect(text.contains("\"cmd\": \"\(command)\""), "no example for \(command)")

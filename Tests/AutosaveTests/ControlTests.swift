@@ -300,8 +300,12 @@ struct ControlSocketTests {
                 do {
                     let connection = try ControlClient(socketPath: socket)
                     for line in 0..<1000 {
-                        let reply = try connection.call(["cmd": "append", "doc": "log.txt", "text": .string("client \(client) line \(line)\n")])
-                        if reply["ok"]?.boolValue != true { throw Failure("append refused: \(reply.serialized(pretty: false))") }
+                        let reply = try connection.call([
+                            "cmd": "append", "doc": "log.txt", "text": .string("client \(client) line \(line)\n"),
+                        ])
+                        if reply["ok"]?.boolValue != true {
+                            throw Failure("append refused: \(reply.serialized(pretty: false))")
+                        }
                     }
                 } catch {
                     failures.list.withLock { $0.append("client \(client): \(error)") }
