@@ -416,3 +416,87 @@ struct ControlSocketTests {
         #expect(await daemon.stop() == 0)
     }
 }
+
+@Suite("Socket setup, limits and activation", .serialized)
+struct SocketSetupTests {
+    @Test("MaxConnections: one client too many gets too-many-connections; the others keep working")
+    func maxConnections() async throws {
+        let daemon = try await RunningDaemon("MaxConnections=2\n")
+        let first = try daemon.client()
+        let second = try daemon.client()
+        #expect(try first.call(["cmd": "status"])["ok"]?.boolValue == true)
+        let third = try ControlSocketTests.Raw(daemon.socket)
+        #expect(try third.code() == "too-many-connections")
+        #expect(try second.call(["cmd": "status"])["ok"]?.boolValue == true)
+        #expect(await daemon.stop() == 0)
+    }
+
+    @Test("A second daemon on a live socket refuses to start; a stale socket is replaced")
+    func liveAndStaleSockets() async throws {
+        let daemon = try await RunningDaemon()
+        let config = daemon.directory.sub("second.conf")
+        try Disk.write(
+            "[Store]\nRoot=\(daemon.directory.sub("root2"))\n[Control]\nSocket=\(daemon.socket)\n", to: config)
+        let second = try Machine.run(Machine.product("autosaved"), ["--config", config])
+        #expect(second.status == 73)
+        #expect(second.stderr.contains("another daemon is listening on \(daemon.socket)"))
+        #expect(try daemon.ctl("status").status == 0, "the first daemon still serves")
+        #expect(await daemon.stop() == 0)
+        #expect(!FileManager.default.fileExists(atPath: daemon.socket), "a clean stop removes the socket")
+
+        // A socket file nobody listens on (left by a killed daemon) is replaced.
+        let stale = try FileDescriptor.unixSocket()
+        try stale.bind(toPath: daemon.socket)
+        try stale.close()
+        let third = try DaemonProcess(Machine.product("autosaved"), ["--config", config])
+        await third.waitForLine(containing: "started:")
+        #expect(try daemon.ctl("status").status == 0)
+        third.signal(SIGTERM)
+        #expect(await third.exitStatus() == 0)
+    }
+
+    @Test("A socket passed by systemd (LISTEN_FDS) is used", .enabled(if: Machine.has("systemd-socket-activate")))
+    func socketActivation() async throws {
+        let directory = TemporaryDirectory("activation")
+        let socket = directory.sub("activated.sock")
+        let config = directory.sub("autosaved.conf")
+        try Disk.write(
+            "[Store]\nRoot=\(directory.sub("root"))\n[Control]\nSocket=\(directory.sub("unused.sock"))\n", to: config)
+        let activator = try DaemonProcess(
+            "/usr/bin/systemd-socket-activate",
+            ["-l", socket, "--fdname=control", Machine.product("autosaved"), "--config", config])
+        await activator.waitForLine(containing: "Listening on")
+        // The daemon starts on the first connection, on the socket systemd made.
+        let client = try ControlClient(socketPath: socket)
+        #expect(try client.call(["cmd": "status"])["ok"]?.boolValue == true)
+        await activator.waitForLine(containing: "listening on the socket passed by systemd")
+        #expect(!FileManager.default.fileExists(atPath: directory.sub("unused.sock")))
+        activator.signal(SIGTERM)
+        _ = await activator.exitStatus()
+    }
+
+    @Test("Ctrl-C during autosavectl export cancels it: exit 130 and nothing left behind")
+    func interruptExport() async throws {
+        let daemon = try await RunningDaemon(quiet: "1h")
+        let client = try daemon.client()
+        let big = String(repeating: "0123456789", count: 200_000)
+        for i in 0..<12 { try client.call(["cmd": "set", "doc": .string("big\(i).txt"), "text": .string(big)]) }
+        try FileManager.default.createDirectory(atPath: daemon.root + "/out", withIntermediateDirectories: false)
+        let export = try DaemonProcess(
+            Machine.product("autosavectl"),
+            ["--socket", daemon.socket, "export"] + (0..<12).map { "big\($0).txt" } + ["--to", "out"])
+        await export.waitForLine(containing: "export: writing 1/12")
+        export.signal(SIGINT)
+        let status = await export.exitStatus()
+        let exported = try Disk.names(in: daemon.root + "/out")
+        if status == 130 {
+            #expect(exported.isEmpty)
+            #expect(export.output.contains { $0.contains("cancelled") })
+        } else {
+            // The export had already put everything in place when the interrupt arrived.
+            #expect(status == 0 && exported.count == 12)
+        }
+        #expect(Disk.temporaries(under: daemon.root + "/out").isEmpty)
+        #expect(await daemon.stop() == 0)
+    }
+}

@@ -228,3 +228,40 @@ struct SeedExamplesTests {
         #expect(try Disk.bytes(urls[1].path) == Data("second document\n".utf8))
     }
 }
+
+/// A reference-type document: its state is captured in a snapshot, then serialised.
+final class Whiteboard: ReferenceFileDocument {
+    static var readableContentTypes: [UTType] { [.json] }
+    var strokes: [String]
+
+    init(strokes: [String]) { self.strokes = strokes }
+
+    init(configuration: ReadConfiguration) throws {
+        strokes = try JSONDecoder().decode([String].self, from: configuration.file.regularFileContents ?? Data())
+    }
+
+    func snapshot(contentType: UTType) throws -> [String] { strokes }
+
+    func fileWrapper(snapshot: [String], configuration: WriteConfiguration) throws -> FileWrapper {
+        FileWrapper(regularFileWithContents: try JSONEncoder().encode(snapshot))
+    }
+}
+
+@Suite("ReferenceFileDocument")
+struct ReferenceFileDocumentTests {
+    let directory = TemporaryDirectory("reference")
+
+    @Test("A snapshot taken before further changes is what gets written; the file reads back")
+    func snapshotThenWrite() throws {
+        let board = Whiteboard(strokes: ["line"])
+        let snapshot = try board.snapshot(contentType: .json)
+        board.strokes.append("circle")  // after the snapshot: not in this save
+        let wrapper = try board.fileWrapper(
+            snapshot: snapshot, configuration: .init(contentType: .json, existingFile: nil))
+        let url = directory.url.appendingPathComponent("board.json")
+        try DurableWriter().write(wrapper, to: url.path)
+        let reread = try Whiteboard(configuration: .init(contentType: .json, file: try FileWrapper(url: url)))
+        #expect(reread.strokes == ["line"])
+        #expect(Whiteboard.writableContentTypes == [.json])
+    }
+}
