@@ -27,9 +27,15 @@ let package = Package(
         ),
         .target(name: "Posix", dependencies: ["CLinux"], swiftSettings: strictSettings),
         .target(name: "Documents", dependencies: ["Posix"], swiftSettings: strictSettings),
+        // Logger and log levels, with the stderr handler; Systemd adds the journald one.
+        .target(name: "Logging", swiftSettings: strictSettings),
+        // sd_notify, the watchdog, socket activation and the journald log handler.
+        .target(name: "Systemd", dependencies: ["CSystemd", "Posix", "Logging"], swiftSettings: strictSettings),
         // The control protocol, shared by the daemon and autosavectl: JSON, messages, socket paths, a client.
         .target(name: "Control", dependencies: ["Posix"], swiftSettings: strictSettings),
-        .target(name: "Autosave", dependencies: ["Documents", "Posix", "Control"], swiftSettings: strictSettings),
+        .target(
+            name: "Autosave", dependencies: ["Documents", "Posix", "Control", "Logging", "Systemd"],
+            swiftSettings: strictSettings),
         .executableTarget(name: "autosaved", dependencies: ["Autosave"], swiftSettings: strictSettings),
         // autosavectl's parsing, requests and output; it speaks only the protocol (never Systemd).
         .target(name: "AutosaveCtl", dependencies: ["Control"], swiftSettings: strictSettings),
@@ -50,7 +56,8 @@ let package = Package(
         .testTarget(
             name: "AutosaveTests",
             dependencies: [
-                "Autosave", "Control", "Documents", "Posix", "TestSupport", "autosaved", "autosavectl", "AutosaveProbe",
+                "Autosave", "Control", "Documents", "Logging", "Posix", "Systemd", "TestSupport", "autosaved",
+                "autosavectl", "AutosaveProbe",
             ],
             swiftSettings: strictSettings),
         .testTarget(

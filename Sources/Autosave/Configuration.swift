@@ -1,5 +1,6 @@
 import Control
 import Foundation
+import Logging
 import Posix
 
 /// The daemon's configuration: systemd-style INI files (`autosaved.conf` plus drop-ins
@@ -63,35 +64,6 @@ public struct Configuration: Sendable, Equatable {
 
     /// The configuration file read when no `--config` is given.
     public static let defaultPath = "/etc/autosaved/autosaved.conf"
-}
-
-/// How much is logged.
-public enum LogLevel: Int, Sendable, Comparable, CaseIterable {
-    case emergency = 0
-    case alert, critical, error, warning, notice, info, debug
-
-    public static func < (a: LogLevel, b: LogLevel) -> Bool { a.rawValue < b.rawValue }
-
-    public var name: String {
-        switch self {
-        case .emergency: "emerg"
-        case .alert: "alert"
-        case .critical: "crit"
-        case .error: "err"
-        case .warning: "warning"
-        case .notice: "notice"
-        case .info: "info"
-        case .debug: "debug"
-        }
-    }
-
-    init?(name: String) {
-        let aliases: [String: LogLevel] = [
-            "emergency": .emergency, "critical": .critical, "error": .error, "warn": .warning,
-        ]
-        guard let level = LogLevel.allCases.first(where: { $0.name == name }) ?? aliases[name] else { return nil }
-        self = level
-    }
 }
 
 /// A problem in a configuration file, with the place it was found.

@@ -1,7 +1,9 @@
 import Control
 import Foundation
+import Logging
 import Posix
 import Synchronization
+import Systemd
 
 /// The control socket: accepts clients, checks who they are, reads one JSON request
 /// per line and answers each with one JSON line (see `docs/PROTOCOL.md`).
@@ -40,7 +42,7 @@ public final class ControlServer: Sendable {
         } catch {
             throw SetupError(description: "the store root \(configuration.root) cannot be opened: \(error)")
         }
-        if let inherited = SocketActivation.controlSocket(environment: environment) {
+        if let inherited = ListenSockets.socket(named: "control") {
             try inherited.setNonBlocking()
             listener = inherited.rawValue
             boundPath = nil
@@ -279,27 +281,5 @@ public final class ControlServer: Sendable {
         // stop the connection's other tasks and wait for them first.
         connection.markBroken()
         await session.finish()
-    }
-}
-
-/// systemd socket activation: `LISTEN_PID`, `LISTEN_FDS`, `LISTEN_FDNAMES`.
-enum SocketActivation {
-    static let firstDescriptor: Int32 = 3
-
-    /// The control socket systemd passed, if any: the one named `control` (or `autosaved.socket`'s
-    /// default name), else the first.
-    static func controlSocket(environment: [String: String]) -> FileDescriptor? {
-        guard let pid = environment["LISTEN_PID"].flatMap(Int32.init), pid == CurrentProcess.processID,
-            let count = environment["LISTEN_FDS"].flatMap(Int32.init), count >= 1
-        else { return nil }
-        let names =
-            environment["LISTEN_FDNAMES"]?.split(separator: ":", omittingEmptySubsequences: false).map(String.init)
-            ?? []
-        let index = names.firstIndex(of: "control") ?? 0
-        guard index < count else { return nil }
-        unsetenv("LISTEN_PID")
-        unsetenv("LISTEN_FDS")
-        unsetenv("LISTEN_FDNAMES")
-        return FileDescriptor(rawValue: firstDescriptor + Int32(index))
     }
 }

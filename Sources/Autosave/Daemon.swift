@@ -1,8 +1,10 @@
 import Dispatch
 import Documents
 import Foundation
+import Logging
 import Posix
 import Synchronization
+import Systemd
 
 /// The `autosaved` process: configuration, start-up recovery, the store and its
 /// scheduler, signals (SIGTERM/SIGINT stop with a flush, SIGHUP reloads), exit codes.
@@ -112,7 +114,14 @@ public enum Daemon {
         }
 
         let levels = LogLevelSetting(configuration.logLevel)
-        let log = Logger(level: .debug, handler: FilteringLogHandler(levels: levels, next: StderrLogHandler()))
+        let log = Logger(level: .debug, handler: FilteringLogHandler(levels: levels, next: Self.logHandler()))
+        let notifier = Notifier()
+        func fatal(_ message: String, errno: Int32, exitCode: Int32) -> Int32 {
+            fail(message)
+            log.critical(message, ["message_id": MessageID.failedToStart])
+            notifier.fatal(errno: errno, status: message)
+            return exitCode
+        }
 
         // Installed before the start-up work: a signal that arrives meanwhile is acted on once the store is ready.
         let signals = SignalStream([SIGTERM, SIGINT, SIGHUP])
@@ -120,8 +129,9 @@ public enum Daemon {
         do {
             try FileManager.default.createDirectory(atPath: configuration.root, withIntermediateDirectories: true)
         } catch {
-            fail("cannot create the store root \(configuration.root): \(error.localizedDescription)")
-            return ExitCode.cannotCreate
+            return fatal(
+                "cannot create the store root \(configuration.root): \(error.localizedDescription)", errno: EACCES,
+                exitCode: ExitCode.cannotCreate)
         }
         do {
             let recovery = try DurableWriter.recover(at: configuration.root)
@@ -132,8 +142,8 @@ public enum Daemon {
                 log.notice("recovery: removed \(recovery.removed.count) temporary files left by an interrupted save")
             }
         } catch {
-            fail("start-up recovery of \(configuration.root) failed: \(error)")
-            return ExitCode.cannotCreate
+            let code = (error as? DocumentError)?.errno.rawValue ?? EIO
+            return fatal("start-up recovery of \(configuration.root) failed: \(error)", errno: code, exitCode: ExitCode.cannotCreate)
         }
 
         let store = DocumentStore(configuration: configuration, log: log)
@@ -141,24 +151,26 @@ public enum Daemon {
         let scheduler = Task { await store.runScheduler() }
         let reloader = Reloader(
             path: configPath, required: options.configPath != nil, environment: environment, store: store,
-            levels: levels,
-            log: log)
+            levels: levels, log: log, notifier: notifier)
         let server: ControlServer
         do {
             server = try ControlServer(store: store, configuration: configuration, log: log, environment: environment) {
                 await reloader.reload()
             }
         } catch {
-            fail("cannot open the control socket: \(error)")
             _ = await store.shutdown()
             scheduler.cancel()
-            return ExitCode.cannotCreate
+            return fatal("cannot open the control socket: \(error)", errno: EADDRINUSE, exitCode: ExitCode.cannotCreate)
         }
         let serving = Task { await server.run() }
         let opened = await store.status().documents
         log.notice(
             "started: \(opened) documents under \(configuration.root)",
-            ["root": configuration.root, "documents": "\(opened)"])
+            ["root": configuration.root, "documents": "\(opened)", "message_id": MessageID.started])
+        // Ready only now: recovery done, documents open, the socket accepting connections.
+        let readiness = notifier.ready(status: Self.statusText(await store.status()))
+        if case .failed(let errno) = readiness { log.warning("sd_notify(READY=1) failed: \(errno)") }
+        let background = Self.startSystemdTasks(store: store, notifier: notifier, log: log)
         if let onReady { await onReady(store) }
 
         for await signal in signals.stream {
@@ -170,8 +182,19 @@ public enum Daemon {
         }
 
         let dirty = await store.status().unsaved
-        log.notice("stopping: saving \(dirty) documents with unsaved edits")
+        log.notice("stopping: saving \(dirty) documents with unsaved edits", ["message_id": MessageID.stopping])
+        notifier.stopping(status: "Stopping: saving \(dirty) documents with unsaved edits")
+        // While the flush runs, keep asking systemd for more time than its stop timeout.
+        let extender = Task {
+            while !Task.isCancelled {
+                let left = await store.status().unsaved
+                notifier.extendTimeout(microseconds: 10_000_000, status: "Stopping: \(left) documents left to save")
+                try? await Task.sleep(for: .seconds(5))
+            }
+        }
         let report = await store.shutdown()
+        extender.cancel()
+        for task in background { task.cancel() }
         serving.cancel()
         await serving.value
         scheduler.cancel()
@@ -180,11 +203,84 @@ public enum Daemon {
             for failure in report.unsaved {
                 log.error("NOT SAVED at shutdown: \(failure.description)", ["document": failure.document])
             }
+            notifier.status("Stopped with \(report.unsaved.count) documents not saved")
             return ExitCode.unsavedAtShutdown
         }
         log.notice("stopped: \(report.saved) documents saved at shutdown")
         return ExitCode.success
     }
+
+    /// Journald when it is there (without repeating entries on a standard error that
+    /// already goes to it), else lines on standard error.
+    static func logHandler() -> any LogHandler {
+        guard JournalLogHandler.isJournalAvailable else { return StderrLogHandler() }
+        if JournalLogHandler.standardErrorIsJournal { return JournalLogHandler() }
+        return MultiplexLogHandler([JournalLogHandler(), StderrLogHandler()])
+    }
+
+    /// The `STATUS=` text: counts, the last save and the last failure, in words.
+    static func statusText(_ status: StoreStatus, now: Date = Date()) -> String {
+        var text = "\(status.documents) documents, \(status.unsaved) unsaved, \(status.saving) saving"
+        if let last = status.lastSave {
+            text += "; last save \(Int(now.timeIntervalSince(last.at).rounded())) s ago (\(last.document))"
+        } else {
+            text += "; no save yet"
+        }
+        if status.failed > 0, let failure = status.lastFailure {
+            text += "; \(status.failed) failing, last: \(failure.document): \(failure.operation) failed with \(failure.errno?.name ?? "an error")"
+        }
+        return text
+    }
+
+    /// Keeps `STATUS=` current (after each save or failure, and every 5 s for the "ago"),
+    /// and pings the watchdog while the store answers.
+    static func startSystemdTasks(store: DocumentStore, notifier: Notifier, log: Logger) -> [Task<Void, Never>] {
+        var tasks: [Task<Void, Never>] = []
+        tasks.append(
+            Task {
+                for await event in await store.events() {
+                    switch event {
+                    case .saved, .saveFailed: notifier.status(statusText(await store.status()))
+                    default: continue
+                    }
+                }
+            })
+        tasks.append(
+            Task {
+                while !Task.isCancelled {
+                    try? await Task.sleep(for: .seconds(5))
+                    notifier.status(statusText(await store.status()))
+                }
+            })
+        if let interval = Notifier.watchdogInterval() {
+            log.notice("watchdog enabled: pinging every \(TimeSpan.format(interval / 2))")
+            tasks.append(
+                Task {
+                    while !Task.isCancelled {
+                        // A store (or scheduler) that no longer answers stops the pings, and
+                        // systemd restarts the service.
+                        await store.heartbeat()
+                        notifier.watchdogPing()
+                        try? await Task.sleep(for: interval / 2)
+                    }
+                })
+        }
+        return tasks
+    }
+}
+
+/// `MESSAGE_ID=`s of the well-known journal entries (listed in `docs/LOGGING.md`), so
+/// that `journalctl MESSAGE_ID=…` finds every occurrence of one.
+public enum MessageID {
+    public static let documentSaved = "5b2c7d1e9f0a4c6e8d3b1a2f4e6c8a01"
+    public static let saveFailed = "5b2c7d1e9f0a4c6e8d3b1a2f4e6c8a02"
+    public static let externalChange = "5b2c7d1e9f0a4c6e8d3b1a2f4e6c8a03"
+    public static let conflict = "5b2c7d1e9f0a4c6e8d3b1a2f4e6c8a04"
+    public static let watchLimit = "5b2c7d1e9f0a4c6e8d3b1a2f4e6c8a05"
+    public static let started = "5b2c7d1e9f0a4c6e8d3b1a2f4e6c8a06"
+    public static let stopping = "5b2c7d1e9f0a4c6e8d3b1a2f4e6c8a07"
+    public static let reloaded = "5b2c7d1e9f0a4c6e8d3b1a2f4e6c8a08"
+    public static let failedToStart = "5b2c7d1e9f0a4c6e8d3b1a2f4e6c8a09"
 }
 
 /// Reads the configuration again (SIGHUP, the `reload` command) and applies it; a bad
@@ -196,11 +292,13 @@ actor Reloader {
     let store: DocumentStore
     let levels: LogLevelSetting
     let log: Logger
+    let notifier: Notifier
 
     init(
         path: String, required: Bool, environment: [String: String], store: DocumentStore, levels: LogLevelSetting,
-        log: Logger
+        log: Logger, notifier: Notifier
     ) {
+        self.notifier = notifier
         self.path = path
         self.required = required
         self.environment = environment
@@ -210,12 +308,20 @@ actor Reloader {
     }
 
     func reload() async -> Result<String, ConfigurationErrors> {
+        notifier.reloading()
+        let result = await load()
+        // READY=1 again, whether the new configuration was taken or refused.
+        notifier.ready(status: Daemon.statusText(await store.status()))
+        return result
+    }
+
+    private func load() async -> Result<String, ConfigurationErrors> {
         do {
             let reloaded = try Configuration.load(path: path, required: required, environment: environment)
             await store.reconfigure(reloaded)
             levels.level = reloaded.logLevel
             let from = reloaded.sources.isEmpty ? "the embedded defaults" : reloaded.sources.joined(separator: ", ")
-            log.notice("configuration reloaded from \(from)")
+            log.notice("configuration reloaded from \(from)", ["message_id": MessageID.reloaded])
             return .success("configuration reloaded from \(from)")
         } catch {
             for problem in error.errors { log.error("reload refused, keeping the running configuration: \(problem)") }

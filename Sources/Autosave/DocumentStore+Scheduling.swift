@@ -1,6 +1,7 @@
 import Dispatch
 import Documents
 import Foundation
+import Logging
 import Posix
 
 /// A min-heap of (deadline, document) pairs. Entries may be stale: the scheduler checks

@@ -1,6 +1,7 @@
 import Control
 import Documents
 import Foundation
+import Logging
 import Posix
 
 /// Every open document, its edits and its saves.
@@ -401,6 +402,9 @@ public actor DocumentStore {
     }
 
     public var isAcceptingEdits: Bool { accepting }
+
+    /// Answers at once; a store that cannot (its actor is stuck) stops the watchdog pings.
+    public func heartbeat() {}
 
     // MARK: Reporting
 

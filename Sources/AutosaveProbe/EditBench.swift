@@ -1,5 +1,6 @@
 import Autosave
 import Foundation
+import Logging
 
 /// Edit latency on the store while a large document is being saved, beside the same
 /// edits with no save running; printed as a Markdown table.

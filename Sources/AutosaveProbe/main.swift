@@ -5,6 +5,7 @@
 
 import Autosave
 import Foundation
+import Logging
 
 exit(await Probe.run())
 
@@ -72,6 +73,22 @@ enum Probe {
                         }
                     }
                 }
+
+        case "hang":
+            // hang N: the daemon, whose store stops answering N seconds after start-up
+            // (an edit that never returns blocks its actor): for the watchdog test.
+            let seconds = count
+            return await Daemon.run(arguments: arguments) { store in
+                _ = try? await store.apply(.setText("x"), to: "hang.txt", create: true)
+                say("ready")
+                Task {
+                    try? await Task.sleep(for: .seconds(seconds))
+                    say("hanging")
+                    _ = try? await store.modify("hang.txt", as: PlainTextDocument.self) { _ in
+                        while true { sleep(1) }
+                    }
+                }
+            }
 
         case "bench-edits":
             // bench-edits MB DIR: edit latency with and without a save of an MB-megabyte document in flight.

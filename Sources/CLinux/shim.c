@@ -13,6 +13,7 @@
 #include <sys/un.h>
 #include <sys/socket.h>
 #include <sys/syscall.h>
+#include <time.h>
 #include <unistd.h>
 
 int clinux_renameat2(int olddirfd, const char *oldpath, int newdirfd, const char *newpath,
@@ -126,3 +127,11 @@ int clinux_epoll_ctl_mod(void) { return EPOLL_CTL_MOD; }
 int clinux_epoll_ctl_del(void) { return EPOLL_CTL_DEL; }
 
 int clinux_eventfd(void) { return eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK); }
+
+int clinux_unix_datagram_socket(void) { return socket(AF_UNIX, SOCK_DGRAM | SOCK_CLOEXEC, 0); }
+
+uint64_t clinux_monotonic_usec(void) {
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (uint64_t)t.tv_sec * 1000000u + (uint64_t)t.tv_nsec / 1000u;
+}

@@ -20,6 +20,9 @@ public enum CurrentProcess {
         return FilePermissions(rawValue: 0o022)
     }
 
+    /// `CLOCK_MONOTONIC` in microseconds (what systemd's `MONOTONIC_USEC=` wants).
+    public static var monotonicMicroseconds: UInt64 { system_monotonic_usec() }
+
     /// `count` random characters from `[A-Za-z0-9]`, from the kernel's generator.
     public static func randomAlphanumerics(_ count: Int) -> String {
         let alphabet = Array("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789".utf8)

@@ -19,6 +19,13 @@ extension FileDescriptor {
         FileDescriptor(rawValue: try valueOrErrno { system_unix_socket(nonblocking: nonBlocking) }.get())
     }
 
+    /// A new Unix datagram socket (close-on-exec).
+    ///
+    /// The corresponding C function is `socket(AF_UNIX, SOCK_DGRAM)`.
+    public static func unixDatagramSocket() throws(Errno) -> FileDescriptor {
+        FileDescriptor(rawValue: try valueOrErrno { system_unix_datagram_socket() }.get())
+    }
+
     /// Binds the socket to `path`; `ENAMETOOLONG` when the path does not fit a socket address.
     ///
     /// The corresponding C function is `bind`.

@@ -1,5 +1,6 @@
 import Control
 import Foundation
+import Logging
 import TestSupport
 import Testing
 

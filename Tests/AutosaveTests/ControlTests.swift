@@ -1,6 +1,7 @@
 import Autosave
 import Control
 import Foundation
+import Logging
 @preconcurrency import Glibc
 import Posix
 import Synchronization

@@ -1,5 +1,6 @@
 import Autosave
 import Foundation
+import Logging
 @preconcurrency import Glibc
 import Synchronization
 import TestSupport

@@ -2,6 +2,7 @@ import Autosave
 import Control
 import Documents
 import Foundation
+import Logging
 import Posix
 import TestSupport
 import Testing

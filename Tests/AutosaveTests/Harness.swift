@@ -1,6 +1,7 @@
 import Autosave
 import Documents
 import Foundation
+import Logging
 import TestSupport
 import Testing
 

@@ -1,6 +1,7 @@
 import Autosave
 import Documents
 import Foundation
+import Logging
 import Posix
 import Synchronization
 import TestSupport

@@ -60,4 +60,9 @@ int clinux_epoll_ctl_del(void);
 /// eventfd for waking an epoll loop.
 int clinux_eventfd(void);
 
+/// A Unix datagram socket (close-on-exec), for a NOTIFY_SOCKET-style receiver.
+int clinux_unix_datagram_socket(void);
+/// CLOCK_MONOTONIC in microseconds.
+uint64_t clinux_monotonic_usec(void);
+
 #endif

@@ -106,6 +106,8 @@ internal func system_getrandom(_ buffer: UnsafeMutableRawPointer, _ count: Int) 
 internal func system_futimens(_ fd: CInt, _ times: UnsafePointer<timespec>?) -> CInt { Glibc.futimens(fd, times) }
 
 internal func system_unix_socket(nonblocking: Bool) -> CInt { clinux_unix_socket(nonblocking ? 1 : 0) }
+internal func system_unix_datagram_socket() -> CInt { clinux_unix_datagram_socket() }
+internal func system_monotonic_usec() -> UInt64 { clinux_monotonic_usec() }
 internal func system_unix_bind(_ fd: CInt, _ path: UnsafePointer<CChar>) -> CInt { clinux_unix_bind(fd, path) }
 internal func system_unix_connect(_ fd: CInt, _ path: UnsafePointer<CChar>) -> CInt { clinux_unix_connect(fd, path) }
 internal func system_listen(_ fd: CInt, _ backlog: CInt) -> CInt { Glibc.listen(fd, backlog) }

@@ -1,5 +1,35 @@
 import Foundation
 
+/// How much is logged.
+public enum LogLevel: Int, Sendable, Comparable, CaseIterable {
+    case emergency = 0
+    case alert, critical, error, warning, notice, info, debug
+
+    public static func < (a: LogLevel, b: LogLevel) -> Bool { a.rawValue < b.rawValue }
+
+    public var name: String {
+        switch self {
+        case .emergency: "emerg"
+        case .alert: "alert"
+        case .critical: "crit"
+        case .error: "err"
+        case .warning: "warning"
+        case .notice: "notice"
+        case .info: "info"
+        case .debug: "debug"
+        }
+    }
+
+    public init?(name: String) {
+        let aliases: [String: LogLevel] = [
+            "emergency": .emergency, "critical": .critical, "error": .error, "warn": .warning,
+        ]
+        guard let level = LogLevel.allCases.first(where: { $0.name == name }) ?? aliases[name] else { return nil }
+        self = level
+    }
+}
+
+
 /// A log handler: where entries go (stderr lines, or journald).
 public protocol LogHandler: Sendable {
     func log(level: LogLevel, message: String, metadata: [String: String], file: String, line: Int, function: String)
@@ -22,6 +52,11 @@ public struct Logger: Sendable {
         guard level <= self.level else { return }
         handler.log(level: level, message: message(), metadata: metadata, file: file, line: line, function: function)
     }
+
+    public func critical(
+        _ message: @autoclosure () -> String, _ metadata: [String: String] = [:], file: String = #fileID,
+        line: Int = #line, function: String = #function
+    ) { log(.critical, message(), metadata, file: file, line: line, function: function) }
 
     public func error(
         _ message: @autoclosure () -> String, _ metadata: [String: String] = [:], file: String = #fileID,
