@@ -143,7 +143,9 @@ public enum Daemon {
             }
         } catch {
             let code = (error as? DocumentError)?.errno.rawValue ?? EIO
-            return fatal("start-up recovery of \(configuration.root) failed: \(error)", errno: code, exitCode: ExitCode.cannotCreate)
+            return fatal(
+                "start-up recovery of \(configuration.root) failed: \(error)", errno: code,
+                exitCode: ExitCode.cannotCreate)
         }
 
         let store = DocumentStore(configuration: configuration, log: log)
@@ -227,7 +229,8 @@ public enum Daemon {
             text += "; no save yet"
         }
         if status.failed > 0, let failure = status.lastFailure {
-            text += "; \(status.failed) failing, last: \(failure.document): \(failure.operation) failed with \(failure.errno?.name ?? "an error")"
+            text +=
+                "; \(status.failed) failing, last: \(failure.document): \(failure.operation) failed with \(failure.errno?.name ?? "an error")"
         }
         return text
     }

@@ -237,8 +237,9 @@ extension DocumentStore {
             log.info(
                 "saved \(path)",
                 [
-                    "document": path, "bytes_written": "\(report.bytesWritten)",
-                    "duration_usec": "\(duration.microseconds)",
+                    "document": path, "content_type": entries[path]!.contentType.identifier,
+                    "bytes_written": "\(report.bytesWritten)", "duration_usec": "\(duration.microseconds)",
+                    "message_id": MessageID.documentSaved,
                 ])
             emit(.saved(document: path, bytes: report.bytesWritten, duration: duration))
         case .failure(let error):
@@ -258,8 +259,9 @@ extension DocumentStore {
             log.error(
                 "\(failure.description); retrying in \(TimeSpan.format(backoff))",
                 [
-                    "document": path, "operation": failure.operation,
-                    "errno": failure.errno.map { "\($0.rawValue)" } ?? "",
+                    "document": path, "operation": failure.operation, "path": failure.path,
+                    "errno": failure.errno.map { "\($0.rawValue)" } ?? "", "errno_name": failure.errno?.name ?? "",
+                    "content_type": entries[path]!.contentType.identifier, "message_id": MessageID.saveFailed,
                 ])
             emit(.saveFailed(failure))
         }

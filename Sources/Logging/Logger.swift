@@ -29,7 +29,6 @@ public enum LogLevel: Int, Sendable, Comparable, CaseIterable {
     }
 }
 
-
 /// A log handler: where entries go (stderr lines, or journald).
 public protocol LogHandler: Sendable {
     func log(level: LogLevel, message: String, metadata: [String: String], file: String, line: Int, function: String)

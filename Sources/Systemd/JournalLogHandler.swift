@@ -36,8 +36,9 @@ public struct JournalLogHandler: LogHandler {
         return name.isEmpty ? "FIELD" : name
     }
 
-    public func log(level: LogLevel, message: String, metadata: [String: String], file: String, line: Int, function: String)
-    {
+    public func log(
+        level: LogLevel, message: String, metadata: [String: String], file: String, line: Int, function: String
+    ) {
         var fields = [
             "MESSAGE=\(message)", "PRIORITY=\(level.rawValue)", "SYSLOG_IDENTIFIER=\(identifier)", "CODE_FILE=\(file)",
             "CODE_LINE=\(line)", "CODE_FUNC=\(function)",
@@ -68,8 +69,9 @@ public struct MultiplexLogHandler: LogHandler {
 
     public init(_ handlers: [any LogHandler]) { self.handlers = handlers }
 
-    public func log(level: LogLevel, message: String, metadata: [String: String], file: String, line: Int, function: String)
-    {
+    public func log(
+        level: LogLevel, message: String, metadata: [String: String], file: String, line: Int, function: String
+    ) {
         for handler in handlers {
             handler.log(level: level, message: message, metadata: metadata, file: file, line: line, function: function)
         }

@@ -1,8 +1,8 @@
 import Autosave
 import Control
 import Foundation
-import Logging
 @preconcurrency import Glibc
+import Logging
 import Posix
 import Synchronization
 import TestSupport

@@ -1,7 +1,7 @@
 import Autosave
 import Foundation
-import Logging
 @preconcurrency import Glibc
+import Logging
 import Synchronization
 import TestSupport
 import Testing

@@ -1,0 +1,261 @@
+import Autosave
+import Control
+import Foundation
+@preconcurrency import Glibc
+import Posix
+import TestSupport
+import Testing
+
+/// A NOTIFY_SOCKET receiver: the datagram socket systemd listens on, bound at a temp
+/// path; each datagram is `KEY=VALUE` lines.
+final class NotifyReceiver {
+    let path: String
+    let fd: FileDescriptor
+    private(set) var messages: [[String: String]] = []
+
+    init(in directory: TemporaryDirectory) throws {
+        path = directory.sub("notify.sock")
+        fd = try FileDescriptor.unixDatagramSocket()
+        try fd.bind(toPath: path)
+    }
+
+    deinit { try? fd.close() }
+
+    /// The next datagram, or `nil` after `timeout`.
+    func receive(timeout: Duration) -> [String: String]? {
+        var poller = pollfd(fd: fd.rawValue, events: Int16(POLLIN), revents: 0)
+        let milliseconds = Int32(
+            timeout.components.seconds * 1000 + timeout.components.attoseconds / 1_000_000_000_000_000)
+        guard poll(&poller, 1, milliseconds) == 1 else { return nil }
+        var buffer = [UInt8](repeating: 0, count: 65536)
+        guard let n = try? buffer.withUnsafeMutableBytes({ try fd.read(into: $0) }) else { return nil }
+        var message: [String: String] = [:]
+        for line in String(decoding: buffer[..<n], as: UTF8.self).split(separator: "\n") {
+            let parts = line.split(separator: "=", maxSplits: 1)
+            message[String(parts[0])] = parts.count > 1 ? String(parts[1]) : ""
+        }
+        messages.append(message)
+        return message
+    }
+
+    /// The first datagram (from now) for which `predicate` holds, within `timeout`.
+    func waitFor(
+        within timeout: Duration = .seconds(30), sourceLocation: SourceLocation = #_sourceLocation,
+        _ predicate: ([String: String]) -> Bool
+    )
+        -> [String: String]?
+    {
+        let deadline = ContinuousClock.now + timeout
+        while ContinuousClock.now < deadline {
+            if let message = receive(timeout: deadline - ContinuousClock.now), predicate(message) { return message }
+        }
+        Issue.record("no matching notification within \(timeout); got \(messages)", sourceLocation: sourceLocation)
+        return nil
+    }
+}
+
+@Suite("systemd: sd_notify, watchdog, journald, units", .serialized)
+struct SystemdTests {
+    let directory = TemporaryDirectory("systemd")
+
+    func config(_ extra: String = "") throws -> String {
+        let path = directory.sub("autosaved.conf")
+        try Disk.write(
+            "[Store]\nRoot=\(directory.sub("root"))\n[Autosave]\nQuietPeriod=50ms\n[Control]\nSocket=\(directory.sub("control.sock"))\n"
+                + extra, to: path)
+        return path
+    }
+
+    func environment(notify: NotifyReceiver) -> [String: String] {
+        var environment = ProcessInfo.processInfo.environment
+        environment["NOTIFY_SOCKET"] = notify.path
+        environment.removeValue(forKey: "WATCHDOG_USEC")
+        environment.removeValue(forKey: "WATCHDOG_PID")
+        return environment
+    }
+
+    @Test("READY=1 only once the control socket accepts; STATUS= after saves; RELOADING=1 then READY=1; STOPPING=1")
+    func lifecycle() async throws {
+        let notify = try NotifyReceiver(in: directory)
+        let daemon = try DaemonProcess(
+            Machine.product("autosaved"), ["--config", try config()], environment: environment(notify: notify))
+        let ready = notify.waitFor { $0["READY"] == "1" }
+        // At the moment READY=1 arrives, a client can already connect and be served.
+        let client = try ControlClient(socketPath: directory.sub("control.sock"))
+        #expect(try client.call(["cmd": "status"])["ok"]?.boolValue == true)
+        #expect(ready?["STATUS"]?.contains("0 documents, 0 unsaved") == true)
+
+        try client.call(["cmd": "set", "doc": "notes/todo.txt", "text": "milk"])
+        try client.call(["cmd": "save", "doc": "notes/todo.txt", "wait": true])
+        let status = notify.waitFor {
+            $0["STATUS"]?.contains("last save") == true && $0["STATUS"]?.contains("notes/todo.txt") == true
+        }
+        #expect(status?["STATUS"]?.hasPrefix("1 documents, 0 unsaved") == true)
+
+        daemon.signal(SIGHUP)
+        let reloading = notify.waitFor { $0["RELOADING"] == "1" }
+        #expect(reloading?["MONOTONIC_USEC"].flatMap(UInt64.init) != nil)
+        _ = notify.waitFor { $0["READY"] == "1" }
+
+        daemon.signal(SIGTERM)
+        let stopping = notify.waitFor { $0["STOPPING"] == "1" }
+        #expect(stopping?["STATUS"]?.contains("Stopping") == true)
+        #expect(await daemon.exitStatus() == 0)
+    }
+
+    @Test(
+        "STATUS= names a failing save with its operation and errno", .enabled(if: Machine.isRoot, "mounting needs root")
+    )
+    func statusAfterFailure() async throws {
+        let notify = try NotifyReceiver(in: directory)
+        let root = directory.sub("root")
+        try FileManager.default.createDirectory(atPath: root, withIntermediateDirectories: true)
+        let mount = try Mount(readOnlyBindOf: root, at: root)
+        try mount.makeWritable()
+        let daemon = try DaemonProcess(
+            Machine.product("autosaved"), ["--config", try config()], environment: environment(notify: notify))
+        _ = notify.waitFor { $0["READY"] == "1" }
+        try mount.makeReadOnly()
+        let client = try ControlClient(socketPath: directory.sub("control.sock"))
+        try client.call(["cmd": "set", "doc": "doc.txt", "text": "x"])
+        let status = notify.waitFor { $0["STATUS"]?.contains("failing") == true }
+        #expect(status?["STATUS"]?.contains("doc.txt: create temporary file failed with EROFS") == true)
+        try mount.makeWritable()
+        daemon.signal(SIGTERM)
+        #expect(await daemon.exitStatus() == 0)
+    }
+
+    @Test("WATCHDOG=1 keeps arriving while the store answers, and stops when it hangs")
+    func watchdog() async throws {
+        let notify = try NotifyReceiver(in: directory)
+        // sd_watchdog_enabled honours WATCHDOG_USEC only when WATCHDOG_PID is the process's own.
+        let daemon = try DaemonProcess(
+            "/bin/sh",
+            [
+                "-c", "WATCHDOG_PID=$$ WATCHDOG_USEC=400000 exec \"$0\" hang 3 --config \"$1\"",
+                Machine.product("AutosaveProbe"), try config(),
+            ],
+            environment: environment(notify: notify))
+        _ = notify.waitFor { $0["READY"] == "1" }
+        var pings = 0
+        let healthy = ContinuousClock.now + .seconds(2)
+        while ContinuousClock.now < healthy {
+            if notify.receive(timeout: healthy - ContinuousClock.now)?["WATCHDOG"] == "1" { pings += 1 }
+        }
+        #expect(pings >= 5, "about one ping every 200 ms while healthy: \(pings)")
+        await daemon.waitForLine(containing: "hanging")
+        // Pings in flight when the store hung may still land; after that, none.
+        let settle = ContinuousClock.now + .milliseconds(500)
+        while ContinuousClock.now < settle { _ = notify.receive(timeout: settle - ContinuousClock.now) }
+        var late = 0
+        let watch = ContinuousClock.now + .seconds(2)
+        while ContinuousClock.now < watch {
+            if notify.receive(timeout: watch - ContinuousClock.now)?["WATCHDOG"] == "1" { late += 1 }
+        }
+        #expect(late == 0, "no ping once the store stopped answering")
+        daemon.signal(SIGKILL)
+        _ = await daemon.exitStatus()
+    }
+
+    @Test("Not under systemd (no NOTIFY_SOCKET) the daemon runs and logs readable lines with <N> prefixes")
+    func withoutSystemd() async throws {
+        var environment = ProcessInfo.processInfo.environment
+        environment.removeValue(forKey: "NOTIFY_SOCKET")
+        let daemon = try DaemonProcess(
+            Machine.product("autosaved"), ["--config", try config()], environment: environment)
+        let line = await daemon.waitForLine(containing: "started:")
+        #expect(line?.hasPrefix("<5>started: 0 documents") == true)
+        daemon.signal(SIGTERM)
+        #expect(await daemon.exitStatus() == 0)
+    }
+
+    @Test(
+        "A real systemd-journald receives structured entries for a save and a failed save",
+        .enabled(
+            if: Machine.isRoot && FileManager.default.isExecutableFile(atPath: "/lib/systemd/systemd-journald")
+                && !FileManager.default.fileExists(atPath: "/run/systemd/journal/socket"),
+            "needs root, systemd-journald, and no journald already running"))
+    func journald() async throws {
+        try FileManager.default.createDirectory(atPath: "/run/systemd/journal", withIntermediateDirectories: true)
+        let journald = try DaemonProcess("/lib/systemd/systemd-journald", [])
+        defer {
+            journald.signal(SIGTERM)
+            journald.process.waitUntilExit()
+            try? FileManager.default.removeItem(atPath: "/run/systemd/journal")
+            try? FileManager.default.removeItem(atPath: "/run/log/journal")
+        }
+        for _ in 0..<100 where !FileManager.default.fileExists(atPath: "/run/systemd/journal/socket") {
+            try await Task.sleep(for: .milliseconds(50))
+        }
+        var environment = ProcessInfo.processInfo.environment
+        environment.removeValue(forKey: "JOURNAL_STREAM")
+        let daemon = try DaemonProcess(
+            Machine.product("autosaved"), ["--config", try config()], environment: environment)
+        await daemon.waitForLine(containing: "started:")
+        let client = try ControlClient(socketPath: directory.sub("control.sock"))
+        try client.call(["cmd": "set", "doc": "journal/ok.txt", "text": "saved"])
+        #expect(try client.call(["cmd": "save", "doc": "journal/ok.txt", "wait": true])["ok"]?.boolValue == true)
+        // A failed save: another program puts a directory where the document goes.
+        try client.call(["cmd": "set", "doc": "journal/blocked.txt", "text": "x"])
+        try FileManager.default.createDirectory(
+            atPath: directory.sub("root/journal/blocked.txt"), withIntermediateDirectories: true)
+        #expect(
+            try client.call(["cmd": "save", "doc": "journal/blocked.txt", "wait": true])["error"]?["code"]?.stringValue
+                == "save-failed")
+        try FileManager.default.removeItem(atPath: directory.sub("root/journal/blocked.txt"))
+        daemon.signal(SIGTERM)
+        #expect(await daemon.exitStatus() == 0)
+
+        var entries: [JSONValue] = []
+        for _ in 0..<50 {
+            let output = try Machine.run(
+                "journalctl", ["-D", "/run/log/journal", "-o", "json", "--no-pager", "SYSLOG_IDENTIFIER=autosaved"])
+            entries = output.stdout.split(separator: "\n").compactMap { try? JSONValue(parsing: String($0)) }
+            if entries.contains(where: { $0["MESSAGE_ID"]?.stringValue == MessageID.saveFailed }) { break }
+            try await Task.sleep(for: .milliseconds(100))
+        }
+        let saved = entries.first {
+            $0["MESSAGE_ID"]?.stringValue == MessageID.documentSaved && $0["DOCUMENT"]?.stringValue == "journal/ok.txt"
+        }
+        #expect(saved?["PRIORITY"]?.stringValue == "6")
+        #expect(saved?["BYTES_WRITTEN"]?.stringValue == "5")
+        #expect(saved?["CONTENT_TYPE"]?.stringValue == "public.plain-text")
+        #expect(saved?["DURATION_USEC"]?.stringValue.flatMap(Int.init) != nil)
+        #expect(saved?["CODE_FILE"]?.stringValue?.contains("DocumentStore") == true)
+        let failed = entries.first {
+            $0["MESSAGE_ID"]?.stringValue == MessageID.saveFailed
+                && $0["DOCUMENT"]?.stringValue == "journal/blocked.txt"
+        }
+        #expect(failed?["PRIORITY"]?.stringValue == "3")
+        #expect(failed?["OPERATION"]?.stringValue == "rename")
+        #expect(failed?["ERRNO"]?.stringValue == "\(EISDIR)")
+        #expect(entries.contains { $0["MESSAGE_ID"]?.stringValue == MessageID.started })
+        #expect(entries.contains { $0["MESSAGE_ID"]?.stringValue == MessageID.stopping })
+    }
+
+    @Test(
+        "systemd-analyze verify prints nothing; the exposure is 2.0 or lower",
+        .enabled(if: Machine.has("systemd-analyze")))
+    func units() throws {
+        let repository = ShippedConfigurationTests.repository
+        // verify checks that ExecStart exists: where autosaved is not installed, the unit
+        // is verified with its ExecStart pointing at the built binary instead.
+        var service = try String(contentsOfFile: repository + "/systemd/autosaved.service", encoding: .utf8)
+        if !FileManager.default.isExecutableFile(atPath: "/usr/local/bin/autosaved") {
+            service = service.replacingOccurrences(of: "/usr/local/bin/autosaved", with: Machine.product("autosaved"))
+        }
+        try Disk.write(service, to: directory.sub("autosaved.service"))
+        try FileManager.default.copyItem(
+            atPath: repository + "/systemd/autosaved.socket", toPath: directory.sub("autosaved.socket"))
+        let verify = try Machine.run(
+            "systemd-analyze",
+            ["verify", "--man=no", directory.sub("autosaved.service"), directory.sub("autosaved.socket")])
+        #expect(verify.stderr.isEmpty, "\(verify.stderr)")
+        let security = try Machine.run(
+            "systemd-analyze", ["security", "--offline=yes", "--threshold=20", directory.sub("autosaved.service")])
+        #expect(security.status == 0, "\(security.stdout)")
+        let exposure = security.stdout.split(separator: "\n").last { $0.contains("Overall exposure level") }
+        let score = exposure.flatMap { line in line.split(separator: " ").compactMap { Double($0) }.last }
+        #expect(score.map { $0 <= 2.0 } == true, "\(exposure ?? "no exposure line")")
+    }
+}
