@@ -103,7 +103,10 @@ public actor DocumentStore {
         let directoryPath = relative.isEmpty ? root : root + "/" + relative
         let entries: [DirectoryEntry]
         do {
-            let fd = try FileDescriptor.open(directoryPath, options: [.directory, .noFollow])
+            // The root itself may be a symbolic link (DynamicUser= makes /var/lib/autosaved one);
+            // below it, links are never followed.
+            let fd = try FileDescriptor.open(
+                directoryPath, options: relative.isEmpty ? [.directory] : [.directory, .noFollow])
             entries = try fd.closeAfter { () throws(Errno) -> [DirectoryEntry] in try fd.directoryEntries() }
         } catch {
             problems.append("\(directoryPath): cannot be listed: \(error)")

@@ -76,12 +76,51 @@ public struct FileDescriptor: RawRepresentable, Hashable {
         noSymlinks: Bool = false
     ) throws(Errno) -> FileDescriptor {
         let flags = mode.rawValue | options.rawValue | O_CLOEXEC
-        let fd = try withCPath(path) { p in
+        let result = withCPath(path) { p in
             valueOrErrno {
                 system_openat_beneath(directory.rawValue, p, flags, permissions.rawValue, noSymlinks: noSymlinks)
             }
-        }.get()
-        return FileDescriptor(rawValue: fd)
+        }
+        switch result {
+        case .success(let fd):
+            return FileDescriptor(rawValue: fd)
+        case .failure(.noSystemCall) where noSymlinks:
+            // No openat2 (a kernel before 5.6, or a seccomp filter that does not know it):
+            // walk the path one component at a time, refusing every symbolic link.
+            return try openBeneathByWalking(
+                path, relativeTo: directory, mode, options: options, permissions: permissions)
+        case .failure(let error):
+            throw error
+        }
+    }
+
+    /// `openBeneath` with `noSymlinks` without `openat2`: each directory component is
+    /// checked with `fstatat(AT_SYMLINK_NOFOLLOW)` and opened with `O_PATH|O_NOFOLLOW`.
+    static func openBeneathByWalking(
+        _ path: String, relativeTo directory: FileDescriptor, _ mode: AccessMode, options: OpenOptions,
+        permissions: FilePermissions
+    ) throws(Errno) -> FileDescriptor {
+        if path.hasPrefix("/") { throw .crossDevice }
+        let components = path.split(separator: "/").map(String.init).filter { $0 != "." }
+        if components.contains("..") { throw .crossDevice }
+        guard let last = components.last else {
+            return try FileDescriptor.open(".", relativeTo: directory, mode, options: options, permissions: permissions)
+        }
+        var current = try FileDescriptor.open(".", relativeTo: directory, options: [.pathOnly, .directory])
+        defer { try? current.close() }
+        for name in components.dropLast() {
+            let status = try current.status(of: name)
+            if status.kind == .symbolicLink { throw .tooManySymbolicLinks }
+            if status.kind != .directory { throw .notDirectory }
+            let next = try FileDescriptor.open(name, relativeTo: current, options: [.pathOnly, .directory, .noFollow])
+            try? current.close()
+            current = next
+        }
+        if let status = try current.statusIfPresent(of: last), status.kind == .symbolicLink {
+            throw .tooManySymbolicLinks
+        }
+        return try FileDescriptor.open(
+            last, relativeTo: current, mode, options: options.union(.noFollow), permissions: permissions)
     }
 
     /// Closes the descriptor. Never retried: after `EINTR` the descriptor is already released.

@@ -259,3 +259,130 @@ struct SystemdTests {
         #expect(score.map { $0 <= 2.0 } == true, "\(exposure ?? "no exposure line")")
     }
 }
+
+/// A real systemd as PID 1 of a throw-away container (systemd-nspawn on the host's /usr,
+/// everything else volatile), with the built binaries and the shipped units bound in.
+@Suite("Under a real systemd (systemd-nspawn)", .serialized)
+struct NspawnTests {
+    static var available: Bool {
+        Machine.isRoot && Machine.has("systemd-nspawn") && Machine.has("nsenter")
+            && FileManager.default.fileExists(atPath: "/lib/systemd/systemd")
+    }
+
+    @Test(
+        "start reaches active with STATUS=, an edit is saved and journaled, reload and stop work, a hung daemon is restarted by the watchdog",
+        .enabled(if: available, "needs root, systemd-nspawn and nsenter"))
+    func lifecycle() async throws {
+        let directory = TemporaryDirectory("nspawn")
+        let units = directory.sub("units")
+        try FileManager.default.createDirectory(atPath: units, withIntermediateDirectories: true)
+        let repository = ShippedConfigurationTests.repository
+        // The shipped units, with ExecStart pointing where the built binaries are bound.
+        let service = try String(contentsOfFile: repository + "/systemd/autosaved.service", encoding: .utf8)
+            .replacingOccurrences(of: "/usr/local/bin/autosaved", with: "/opt/autosaved/autosaved")
+        try Disk.write(service, to: units + "/autosaved.service")
+        try FileManager.default.copyItem(
+            atPath: repository + "/systemd/autosaved.socket", toPath: units + "/autosaved.socket")
+        // A daemon whose store hangs 2 s after start-up, under a 1 s watchdog.
+        try Disk.write(
+            """
+            [Service]
+            Type=notify
+            NotifyAccess=main
+            ExecStart=/opt/autosaved/AutosaveProbe hang 2
+            # systemd aborts a daemon whose pings stopped; no crash report, to restart at once.
+            Environment=SWIFT_BACKTRACE=enable=no
+            WatchdogSec=1s
+            Restart=on-failure
+            RestartSec=100ms
+            DynamicUser=yes
+            StateDirectory=autosaved-hang
+            RuntimeDirectory=autosaved-hang
+            """, to: units + "/autosaved-hang.service")
+
+        let name = "autosaved-test-" + CurrentProcess.randomAlphanumerics(6).lowercased()
+        let container = try DaemonProcess(
+            "/usr/bin/systemd-nspawn",
+            [
+                "-D", "/", "--volatile=yes", "-b", "--register=no", "--keep-unit", "--console=pipe", "-M", name,
+                "--bind-ro=\(Machine.productsDirectory):/opt/autosaved", "--bind-ro=/opt/swift",
+                "--bind-ro=\(units):/etc/systemd/system",
+            ])
+        defer {
+            container.signal(SIGKILL)
+            container.process.waitUntilExit()
+        }
+        // The container's PID 1, as the host sees it.
+        var leader: String?
+        for _ in 0..<200 where leader == nil {
+            let children = try Machine.run("pgrep", ["-P", "\(container.process.processIdentifier)"])
+            leader = children.stdout.split(separator: "\n").first.map(String.init)
+            if leader == nil { try await Task.sleep(for: .milliseconds(50)) }
+        }
+        let pid = try #require(leader, "the container did not start: \(container.output)")
+        @discardableResult
+        func inside(_ arguments: String...) throws -> Machine.Output {
+            try Machine.run("nsenter", ["-t", pid, "-a"] + arguments)
+        }
+        func waitUntil(_ what: String, _ condition: () throws -> Bool) async throws {
+            for _ in 0..<300 {
+                if try condition() { return }
+                try await Task.sleep(for: .milliseconds(100))
+            }
+            Issue.record("timed out waiting for \(what)")
+        }
+        try await waitUntil("the container to boot") {
+            let state = try inside("systemctl", "is-system-running").stdout
+            return state.contains("running") || state.contains("degraded")
+        }
+
+        #expect(try inside("systemctl", "start", "autosaved.socket", "autosaved.service").status == 0)
+        #expect(try inside("systemctl", "is-active", "autosaved").stdout == "active\n")
+        let status = try inside("systemctl", "status", "--no-pager", "autosaved").stdout
+        #expect(status.contains("Status: \"0 documents, 0 unsaved, 0 saving"), "\(status)")
+
+        let ctl = ["/opt/autosaved/autosavectl", "--socket", "/run/autosaved/control.sock"]
+        #expect(
+            try Machine.run(
+                "nsenter", ["-t", pid, "-a"] + ctl + ["set", "notes/todo.txt", "--text", "from systemd\n"]
+            ).status == 0)
+        #expect(
+            try Machine.run("nsenter", ["-t", pid, "-a"] + ctl + ["save", "notes/todo.txt", "--wait"]).status == 0)
+        #expect(try inside("cat", "/var/lib/autosaved/notes/todo.txt").stdout == "from systemd\n")
+        try await waitUntil("the save in the journal") {
+            try inside(
+                "journalctl", "-u", "autosaved", "--no-pager", "-o", "cat", "DOCUMENT=notes/todo.txt",
+                "MESSAGE_ID=\(MessageID.documentSaved)"
+            )
+            .stdout.contains("saved notes/todo.txt")
+        }
+        #expect(try inside("systemctl", "status", "--no-pager", "autosaved").stdout.contains("last save"))
+
+        #expect(try inside("systemctl", "reload", "autosaved").status == 0)
+        #expect(try inside("systemctl", "is-active", "autosaved").stdout == "active\n")
+        try await waitUntil("the reload in the journal") {
+            try inside("journalctl", "-u", "autosaved", "--no-pager", "-o", "cat", "MESSAGE_ID=\(MessageID.reloaded)")
+                .stdout
+                .contains("configuration reloaded")
+        }
+
+        // Stop flushes an edit that was not due for saving yet.
+        #expect(
+            try Machine.run("nsenter", ["-t", pid, "-a"] + ctl + ["set", "notes/unsaved.txt", "--text", "flushed\n"])
+                .status == 0)
+        #expect(try inside("systemctl", "stop", "autosaved.service", "autosaved.socket").status == 0)
+        #expect(try inside("cat", "/var/lib/autosaved/notes/unsaved.txt").stdout == "flushed\n")
+        #expect(try inside("systemctl", "show", "-p", "Result", "autosaved").stdout == "Result=success\n")
+
+        // The watchdog: pings stop when the store hangs, and systemd restarts the service.
+        #expect(try inside("systemctl", "start", "autosaved-hang").status == 0)
+        try await waitUntil("a watchdog restart") {
+            let restarts = try inside("systemctl", "show", "-p", "NRestarts", "autosaved-hang").stdout
+            return restarts != "NRestarts=0\n" && !restarts.isEmpty
+        }
+        let log = try inside("journalctl", "-u", "autosaved-hang", "--no-pager").stdout
+        #expect(log.contains("Watchdog timeout"), "\(log)")
+        #expect(log.contains("Failed with result 'watchdog'"), "\(log)")
+        _ = try? inside("systemctl", "poweroff")
+    }
+}

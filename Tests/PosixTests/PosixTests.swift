@@ -1,7 +1,8 @@
 import Foundation
 @preconcurrency import Glibc
-import Posix
 import Testing
+
+@testable import Posix
 
 @Suite("Posix: typed system calls")
 final class PosixTests {
@@ -114,6 +115,27 @@ final class PosixTests {
         }
         #expect(throws: Errno.tooManySymbolicLinks) {
             try FileDescriptor.openBeneath("escape", relativeTo: directory, noSymlinks: true)
+        }
+    }
+
+    @Test("Without openat2 (ENOSYS under some seccomp filters), the component walk refuses the same paths")
+    func beneathByWalking() throws {
+        try directory.makeDirectory("inside")
+        try directory.makeSymbolicLink("escape", pointingTo: "/etc")
+        try directory.makeSymbolicLink("inside/loop", pointingTo: "..")
+        try FileDescriptor.openBeneathByWalking(
+            "inside", relativeTo: directory, .readOnly, options: [.pathOnly], permissions: .init(rawValue: 0)
+        ).close()
+        for path in ["../x", "/etc/passwd", "inside/../../x", "escape/passwd", "escape", "inside/loop/inside"] {
+            #expect(throws: Errno.self, "\(path)") {
+                try FileDescriptor.openBeneathByWalking(
+                    path, relativeTo: directory, .readOnly, options: [.pathOnly], permissions: .init(rawValue: 0))
+            }
+        }
+        #expect(throws: Errno.noSuchFile) {
+            try FileDescriptor.openBeneathByWalking(
+                "inside/absent", relativeTo: directory, .readOnly, options: [.pathOnly], permissions: .init(rawValue: 0)
+            )
         }
     }
 
