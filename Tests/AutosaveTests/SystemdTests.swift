@@ -97,10 +97,28 @@ struct SystemdTests {
         #expect(reloading?["MONOTONIC_USEC"].flatMap(UInt64.init) != nil)
         _ = notify.waitFor { $0["READY"] == "1" }
 
+        try client.call(["cmd": "set", "doc": "notes/later.txt", "text": "unsaved at SIGTERM"])
         daemon.signal(SIGTERM)
         let stopping = notify.waitFor { $0["STOPPING"] == "1" }
         #expect(stopping?["STATUS"]?.contains("Stopping") == true)
+        // While the flush runs, the stop timeout is extended.
+        let extend = notify.waitFor { $0["EXTEND_TIMEOUT_USEC"] != nil }
+        #expect(extend?["EXTEND_TIMEOUT_USEC"] == "10000000")
         #expect(await daemon.exitStatus() == 0)
+        #expect(try Disk.bytes(directory.sub("root/notes/later.txt")) == Data("unsaved at SIGTERM".utf8))
+    }
+
+    @Test("A fatal start-up error sends ERRNO= and a STATUS= saying what failed")
+    func fatalError() async throws {
+        let notify = try NotifyReceiver(in: directory)
+        // Something that is not a socket where the socket goes.
+        try Disk.write("not a socket", to: directory.sub("control.sock"))
+        let daemon = try DaemonProcess(
+            Machine.product("autosaved"), ["--config", try config()], environment: environment(notify: notify))
+        let fatal = notify.waitFor { $0["ERRNO"] != nil }
+        #expect(fatal?["ERRNO"] == "\(EADDRINUSE)")
+        #expect(fatal?["STATUS"]?.contains("control.sock exists and is not a socket") == true)
+        #expect(await daemon.exitStatus() == 73)
     }
 
     @Test(
@@ -324,14 +342,14 @@ struct NspawnTests {
         func inside(_ arguments: String...) throws -> Machine.Output {
             try Machine.run("nsenter", ["-t", pid, "-a"] + arguments)
         }
-        func waitUntil(_ what: String, _ condition: () throws -> Bool) async throws {
-            for _ in 0..<300 {
+        func waitUntil(_ what: String, attempts: Int = 300, _ condition: () throws -> Bool) async throws {
+            for _ in 0..<attempts {
                 if try condition() { return }
                 try await Task.sleep(for: .milliseconds(100))
             }
             Issue.record("timed out waiting for \(what)")
         }
-        try await waitUntil("the container to boot") {
+        try await waitUntil("the container to boot", attempts: 900) {
             let state = try inside("systemctl", "is-system-running").stdout
             return state.contains("running") || state.contains("degraded")
         }
