@@ -242,18 +242,22 @@ public actor DocumentStore {
         }
         do {
             try Self.applyEdit(edit, to: &entries[path]!.document, existingFile: entries[path]!.existingFile)
-        } catch let error as DocumentContentError {
-            switch error.kind {
-            case .unsupported: throw .unsupported(path, message: error.message)
-            case .notFound: throw .notFound("\(path): \(error.message)")
-            case .invalid: throw .invalidDocument(path, message: error.message)
-            }
         } catch {
-            throw .invalidDocument(path, message: "\(error)")
+            throw Self.storeError(error, path: path)
         }
         entries[path]!.changeCount += 1
         noteEdit(path)
         return info(path, entries[path]!)
+    }
+
+    /// What a document's refusal of an edit or query means for the store's callers.
+    private static func storeError(_ error: any Error, path: String) -> StoreError {
+        guard let error = error as? DocumentContentError else { return .invalidDocument(path, message: "\(error)") }
+        switch error.kind {
+        case .unsupported: return .unsupported(path, message: error.message)
+        case .notFound: return .notFound("\(path): \(error.message)")
+        case .invalid: return .invalidDocument(path, message: error.message)
+        }
     }
 
     private static func applyEdit<D: AutosaveDocument>(
@@ -289,14 +293,8 @@ public actor DocumentStore {
         let entry = entries[path]!
         do {
             return try entry.document.read(query, existingFile: entry.existingFile)
-        } catch let error as DocumentContentError {
-            switch error.kind {
-            case .unsupported: throw .unsupported(path, message: error.message)
-            case .notFound: throw .notFound("\(path): \(error.message)")
-            case .invalid: throw .invalidDocument(path, message: error.message)
-            }
         } catch {
-            throw .invalidDocument(path, message: "\(error)")
+            throw Self.storeError(error, path: path)
         }
     }
 

@@ -130,16 +130,6 @@ public struct DocumentExporter: Sendable {
         filenames: [String]? = nil,
         progress: (@MainActor (Progress) -> Void)? = nil
     ) async throws -> [URL] where C.Element: WritableDocument, C.Element.Writer.Destination == URL {
-        guard !documents.isEmpty else { throw DocumentExportError.noDocuments }
-        if let filenames, filenames.count != documents.count {
-            throw DocumentExportError.filenameCountMismatch(documents: documents.count, filenames: filenames.count)
-        }
-        let directoryPath = destination.path
-        guard
-            (try? FileDescriptor.currentWorkingDirectory.status(of: directoryPath, followSymlinks: true))?.kind
-                == .directory
-        else { throw DocumentExportError.destinationNotADirectory(directoryPath) }
-
         let prepared = try await prepareExport(documents: documents, filenames: filenames, progress: progress)
         try Task.checkCancellation()
         try prepared.commit(progress: progress)
