@@ -254,6 +254,9 @@ final class ControlSession: Sendable {
             return [("cancelled", target)]
         case "subscribe":
             return try subscribe(request)
+        case "sync":
+            await store.sync()
+            return [("synced", true)]
         case "reload":
             switch await server.reload() {
             case .success(let message): return [("message", .string(message))]
@@ -327,10 +330,14 @@ final class ControlSession: Sendable {
 
     private func subscribe(_ request: JSONValue) throws -> [(key: String, value: JSONValue)] {
         let documents = try strings(request, "docs").map(Set.init)
-        let kinds = try strings(request, "events").map(Set.init) ?? ["saved", "save-failed"]
-        let known: Set<String> = ["saved", "save-failed"]
+        let kinds =
+            try strings(request, "events").map(Set.init) ?? [
+                "saved", "save-failed", "changed-on-disk", "conflict", "recreated",
+            ]
+        let known: Set<String> = ["saved", "save-failed", "changed-on-disk", "conflict", "recreated", "closed"]
         if let unknown = kinds.first(where: { !known.contains($0) }) {
-            throw RequestError(.badRequest, "unknown event \"\(unknown)\"; events: saved, save-failed")
+            throw RequestError(
+                .badRequest, "unknown event \"\(unknown)\"; events: \(known.sorted().joined(separator: ", "))")
         }
         let store = store
         let connection = connection
@@ -362,6 +369,18 @@ final class ControlSession: Sendable {
         case .saveFailed(let failure):
             guard kinds.contains("save-failed"), documents?.contains(failure.document) ?? true else { return nil }
             return describe(failure).setting("event", "save-failed")
+        case .changedOnDisk(let document):
+            guard kinds.contains("changed-on-disk"), documents?.contains(document) ?? true else { return nil }
+            return ["event": "changed-on-disk", "doc": .string(document)]
+        case .conflict(let document, let copy):
+            guard kinds.contains("conflict"), documents?.contains(document) ?? true else { return nil }
+            return ["event": "conflict", "doc": .string(document), "copy": .string(copy)]
+        case .recreated(let document):
+            guard kinds.contains("recreated"), documents?.contains(document) ?? true else { return nil }
+            return ["event": "recreated", "doc": .string(document)]
+        case .closed(let document):
+            guard kinds.contains("closed"), documents?.contains(document) ?? true else { return nil }
+            return ["event": "closed", "doc": .string(document)]
         default:
             return nil
         }

@@ -151,6 +151,9 @@ public enum Daemon {
         let store = DocumentStore(configuration: configuration, log: log)
         for problem in await store.openAll() { log.warning("not opened: \(problem)") }
         let scheduler = Task { await store.runScheduler() }
+        do { try await store.startWatching() } catch {
+            log.error("cannot watch \(configuration.root) for changes by other programs: \(error)")
+        }
         let reloader = Reloader(
             path: configPath, required: options.configPath != nil, environment: environment, store: store,
             levels: levels, log: log, notifier: notifier)
@@ -201,6 +204,7 @@ public enum Daemon {
         await serving.value
         scheduler.cancel()
         await scheduler.value
+        await store.stopWatching()
         if !report.unsaved.isEmpty {
             for failure in report.unsaved {
                 log.error("NOT SAVED at shutdown: \(failure.description)", ["document": failure.document])

@@ -266,6 +266,7 @@ extension DocumentStore {
             emit(.saveFailed(failure))
         }
         if entries[path]!.isDirty { schedule(path) }
+        if pendingChecks.remove(path) != nil { checkExternalChange(path) }
     }
 
     private static func didSave<D: AutosaveDocument>(_ document: inout D, snapshot: any AutosaveDocument) {

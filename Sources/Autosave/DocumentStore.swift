@@ -61,10 +61,19 @@ public actor DocumentStore {
     var sleepTarget: ContinuousClock.Instant?
     var timer: Task<Void, Never>?
     var subscribers: [UUID: AsyncStream<StoreEvent>.Continuation] = [:]
+    var watcher: FileWatcher?
+    /// Documents whose file changed while their own save was being written: checked
+    /// once that save has recorded its fingerprint.
+    var pendingChecks: Set<String> = []
+    var syncWaiters: [String: CheckedContinuation<Void, Never>] = [:]
+    var externalReloads = 0
+    var conflicts = 0
     var totalSaves = 0
     var lastSave: (document: String, at: Date)?
     var lastFailure: SaveFailure?
     let startedAt = Date()
+
+    deinit { watcher?.stop() }
 
     public init(configuration: Configuration, registry: DocumentTypeRegistry? = nil, log: Logger = Logger()) {
         self.configuration = configuration
@@ -133,6 +142,14 @@ public actor DocumentStore {
     /// Reads the document at `path` from disk into the store.
     @discardableResult
     private func load(_ path: String) throws(StoreError) -> Entry {
+        let entry = try loadEntry(path)
+        entries[path] = entry
+        emit(.opened(document: path))
+        return entry
+    }
+
+    /// Reads the document at `path` from disk, without adding it to the store.
+    func loadEntry(_ path: String) throws(StoreError) -> Entry {
         let fullPath = root + "/" + path
         let status: FileStatus
         do { status = try FileDescriptor.currentWorkingDirectory.status(of: fullPath) } catch {
@@ -167,8 +184,6 @@ public actor DocumentStore {
         entry.fingerprint = Fingerprint(status, contents: file.isRegularFile ? file.regularFileContents : nil)
         // The document holds its value; the wrapper need not hold the bytes a second time.
         file.releaseContents()
-        entries[path] = entry
-        emit(.opened(document: path))
         return entry
     }
 

@@ -83,6 +83,13 @@ public enum StoreEvent: Sendable, Equatable {
     case saveFailed(SaveFailure)
     case opened(document: String)
     case closed(document: String)
+    /// Another program changed the file of a document with no unsaved edits: it was read again.
+    case changedOnDisk(document: String)
+    /// Another program changed the file of a document with unsaved edits: the file stays as
+    /// they wrote it, and the edits were saved beside it at `copy` (relative to the root).
+    case conflict(document: String, copy: String)
+    /// Another program removed the file of a document with unsaved edits: it was written again.
+    case recreated(document: String)
 }
 
 /// Why the store refused a request. Each case has a stable code for the control protocol.

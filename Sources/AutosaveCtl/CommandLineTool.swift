@@ -149,7 +149,7 @@ enum Requests {
     static func build(_ name: String, _ parsed: CommandLineTool.Parsed) throws -> JSONValue {
         var fields: [(key: String, value: JSONValue)] = [("cmd", .string(name))]
         switch name {
-        case "status", "list", "reload":
+        case "status", "list", "reload", "sync":
             guard parsed.positionals.isEmpty else {
                 throw UsageError(message: "\(name) takes no arguments", subcommand: name)
             }

@@ -137,7 +137,15 @@ enum Catalog {
             name: "subscribe", abstract: "Print events as they happen, one per line, until Ctrl-C.",
             usage: "[<doc>...] [--events saved,save-failed] [options]",
             arguments: [("<doc>...", "Only events about these documents (default: all).")],
-            options: [("--events LIST", "Only these events (default: saved,save-failed).")]),
+            options: [
+                (
+                    "--events LIST",
+                    "Only these events (default: saved,save-failed,changed-on-disk,conflict,recreated; also closed)."
+                )
+            ]),
+        Subcommand(
+            name: "sync", abstract: "Wait until the daemon has seen every file change made before this call.",
+            usage: "[options]"),
         Subcommand(name: "reload", abstract: "Make the daemon read its configuration again.", usage: "[options]"),
     ]
 

@@ -105,6 +105,10 @@ final class Session {
                 say("saved \(doc) (\(bytes) bytes, \(String(format: "%.1f", ms)) ms)")
             case "save-failed":
                 say("save-failed \(doc): \(line["message"]?.stringValue ?? "")")
+            case "conflict":
+                say("conflict \(doc): the edits were saved as \(line["copy"]?.stringValue ?? "?")")
+            case "changed-on-disk", "recreated", "closed":
+                say("\(line["event"]?.stringValue ?? "") \(doc)")
             default:
                 say(line.serialized(pretty: false))
             }
@@ -155,6 +159,8 @@ final class Session {
             for path in reply["paths"]?.arrayValue ?? [] { say(path.stringValue ?? "") }
         case "reload":
             say(reply["message"]?.stringValue ?? "reloaded")
+        case "sync":
+            say("synced")
         default:
             if let document = reply["document"] { printDocument(document) }
         }

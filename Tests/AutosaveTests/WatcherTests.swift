@@ -1,0 +1,127 @@
+import Autosave
+import Documents
+import Foundation
+import Posix
+import TestSupport
+import Testing
+
+/// Other programs edit the files the store holds; each case is checked through the
+/// store after the sync barrier.
+@Suite("Changes by other programs", .serialized)
+struct WatcherTests {
+    func harness(quiet: Duration = .seconds(3600)) async throws -> StoreHarness {
+        let harness = await StoreHarness(quiet: quiet, maxDelay: .seconds(3600))
+        try await harness.store.startWatching()
+        return harness
+    }
+
+    func sh(_ script: String, in harness: StoreHarness) throws {
+        let result = try Machine.run("/bin/sh", ["-c", "cd '\(harness.root)' && " + script])
+        #expect(result.status == 0, "\(script): \(result.stderr)")
+    }
+
+    func text(_ harness: StoreHarness, _ path: String) async throws -> String? {
+        if case .text(let text)? = try? await harness.store.read(path) { return text }
+        return nil
+    }
+
+    @Test("sed -i, a rename-over save, cp over, an in-place >> append: a clean document is read again")
+    func cleanDocumentsReload() async throws {
+        let harness = try await harness()
+        for name in ["sed.txt", "vim.txt", "cp.txt", "append.txt"] {
+            try Disk.write("original\n", to: harness.file(name))
+            try await harness.store.open(name)
+        }
+        try sh("sed -i 's/original/by sed/' sed.txt", in: harness)
+        try sh("printf 'by vim\\n' > .vim.txt.swp && mv .vim.txt.swp vim.txt", in: harness)
+        try sh(
+            "printf 'by cp\\n' > /tmp/autosaved-cp-source-$$ && cp /tmp/autosaved-cp-source-$$ cp.txt && rm /tmp/autosaved-cp-source-$$",
+            in: harness)
+        try sh("printf 'appended\\n' >> append.txt", in: harness)
+        await harness.store.sync()
+        #expect(try await text(harness, "sed.txt") == "by sed\n")
+        #expect(try await text(harness, "vim.txt") == "by vim\n")
+        #expect(try await text(harness, "cp.txt") == "by cp\n")
+        #expect(try await text(harness, "append.txt") == "original\nappended\n")
+        for name in ["sed.txt", "vim.txt", "cp.txt", "append.txt"] {
+            #expect(try await harness.store.info(name).state == .clean)
+        }
+    }
+
+    @Test(
+        "A dirty document edited by another program: both versions exist on disk, byte for byte, and the conflict is reported"
+    )
+    func conflict() async throws {
+        let harness = try await harness()
+        try Disk.write("original\n", to: harness.file("notes.txt"))
+        try await harness.store.open("notes.txt")
+        try await harness.store.apply(.setText("mine, unsaved\n"), to: "notes.txt")
+        try sh("printf 'theirs\\n' > notes.txt.tmp && mv notes.txt.tmp notes.txt", in: harness)
+        await harness.store.sync()
+        let event = await harness.next { if case .conflict = $0 { true } else { false } }
+        guard case .conflict("notes.txt", let copy)? = event else {
+            Issue.record("no conflict event")
+            return
+        }
+        #expect(copy.hasPrefix("notes (conflict "))
+        #expect(try harness.text(onDisk: "notes.txt") == "theirs\n", "the other program's version stays")
+        #expect(try harness.text(onDisk: copy) == "mine, unsaved\n", "the unsaved edits are beside it")
+        #expect(try await text(harness, "notes.txt") == "theirs\n")
+        #expect(await harness.store.watchCounters.conflicts == 1)
+    }
+
+    @Test("rm of a clean document closes it; rm of a dirty one writes it again")
+    func removed() async throws {
+        let harness = try await harness()
+        try Disk.write("clean\n", to: harness.file("clean.txt"))
+        try Disk.write("dirty\n", to: harness.file("dirty.txt"))
+        try await harness.store.open("clean.txt")
+        try await harness.store.open("dirty.txt")
+        try await harness.store.apply(.setText("unsaved\n"), to: "dirty.txt")
+        try sh("rm clean.txt dirty.txt", in: harness)
+        await harness.store.sync()
+        await #expect(throws: StoreError.notFound("clean.txt")) { try await harness.store.info("clean.txt") }
+        await harness.nextSave(of: "dirty.txt")
+        #expect(try harness.text(onDisk: "dirty.txt") == "unsaved\n")
+    }
+
+    @Test("New files, files moved into the root, and new package members are noticed; a file moved out is closed")
+    func newFiles() async throws {
+        let harness = try await harness()
+        let outside = harness.directory.sub("outside.txt")
+        try Disk.write("moved in\n", to: outside)
+        try FileManager.default.createDirectory(atPath: harness.file("book.package"), withIntermediateDirectories: true)
+        try Disk.write("one\n", to: harness.file("book.package/1.txt"))
+        try await harness.store.open("book.package")
+        try sh(
+            "mkdir -p sub && printf 'new\\n' > sub/new.txt && mv '\(outside)' moved.txt && printf 'two\\n' > book.package/2.txt",
+            in: harness)
+        await harness.store.sync()
+        #expect(try await text(harness, "sub/new.txt") == "new\n")
+        #expect(try await text(harness, "moved.txt") == "moved in\n")
+        #expect(try await harness.store.read("book.package", .members) == .members(["1.txt", "2.txt"]))
+        try sh("mv moved.txt '\(harness.directory.sub("gone.txt"))'", in: harness)
+        await harness.store.sync()
+        await #expect(throws: StoreError.self) { try await harness.store.info("moved.txt") }
+    }
+
+    @Test("1,000 saves by the store itself cause no reload and no conflict")
+    func ownSaves() async throws {
+        let harness = try await harness()
+        for i in 0..<1000 {
+            try await harness.store.apply(.setText("version \(i)\n"), to: "own/doc\(i % 10).txt", create: true)
+            try await harness.store.save("own/doc\(i % 10).txt", wait: true)
+        }
+        let package = "own/book.package"
+        try await harness.store.create(package)
+        for i in 0..<50 {
+            try await harness.store.apply(.putMember("m\(i % 5).txt", Data("v\(i)".utf8)), to: package)
+            try await harness.store.save(package, wait: true)
+        }
+        await harness.store.sync()
+        let counters = await harness.store.watchCounters
+        #expect(counters.reloads == 0)
+        #expect(counters.conflicts == 0)
+        #expect(try await harness.store.info("own/doc9.txt").state == .clean)
+    }
+}
