@@ -31,7 +31,7 @@ extension DocumentStore {
     }
 
     /// Counters of what the watcher caused: reloads of documents changed by other programs, and conflicts.
-    public var watchCounters: (reloads: Int, conflicts: Int) { (externalReloads, conflicts) }
+    public var watchCounters: (reloads: Int, conflicts: Int, overflows: Int) { (externalReloads, conflicts, overflows) }
 
     /// A barrier: returns once every file-system change made before the call has been
     /// seen and handled. A cookie file is created in the root; inotify reports events in
@@ -103,9 +103,23 @@ extension DocumentStore {
                     emit(.closed(document: document))
                 }
             case .overflow:
+                // Events were lost: compare every document with the disk, open what is new,
+                // and release sync waiters whose cookie event may have been among the lost.
                 log.warning("the inotify queue overflowed; checking every document against the disk")
-                for document in entries.keys { checkExternalChange(document) }
+                for document in entries.keys {
+                    if (try? FileDescriptor.currentWorkingDirectory.status(of: root + "/" + document)) == nil {
+                        handle([.removed(document)])
+                    } else if entries[document]?.savingToken != nil {
+                        pendingChecks.insert(document)
+                    } else {
+                        checkExternalChange(document)
+                    }
+                }
                 openAll()
+                overflows += 1
+                let waiters = syncWaiters
+                syncWaiters = [:]
+                for waiter in waiters.values { waiter.resume() }
             case .rootGone:
                 log.error(
                     "the store root \(root) was removed or moved; documents stay in memory",

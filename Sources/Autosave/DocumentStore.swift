@@ -67,6 +67,7 @@ public actor DocumentStore {
     var pendingChecks: Set<String> = []
     var syncWaiters: [String: CheckedContinuation<Void, Never>] = [:]
     var externalReloads = 0
+    var overflows = 0
     var conflicts = 0
     var totalSaves = 0
     var lastSave: (document: String, at: Date)?

@@ -330,11 +330,14 @@ struct NspawnTests {
             container.signal(SIGKILL)
             container.process.waitUntilExit()
         }
-        // The container's PID 1, as the host sees it.
+        // The container's PID 1, as the host sees it: nspawn's child once it has become
+        // systemd (nspawn first forks an intermediate child that goes away).
         var leader: String?
-        for _ in 0..<200 where leader == nil {
-            let children = try Machine.run("pgrep", ["-P", "\(container.process.processIdentifier)"])
-            leader = children.stdout.split(separator: "\n").first.map(String.init)
+        for _ in 0..<600 where leader == nil {
+            let children = try Machine.run("pgrep", ["-P", "\(container.process.processIdentifier)"]).stdout
+            leader = children.split(separator: "\n").map(String.init).first { pid in
+                (try? String(contentsOfFile: "/proc/\(pid)/comm", encoding: .utf8)) == "systemd\n"
+            }
             if leader == nil { try await Task.sleep(for: .milliseconds(50)) }
         }
         let pid = try #require(leader, "the container did not start: \(container.output)")
