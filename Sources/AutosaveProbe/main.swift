@@ -90,6 +90,11 @@ enum Probe {
                 }
             }
 
+        case "bench-watch":
+            // bench-watch DOCUMENTS DIR: rename-over save → reloaded content, p50/p99.
+            guard let directory = arguments.first else { return 64 }
+            return await WatchBench.run(root: directory, documents: count, samples: 300)
+
         case "bench-edits":
             // bench-edits MB DIR: edit latency with and without a save of an MB-megabyte document in flight.
             guard let directory = arguments.first else { return 64 }
