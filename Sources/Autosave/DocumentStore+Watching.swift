@@ -14,9 +14,9 @@ extension DocumentStore {
         guard watcher == nil else { return }
         let (stream, continuation) = AsyncStream<[WatchEvent]>.makeStream()
         let log = log
-        watcher = try FileWatcher(root: root, log: { log.error($0, ["message_id": MessageID.watchLimit]) }) { batch in
-            continuation.yield(batch)
-        }
+        watcher = try FileWatcher(
+            root: root, log: { log.error($0, ["message_id": MessageID.watchLimit]) },
+            deliver: { batch in continuation.yield(batch) })
         Task { [weak self] in
             for await batch in stream {
                 guard let self else { return }

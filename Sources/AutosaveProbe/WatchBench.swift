@@ -14,7 +14,9 @@ enum WatchBench {
         do {
             for i in 0..<documents {
                 let directory = root + "/d\(i % 1000)"
-                if i < 1000 { try FileManager.default.createDirectory(atPath: directory, withIntermediateDirectories: true) }
+                if i < 1000 {
+                    try FileManager.default.createDirectory(atPath: directory, withIntermediateDirectories: true)
+                }
                 try Data("v0\n".utf8).write(to: URL(fileURLWithPath: directory + "/n\(i).txt"))
             }
             let store = DocumentStore(configuration: configuration, log: Logger(level: .error))
