@@ -105,6 +105,7 @@ extension DocumentStore {
             case .overflow:
                 // Events were lost: compare every document with the disk, open what is new,
                 // and release sync waiters whose cookie event may have been among the lost.
+                watcher?.overflowHandled()
                 log.warning("the inotify queue overflowed; checking every document against the disk")
                 for document in entries.keys {
                     if (try? FileDescriptor.currentWorkingDirectory.status(of: root + "/" + document)) == nil {

@@ -31,6 +31,9 @@ final class FileWatcher: @unchecked Sendable {
     }
     private let state = Mutex(State())
     private let stopping = Atomic<Bool>(false)
+    /// Whether an overflow was handed over and not yet handled: further overflows until
+    /// then are folded into it (one rescan covers them all).
+    private let overflowPending = Atomic<Bool>(false)
 
     static let mask: Inotify.Events = [
         .closedAfterWriting, .movedFrom, .movedTo, .created, .deleted, .watchedDeleted, .watchedMoved, .onlyDirectories,
@@ -51,6 +54,15 @@ final class FileWatcher: @unchecked Sendable {
     }
 
     func stop() { stopping.store(true, ordering: .relaxed) }
+
+    /// Called by the consumer once it starts the rescan for an overflow.
+    func overflowHandled() { overflowPending.store(false, ordering: .relaxed) }
+
+    private func appendOverflow(to batch: inout [WatchEvent]) {
+        if batch.contains(.overflow) { return }
+        if overflowPending.exchange(true, ordering: .relaxed) { return }
+        batch.append(.overflow)
+    }
 
     var watchCount: Int { state.withLock { $0.directories.count } }
 
@@ -101,7 +113,7 @@ final class FileWatcher: @unchecked Sendable {
             var batch: [WatchEvent] = []
             for event in events {
                 if event.events.contains(.queueOverflowed) {
-                    batch.append(.overflow)
+                    appendOverflow(to: &batch)
                     continue
                 }
                 let directory: String? = state.withLock { state in
@@ -112,7 +124,7 @@ final class FileWatcher: @unchecked Sendable {
                     return state.directories[event.watch]
                 }
                 guard let directory else {
-                    if !event.events.contains(.ignored) { batch.append(.overflow) }  // an unknown watch: rescan
+                    if !event.events.contains(.ignored) { appendOverflow(to: &batch) }  // an unknown watch: rescan
                     continue
                 }
                 if event.name.isEmpty {
