@@ -92,7 +92,8 @@ public struct StderrLogHandler: LogHandler {
         level: LogLevel, message: String, metadata: [String: String], file: String, line: Int, function: String
     ) {
         var text = "<\(level.rawValue)>\(message)"
-        for key in metadata.keys.sorted() where !(metadata[key] ?? "").isEmpty {
+        // The message ID is for journald; on a terminal it is noise.
+        for key in metadata.keys.sorted() where key != "message_id" && !(metadata[key] ?? "").isEmpty {
             let value = metadata[key]!
             text += value.contains(" ") ? " \(key)=\"\(value)\"" : " \(key)=\(value)"
         }

@@ -104,7 +104,10 @@ struct DaemonTests {
 
     func config(_ body: String) throws -> String {
         let path = directory.sub("autosaved.conf")
-        try Disk.write("[Store]\nRoot=\(directory.sub("root"))\n" + body, to: path)
+        // A private socket: the default one may belong to a daemon running on this machine.
+        try Disk.write(
+            "[Store]\nRoot=\(directory.sub("root"))\n[Control]\nSocket=\(directory.sub("control.sock"))\n" + body,
+            to: path)
         return path
     }
 
