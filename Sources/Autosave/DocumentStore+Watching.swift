@@ -181,22 +181,14 @@ extension DocumentStore {
     }
 
     private func reloadFromDisk(_ document: String) {
-        guard let old = entries[document] else { return }
-        entries[document] = nil
         do {
-            var entry = try loadEntry(document)
-            entry.changeCount = old.changeCount
-            entry.savedChangeCount = old.changeCount
-            entry.saves = old.saves
-            entry.lastSaved = old.lastSaved
-            entries[document] = entry
+            try reread(document)
             externalReloads += 1
             log.info(
                 "\(document) was changed by another program; read again",
                 ["document": document, "message_id": MessageID.externalChange])
             emit(.changedOnDisk(document: document))
         } catch {
-            entries[document] = old
             log.warning(
                 "\(document) was changed by another program but cannot be read: \(error)", ["document": document])
         }

@@ -324,6 +324,18 @@ public actor DocumentStore {
         return document
     }
 
+    /// Reads an open document from disk again, keeping its counters (the file now holds
+    /// every change made so far); on failure the document stays as it was.
+    func reread(_ path: String) throws(StoreError) {
+        guard let old = entries[path] else { throw .notFound(path) }
+        var entry = try loadEntry(path)
+        entry.changeCount = old.changeCount
+        entry.savedChangeCount = old.changeCount
+        entry.saves = old.saves
+        entry.lastSaved = old.lastSaved
+        entries[path] = entry
+    }
+
     /// Throws away unsaved edits and reads the document from disk again.
     public func revert(_ path: String) throws(StoreError) -> DocumentInfo {
         let path = try DocumentPath.validate(path)
@@ -331,18 +343,7 @@ public actor DocumentStore {
         if old.savingToken != nil {
             throw .unsupported(path, message: "a save is being written; revert once it is done")
         }
-        entries[path] = nil
-        do {
-            var entry = try load(path)
-            entry.changeCount = old.changeCount
-            entry.savedChangeCount = old.changeCount
-            entry.saves = old.saves
-            entry.lastSaved = old.lastSaved
-            entries[path] = entry
-        } catch {
-            entries[path] = old
-            throw error
-        }
+        try reread(path)
         return info(path, entries[path]!)
     }
 
