@@ -29,7 +29,6 @@ public final class ControlServer: Sendable {
     /// Listens on the configured socket, or on the one systemd passed (socket activation).
     public init(
         store: DocumentStore, configuration: Configuration, log: Logger,
-        environment: [String: String] = ProcessInfo.processInfo.environment,
         reload: @escaping @Sendable () async -> Result<String, ConfigurationErrors>
     ) throws {
         self.store = store

@@ -159,7 +159,7 @@ public enum Daemon {
             levels: levels, log: log, notifier: notifier)
         let server: ControlServer
         do {
-            server = try ControlServer(store: store, configuration: configuration, log: log, environment: environment) {
+            server = try ControlServer(store: store, configuration: configuration, log: log) {
                 await reloader.reload()
             }
         } catch {

@@ -177,14 +177,21 @@ struct SchedulerTests {
 
 @Suite("Failed saves", .serialized, .enabled(if: Machine.isRoot, "mounting needs root"))
 struct SaveFailureTests {
-    @Test("A read-only file system: failed with operation and errno, edits kept, saved by itself once writable")
-    func readOnlyRecovers() async throws {
-        let outer = TemporaryDirectory("ro-store")
+    /// A root holding `doc.txt` ("old"), bind-mounted on itself so the test can make it
+    /// read-only and writable again; returned writable, with the directory that holds it.
+    func bindMountedRoot(_ label: String) throws -> (outer: TemporaryDirectory, root: String, mount: Mount) {
+        let outer = TemporaryDirectory(label)
         let root = outer.sub("root")
         try FileManager.default.createDirectory(atPath: root, withIntermediateDirectories: false)
         try Disk.write("old\n", to: root + "/doc.txt")
         let mount = try Mount(readOnlyBindOf: root, at: root)
         try mount.makeWritable()
+        return (outer, root, mount)
+    }
+    @Test("A read-only file system: failed with operation and errno, edits kept, saved by itself once writable")
+    func readOnlyRecovers() async throws {
+        let (outer, root, mount) = try bindMountedRoot("ro-store")
+        defer { withExtendedLifetime(outer) {} }
         let harness = await StoreHarness(root: root, quiet: .milliseconds(50), retry: .milliseconds(200))
         try await harness.store.open("doc.txt")
         try mount.makeReadOnly()
@@ -244,12 +251,8 @@ struct SaveFailureTests {
 
     @Test("RefuseEditsWhenSaveFails=yes refuses edits while saves fail, and accepts them again after")
     func refuseEdits() async throws {
-        let outer = TemporaryDirectory("refuse-store")
-        let root = outer.sub("root")
-        try FileManager.default.createDirectory(atPath: root, withIntermediateDirectories: false)
-        try Disk.write("old\n", to: root + "/doc.txt")
-        let mount = try Mount(readOnlyBindOf: root, at: root)
-        try mount.makeWritable()
+        let (outer, root, mount) = try bindMountedRoot("refuse-store")
+        defer { withExtendedLifetime(outer) {} }
         let harness = await StoreHarness(
             root: root, quiet: .milliseconds(50), retry: .milliseconds(200), refuseEditsWhenSaveFails: true)
         try await harness.store.open("doc.txt")
