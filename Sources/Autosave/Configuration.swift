@@ -26,6 +26,21 @@ public struct Configuration: Sendable, Equatable {
     /// `stop-writes-on-bgsave-error`).
     public var refuseEditsWhenSaveFails = false
 
+    // [Watch]
+    /// Whether changes by other programs are watched for (inotify, polling past the watch limit).
+    public var watchEnabled = true
+    /// Whether files and packages that appear under the root are opened.
+    public var openNewFiles = true
+    /// How often directories beyond the inotify watch limit (and a missing root) are looked at.
+    public var pollInterval: Duration = .seconds(2)
+
+    // [Conflicts]
+    /// Which version keeps the document's name when another program changes a document
+    /// with unsaved edits; the other is written beside it as a conflict copy.
+    public var conflictKeep: ConflictVersion = .disk
+    /// What happens to a document whose file another program removes.
+    public var whenRemoved: RemovalPolicy = .recreateUnsaved
+
     // [Control]
     /// The control socket (default: `ControlProtocol.defaultSocketPath`).
     public var socketPath: String
@@ -64,6 +79,23 @@ public struct Configuration: Sendable, Equatable {
 
     /// The configuration file read when no `--config` is given.
     public static let defaultPath = "/etc/autosaved/autosaved.conf"
+}
+
+/// One of the two versions in a conflict: the file as another program left it, or the
+/// document in memory with its unsaved edits.
+public enum ConflictVersion: String, Sendable, CaseIterable {
+    case disk
+    case memory
+}
+
+/// What happens to an open document whose file another program removes.
+public enum RemovalPolicy: String, Sendable, CaseIterable {
+    /// Written again from memory when it has unsaved edits; closed when it has none.
+    case recreateUnsaved = "recreate-unsaved"
+    /// Always written again from memory.
+    case recreate
+    /// Always closed; unsaved edits are discarded (and the number logged).
+    case close
 }
 
 /// A problem in a configuration file, with the place it was found.
@@ -183,6 +215,8 @@ extension Configuration {
             "QuietPeriod", "MaxDelay", "MaxConcurrentSaves", "RetryInterval", "MaxRetryInterval",
             "RefuseEditsWhenSaveFails",
         ],
+        "Watch": ["Enabled", "OpenNewFiles", "PollInterval"],
+        "Conflicts": ["Keep", "WhenRemoved"],
         "Control": [
             "Socket", "SocketMode", "AllowUsers", "AllowGroups", "MaxConnections", "MaxRequestSize",
             "ExportDirectories",
@@ -216,6 +250,24 @@ extension Configuration {
         case ("Autosave", "RefuseEditsWhenSaveFails"):
             guard let flag = Self.boolean(value) else { return "expected yes or no" }
             refuseEditsWhenSaveFails = flag
+        case ("Watch", "Enabled"):
+            guard let flag = Self.boolean(value) else { return "expected yes or no" }
+            watchEnabled = flag
+        case ("Watch", "OpenNewFiles"):
+            guard let flag = Self.boolean(value) else { return "expected yes or no" }
+            openNewFiles = flag
+        case ("Watch", "PollInterval"):
+            return parseSpan(value) { pollInterval = $0 }
+        case ("Conflicts", "Keep"):
+            guard let version = ConflictVersion(rawValue: value.lowercased()) else {
+                return "expected disk (the other program's file keeps the name) or memory (the unsaved edits do)"
+            }
+            conflictKeep = version
+        case ("Conflicts", "WhenRemoved"):
+            guard let policy = RemovalPolicy(rawValue: value.lowercased()) else {
+                return "expected one of \(RemovalPolicy.allCases.map(\.rawValue).joined(separator: ", "))"
+            }
+            whenRemoved = policy
         case ("Control", "Socket"):
             guard value.hasPrefix("/") else { return "the socket path must be absolute" }
             guard value.utf8.count < 108 else {
@@ -308,6 +360,10 @@ extension Configuration {
                         "MaxDelay= (\(TimeSpan.format(maxDelay))) must not be shorter than QuietPeriod= (\(TimeSpan.format(quietPeriod)))"
                 ))
         }
+        if pollInterval < .milliseconds(100) {
+            errors.append(
+                ConfigurationError(file: file, line: nil, message: "PollInterval= must be at least 100ms"))
+        }
         if maxRetryInterval < retryInterval {
             errors.append(
                 ConfigurationError(
@@ -333,6 +389,15 @@ extension Configuration {
             RetryInterval=\(TimeSpan.format(retryInterval))
             MaxRetryInterval=\(TimeSpan.format(maxRetryInterval))
             RefuseEditsWhenSaveFails=\(refuseEditsWhenSaveFails ? "yes" : "no")
+
+            [Watch]
+            Enabled=\(watchEnabled ? "yes" : "no")
+            OpenNewFiles=\(openNewFiles ? "yes" : "no")
+            PollInterval=\(TimeSpan.format(pollInterval))
+
+            [Conflicts]
+            Keep=\(conflictKeep.rawValue)
+            WhenRemoved=\(whenRemoved.rawValue)
 
             [Control]
             Socket=\(socketPath)

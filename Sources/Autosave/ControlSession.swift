@@ -332,9 +332,11 @@ final class ControlSession: Sendable {
         let documents = try strings(request, "docs").map(Set.init)
         let kinds =
             try strings(request, "events").map(Set.init) ?? [
-                "saved", "save-failed", "changed-on-disk", "conflict", "recreated",
+                "saved", "save-failed", "changed-on-disk", "conflict", "recreated", "renamed",
             ]
-        let known: Set<String> = ["saved", "save-failed", "changed-on-disk", "conflict", "recreated", "closed"]
+        let known: Set<String> = [
+            "saved", "save-failed", "changed-on-disk", "conflict", "recreated", "renamed", "closed",
+        ]
         if let unknown = kinds.first(where: { !known.contains($0) }) {
             throw RequestError(
                 .badRequest, "unknown event \"\(unknown)\"; events: \(known.sorted().joined(separator: ", "))")
@@ -372,9 +374,16 @@ final class ControlSession: Sendable {
         case .changedOnDisk(let document):
             guard kinds.contains("changed-on-disk"), documents?.contains(document) ?? true else { return nil }
             return ["event": "changed-on-disk", "doc": .string(document)]
-        case .conflict(let document, let copy):
+        case .conflict(let document, let copy, let copyHolds):
             guard kinds.contains("conflict"), documents?.contains(document) ?? true else { return nil }
-            return ["event": "conflict", "doc": .string(document), "copy": .string(copy)]
+            return [
+                "event": "conflict", "doc": .string(document), "copy": .string(copy),
+                "copy_holds": .string(copyHolds.rawValue),
+            ]
+        case .renamed(let document, let target):
+            guard kinds.contains("renamed"), documents.map({ $0.contains(document) || $0.contains(target) }) ?? true
+            else { return nil }
+            return ["event": "renamed", "doc": .string(document), "to": .string(target)]
         case .recreated(let document):
             guard kinds.contains("recreated"), documents?.contains(document) ?? true else { return nil }
             return ["event": "recreated", "doc": .string(document)]

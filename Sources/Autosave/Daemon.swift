@@ -151,8 +151,10 @@ public enum Daemon {
         let store = DocumentStore(configuration: configuration, log: log)
         for problem in await store.openAll() { log.warning("not opened: \(problem)") }
         let scheduler = Task { await store.runScheduler() }
-        do { try await store.startWatching() } catch {
-            log.error("cannot watch \(configuration.root) for changes by other programs: \(error)")
+        if configuration.watchEnabled {
+            do { try await store.startWatching() } catch {
+                log.error("cannot watch \(configuration.root) for changes by other programs: \(error)")
+            }
         }
         let reloader = Reloader(
             path: configPath, required: options.configPath != nil, environment: environment, store: store,

@@ -4,19 +4,21 @@ import Logging
 import Posix
 
 extension DocumentStore {
-    /// Starts watching the root with inotify. Changes by other programs are handled as
-    /// they come: a document without unsaved edits is read again; one with unsaved edits
-    /// keeps the other program's file and gets its edits saved beside it as a conflict
-    /// copy; a removed document with unsaved edits is written again, one without is
-    /// closed; a new file is opened. The store's own saves are recognised by the
-    /// fingerprint they recorded and ignored.
+    /// Starts watching the root with inotify (directories beyond the watch limit are
+    /// polled). Changes by other programs are handled as they come, by the `[Watch]` and
+    /// `[Conflicts]` policies: a document without unsaved edits is read again; one with
+    /// unsaved edits gets a conflict copy; a removed document is written again or
+    /// closed; a renamed one follows its file; a new file is opened. The store's own
+    /// saves are recognised by the fingerprint they recorded and ignored.
     public func startWatching() throws {
         guard watcher == nil else { return }
         let (stream, continuation) = AsyncStream<[WatchEvent]>.makeStream()
         let log = log
         watcher = try FileWatcher(
-            root: root, log: { log.error($0, ["message_id": MessageID.watchLimit]) },
+            root: root, pollInterval: configuration.pollInterval,
+            log: { log.error($0, ["message_id": MessageID.watchLimit]) },
             deliver: { batch in continuation.yield(batch) })
+        watchStreamEnd = continuation
         Task { [weak self] in
             for await batch in stream {
                 guard let self else { return }
@@ -28,16 +30,25 @@ extension DocumentStore {
     public func stopWatching() {
         watcher?.stop()
         watcher = nil
+        watchStreamEnd?.finish()
+        watchStreamEnd = nil
+        releaseSyncWaiters()
     }
 
     /// Counters of what the watcher caused: reloads of documents changed by other programs, and conflicts.
     public var watchCounters: (reloads: Int, conflicts: Int, overflows: Int) { (externalReloads, conflicts, overflows) }
 
+    /// Directories (relative to the root; `""` is the root) that are polled because the
+    /// inotify watch limit left them without a watch.
+    public var polledDirectories: [String] { watcher?.polledDirectories ?? [] }
+
     /// A barrier: returns once every file-system change made before the call has been
     /// seen and handled. A cookie file is created in the root; inotify reports events in
-    /// order, so once its creation comes back, everything before it has too.
+    /// order, so once its creation comes back, everything before it has too. Polled
+    /// directories are looked at first, so their changes are handed over before the cookie.
     public func sync() async {
-        guard watcher != nil else { return }
+        guard let watcher else { return }
+        watcher.pollNow()
         let name = Self.syncCookiePrefix + CurrentProcess.randomAlphanumerics(12)
         await withCheckedContinuation { (continuation: CheckedContinuation<Void, Never>) in
             syncWaiters[name] = continuation
@@ -46,12 +57,21 @@ extension DocumentStore {
                 try? fd.close()
             } catch {
                 syncWaiters.removeValue(forKey: name)?.resume()
+                return
             }
+            // A root without a watch: the poll sees the cookie.
+            if watcher.rootIsPolled { watcher.pollNow() }
         }
         try? FileManager.default.removeItem(atPath: root + "/" + name)
     }
 
     static let syncCookiePrefix = ".autosave-sync-"
+
+    private func releaseSyncWaiters() {
+        let waiters = syncWaiters
+        syncWaiters = [:]
+        for waiter in waiters.values { waiter.resume() }
+    }
 
     func handle(_ batch: [WatchEvent]) {
         for event in batch {
@@ -64,12 +84,7 @@ extension DocumentStore {
                 if path.hasPrefix(Self.syncCookiePrefix) || isIgnored(path) { continue }
                 let document = documentPath(for: path)
                 if entries[document] == nil {
-                    do {
-                        try open(document)
-                        log.info("opened \(document), created by another program", ["document": document])
-                    } catch {
-                        log.debug("not opened: \(document): \(error)")
-                    }
+                    openNew(document)
                 } else if entries[document]!.savingToken != nil {
                     pendingChecks.insert(document)
                 } else {
@@ -79,58 +94,69 @@ extension DocumentStore {
             case .removed(let path):
                 if path.hasPrefix(Self.syncCookiePrefix) || isIgnored(path) { continue }
                 let document = documentPath(for: path)
-                guard let entry = entries[document] else { continue }
                 if document != path {
-                    checkExternalChange(document, member: String(path.dropFirst(document.count + 1)))
-                    continue
-                }
-                if (try? FileDescriptor.currentWorkingDirectory.status(of: root + "/" + document)) != nil { continue }
-                if entry.isDirty || entry.savingToken != nil {
-                    // The edits exist only in memory now: write them again at once.
-                    entries[document]!.existingFile = nil
-                    entries[document]!.fingerprint = nil
-                    entries[document]!.forcedToken = entry.changeCount
-                    schedule(document)
-                    log.warning(
-                        "\(document) was removed by another program; writing its unsaved edits again",
-                        ["document": document, "message_id": MessageID.externalChange])
-                    emit(.recreated(document: document))
+                    if entries[document] != nil {
+                        checkExternalChange(document, member: String(path.dropFirst(document.count + 1)))
+                    }
+                } else if entries[document] != nil {
+                    removedExternally(document)
                 } else {
-                    entries[document] = nil
-                    log.info(
-                        "\(document) was removed by another program; closed",
-                        ["document": document, "message_id": MessageID.externalChange])
-                    emit(.closed(document: document))
+                    // A directory: the documents that were inside it.
+                    for inside in documents(under: path) { removedExternally(inside) }
                 }
+            case .renamed(let from, let to, let isDirectory):
+                renamedExternally(from: from, to: to, isDirectory: isDirectory)
             case .overflow:
                 // Events were lost: compare every document with the disk, open what is new,
                 // and release sync waiters whose cookie event may have been among the lost.
                 watcher?.overflowHandled()
                 log.warning("the inotify queue overflowed; checking every document against the disk")
-                for document in entries.keys {
-                    if (try? FileDescriptor.currentWorkingDirectory.status(of: root + "/" + document)) == nil {
-                        handle([.removed(document)])
-                    } else if entries[document]?.savingToken != nil {
-                        pendingChecks.insert(document)
-                    } else {
-                        checkExternalChange(document)
-                    }
-                }
-                openAll()
+                rescan()
                 overflows += 1
-                let waiters = syncWaiters
-                syncWaiters = [:]
-                for waiter in waiters.values { waiter.resume() }
             case .rootGone:
                 log.error(
-                    "the store root \(root) was removed or moved; documents stay in memory",
+                    "the store root \(root) was removed or moved; documents stay in memory, and the root is watched again once it is back",
                     ["message_id": MessageID.externalChange])
+                releaseSyncWaiters()
+            case .rootBack:
+                rescan()
             }
+        }
+    }
+
+    /// Compares every open document with the disk and opens what is new.
+    func rescan() {
+        for document in entries.keys {
+            if (try? FileDescriptor.currentWorkingDirectory.status(of: root + "/" + document)) == nil {
+                removedExternally(document)
+            } else if entries[document]?.savingToken != nil {
+                pendingChecks.insert(document)
+            } else {
+                checkExternalChange(document)
+            }
+        }
+        if configuration.openNewFiles { openAll() }
+        releaseSyncWaiters()
+    }
+
+    private func openNew(_ document: String) {
+        guard configuration.openNewFiles else { return }
+        do {
+            try open(document)
+            log.info("opened \(document), created by another program", ["document": document])
+        } catch {
+            log.debug("not opened: \(document): \(error)")
         }
     }
 
     private func isIgnored(_ path: String) -> Bool {
         path.split(separator: "/").contains { TemporaryName.isTemporary(String($0)) }
+    }
+
+    /// The open documents inside the directory `path`.
+    private func documents(under path: String) -> [String] {
+        let prefix = path + "/"
+        return entries.keys.filter { $0.hasPrefix(prefix) }.sorted()
     }
 
     /// The document a path belongs to: the package directory it is inside, or itself.
@@ -143,6 +169,111 @@ extension DocumentStore {
         }
         return path
     }
+
+    // MARK: Removals
+
+    /// Another program removed a document's file: by `[Conflicts] WhenRemoved=`, the
+    /// document is written again from memory or closed.
+    private func removedExternally(_ document: String) {
+        guard let entry = entries[document] else { return }
+        if (try? FileDescriptor.currentWorkingDirectory.status(of: root + "/" + document)) != nil { return }
+        let unsaved = entry.isDirty || entry.savingToken != nil
+        let recreate: Bool =
+            switch configuration.whenRemoved {
+            case .recreateUnsaved: unsaved
+            case .recreate: true
+            case .close: false
+            }
+        if recreate {
+            if !entry.isDirty { entries[document]!.changeCount += 1 }
+            entries[document]!.existingFile = nil
+            entries[document]!.fingerprint = nil
+            entries[document]!.forcedToken = entries[document]!.changeCount
+            if entries[document]!.firstUnsavedEdit == nil { entries[document]!.firstUnsavedEdit = clock.now }
+            schedule(document)
+            log.warning(
+                "\(document) was removed by another program; writing it again from memory",
+                ["document": document, "message_id": MessageID.externalChange])
+            emit(.recreated(document: document))
+        } else {
+            entries[document] = nil
+            let lost = entry.changeCount - entry.savedChangeCount
+            if unsaved {
+                log.warning(
+                    "\(document) was removed by another program; closed with \(lost) unsaved edit(s) discarded (WhenRemoved=close)",
+                    ["document": document, "message_id": MessageID.externalChange])
+            } else {
+                log.info(
+                    "\(document) was removed by another program; closed",
+                    ["document": document, "message_id": MessageID.externalChange])
+            }
+            emit(.closed(document: document))
+        }
+    }
+
+    // MARK: Renames
+
+    /// Another program renamed a file or directory inside the root (both halves of the
+    /// rename seen). An open document follows its file to the new name, unsaved edits and
+    /// all, as long as the new name means the same type; otherwise the old name counts as
+    /// removed and the new one as changed.
+    private func renamedExternally(from: String, to: String, isDirectory: Bool) {
+        if from.hasPrefix(Self.syncCookiePrefix) || isIgnored(from) {
+            handle([.changed(to)])  // a temporary file renamed into place: a save by someone
+            return
+        }
+        if isIgnored(to) {
+            handle([.removed(from)])
+            return
+        }
+        let fromDocument = documentPath(for: from)
+        let toDocument = documentPath(for: to)
+        if fromDocument != from || toDocument != to {
+            // Members of packages moving: changes to the packages involved.
+            handle([.removed(from), .changed(to)])
+            return
+        }
+        if isDirectory && entries[from] == nil {
+            // A plain directory: the documents inside follow it.
+            let name = (to as NSString).lastPathComponent
+            for document in documents(under: from) {
+                let target = to + document.dropFirst(from.count)
+                if registry.isPackage(name) {
+                    handle([.removed(document)])
+                } else {
+                    move(document, to: target)
+                }
+            }
+            if registry.isPackage(name) { openNew(to) } else if configuration.openNewFiles { scan(directory: to) }
+            return
+        }
+        guard entries[from] != nil else {
+            handle([.changed(to)])
+            return
+        }
+        move(from, to: to)
+    }
+
+    /// Moves the open document `from` to the name its file now has.
+    private func move(_ from: String, to: String) {
+        guard let entry = entries[from] else { return }
+        let name = (to as NSString).lastPathComponent
+        let registration = registry.registration(forName: name, isDirectory: entry.isPackage)
+        guard entries[to] == nil, entry.savingToken == nil, registration?.contentType == entry.contentType else {
+            handle([.removed(from), .changed(to)])
+            return
+        }
+        entries[from] = nil
+        entries[to] = entry
+        entries[to]!.queuedAt = nil
+        if entry.isDirty { schedule(to) }
+        log.info(
+            "\(from) was renamed to \(to) by another program; the document follows it",
+            ["document": to, "old_document": from, "message_id": MessageID.externalChange])
+        emit(.renamed(document: from, to: to))
+    }
+
+    // MARK: Changes
 
     /// Compares a document's file with what this store last read or wrote, and acts on a difference.
     func checkExternalChange(_ document: String, member: String? = nil) {
@@ -165,13 +296,7 @@ extension DocumentStore {
             reloadFromDisk(document)
             return
         }
-        guard !entry.isPackage else {
-            log.warning(
-                "\(document) changed on disk while it has unsaved edits; the next save replaces the changed members",
-                ["document": document, "message_id": MessageID.conflict])
-            return
-        }
-        saveConflictCopy(document)
+        resolveConflict(document)
     }
 
     private func memberWrapper(_ package: FileWrapper?, _ member: String) -> FileWrapper? {
@@ -194,33 +319,77 @@ extension DocumentStore {
         }
     }
 
-    /// The other program's file stays; the unsaved edits are written beside it as
-    /// `<name> (conflict <time>).<ext>`, and the document becomes the file on disk.
-    private func saveConflictCopy(_ document: String) {
+    /// Another program changed the file of a document with unsaved edits. Both versions
+    /// are kept: by `[Conflicts] Keep=`, the other program's file stays and the edits are
+    /// written beside it as `<name> (conflict <time>).<ext>` (`disk`, the default), or the
+    /// edits are saved under the name and the other program's version is copied beside it
+    /// (`memory`). For a package, the edited members are laid over the other program's
+    /// version: that is the edits' copy.
+    private func resolveConflict(_ document: String) {
         guard let entry = entries[document] else { return }
+        let full = root + "/" + document
+        let copy = conflictCopyName(document)
+        let keep = configuration.conflictKeep
+        do {
+            let theirs = try FileWrapper(url: URL(fileURLWithPath: full), options: .immediate)
+            switch keep {
+            case .disk:
+                let mine = try entry.document.fileWrapper(
+                    configuration: .init(contentType: entry.contentType, existingFile: entry.isPackage ? theirs : nil))
+                try writer.write(mine, to: root + "/" + copy)
+            case .memory:
+                try writer.write(theirs, to: root + "/" + copy)
+            }
+        } catch {
+            log.error(
+                "\(document) changed on disk while it has unsaved edits, and the conflict copy \(copy) could not be written: \(error); the edits stay in memory",
+                ["document": document, "message_id": MessageID.conflict])
+            return
+        }
+        conflicts += 1
+        switch keep {
+        case .disk:
+            log.warning(
+                "\(document) was changed by another program while it had unsaved edits: the file keeps their version, the edits were saved as \(copy)",
+                ["document": document, "conflict_copy": copy, "message_id": MessageID.conflict])
+            reloadFromDisk(document)
+        case .memory:
+            log.warning(
+                "\(document) was changed by another program while it had unsaved edits: their version was copied to \(copy), the edits are saved under \(document)",
+                ["document": document, "conflict_copy": copy, "message_id": MessageID.conflict])
+            // The next save lays the edits over the file as it is now (members in place for a package).
+            entries[document]!.existingFile =
+                entry.isPackage ? try? FileWrapper(url: URL(fileURLWithPath: full)) : nil
+            if let status = try? FileDescriptor.currentWorkingDirectory.status(of: full) {
+                let bytes = entry.isPackage ? nil : try? Data(contentsOf: URL(fileURLWithPath: full))
+                entries[document]!.fingerprint = Fingerprint(status, contents: bytes)
+            }
+            entries[document]!.forcedToken = entries[document]!.changeCount
+            schedule(document)
+        }
+        emit(.conflict(document: document, copy: copy, copyHolds: keep == .disk ? .memory : .disk))
+    }
+
+    /// `<dir>/<base> (conflict <UTC time>).<ext>`, made unique with a counter.
+    private func conflictCopyName(_ document: String) -> String {
         let directory = (document as NSString).deletingLastPathComponent
         let name = (document as NSString).lastPathComponent
         let base = (name as NSString).deletingPathExtension
         let ext = (name as NSString).pathExtension
         var stamp = ISO8601DateFormatter().string(from: Date()).replacingOccurrences(of: ":", with: "-")
         stamp = stamp.replacingOccurrences(of: "Z", with: "")
-        let copyName = "\(base) (conflict \(stamp))" + (ext.isEmpty ? "" : ".\(ext)")
-        let copy = directory.isEmpty ? copyName : directory + "/" + copyName
-        do {
-            let wrapper = try entry.document.fileWrapper(
-                configuration: .init(contentType: entry.contentType, existingFile: nil))
-            try writer.write(wrapper, to: root + "/" + copy)
-        } catch {
-            log.error(
-                "\(document) changed on disk while it has unsaved edits, and the conflict copy could not be written: \(error); the edits stay in memory",
-                ["document": document, "message_id": MessageID.conflict])
-            return
+        var counter = 1
+        while true {
+            let suffix = counter == 1 ? "" : " \(counter)"
+            let copyName = "\(base) (conflict \(stamp)\(suffix))" + (ext.isEmpty ? "" : ".\(ext)")
+            let copy = directory.isEmpty ? copyName : directory + "/" + copyName
+            if entries[copy] == nil,
+                (try? FileDescriptor.currentWorkingDirectory.status(of: root + "/" + copy, followSymlinks: false))
+                    == nil
+            {
+                return copy
+            }
+            counter += 1
         }
-        conflicts += 1
-        log.warning(
-            "\(document) was changed by another program while it had unsaved edits: the file keeps their version, the edits were saved as \(copy)",
-            ["document": document, "conflict_copy": copy, "message_id": MessageID.conflict])
-        reloadFromDisk(document)
-        emit(.conflict(document: document, copy: copy))
     }
 }

@@ -62,6 +62,7 @@ public actor DocumentStore {
     var timer: Task<Void, Never>?
     var subscribers: [UUID: AsyncStream<StoreEvent>.Continuation] = [:]
     var watcher: FileWatcher?
+    var watchStreamEnd: AsyncStream<[WatchEvent]>.Continuation?
     /// Documents whose file changed while their own save was being written: checked
     /// once that save has recorded its fingerprint.
     var pendingChecks: Set<String> = []
@@ -92,9 +93,20 @@ public actor DocumentStore {
             log.warning("Root= changed to \(new.root); the store keeps \(root) until the daemon is restarted")
             applied.root = root
         }
+        let old = configuration
         configuration = applied
         for path in entries.keys where entries[path]!.isDirty { schedule(path) }
         wake()
+        if old.watchEnabled != applied.watchEnabled || old.pollInterval != applied.pollInterval {
+            stopWatching()
+            guard applied.watchEnabled else { return }
+            do {
+                try startWatching()
+                rescan()  // changes made while nothing watched
+            } catch {
+                log.error("cannot watch \(root) for changes by other programs: \(error)")
+            }
+        }
     }
 
     // MARK: Opening and creating
@@ -107,6 +119,13 @@ public actor DocumentStore {
         var problems: [String] = []
         scan(relative: "", problems: &problems)
         return problems
+    }
+
+    /// Opens the documents under the directory `relative`.
+    func scan(directory relative: String) {
+        var problems: [String] = []
+        scan(relative: relative, problems: &problems)
+        for problem in problems { log.debug("not opened: \(problem)") }
     }
 
     private func scan(relative: String, problems: inout [String]) {
@@ -122,8 +141,11 @@ public actor DocumentStore {
             problems.append("\(directoryPath): cannot be listed: \(error)")
             return
         }
-        for entry in entries.sorted(by: { $0.name < $1.name }) where !TemporaryName.isTemporary(entry.name) {
+        for entry in entries.sorted(by: { $0.name < $1.name })
+        where !TemporaryName.isTemporary(entry.name) && !entry.name.hasPrefix(Self.syncCookiePrefix) {
             let path = relative.isEmpty ? entry.name : relative + "/" + entry.name
+            // Already open: its in-memory state (unsaved edits included) stays.
+            if self.entries[path] != nil { continue }
             let kind = entry.kind ?? (try? FileDescriptor.currentWorkingDirectory.status(of: root + "/" + path))?.kind
             switch kind {
             case .directory:

@@ -5,31 +5,55 @@ import Synchronization
 
 /// What the watcher saw, as paths relative to the store root.
 enum WatchEvent: Sendable, Equatable {
-    /// A file was written, created, or renamed into place.
+    /// A file was written, created, or renamed into place from outside the root.
     case changed(String)
-    /// A file or directory was removed or renamed away.
+    /// A file or directory was removed or renamed out of the root.
     case removed(String)
+    /// A file or directory was renamed inside the root (the two halves of one rename,
+    /// paired by their cookie).
+    case renamed(from: String, to: String, isDirectory: Bool)
     /// The kernel's queue overflowed: events were lost.
     case overflow
-    /// The root itself was removed or moved.
+    /// The root itself was removed or moved away.
     case rootGone
+    /// The root is back after it was gone; everything under it should be looked at again.
+    case rootBack
 }
 
 /// inotify on every directory under the store root (never on single files: editors save
 /// by renaming a new file over the old one), recursively, package directories included.
 /// A thread reads the events and hands them over in batches, in the kernel's order.
+///
+/// Directories that get no watch because the per-user limit is reached
+/// (`fs.inotify.max_user_watches`) are polled instead: every `pollInterval`, and at once
+/// for ``pollNow()`` (the sync barrier). A root that disappears is looked for at the same
+/// interval and watched again when it comes back.
 final class FileWatcher: @unchecked Sendable {
     // @unchecked: the inotify descriptor is used by the reading thread and, for adding
     // watches, under `state`'s lock; the kernel serialises the calls.
     private let inotify: Inotify
     private let root: String
+    private let pollInterval: Duration
     private let deliver: @Sendable ([WatchEvent]) -> Void
     private let log: (@Sendable (String) -> Void)
+
+    /// What a polled directory held at the last look: name → identity of the entry.
+    struct Stamp: Equatable {
+        var kind: FileKind?
+        var inode: UInt64
+        var size: Int64
+        var modified: FileTime
+    }
+
     private struct State {
         var directories: [Int32: String] = [:]
         var limitReported = false
+        var rootMissing = false
     }
     private let state = Mutex(State())
+    /// Polled directories and their last listing. Held for a whole poll round, so rounds
+    /// from the thread and from ``pollNow()`` never interleave.
+    private let polled = Mutex([String: [String: Stamp]]())
     private let stopping = Atomic<Bool>(false)
     /// Whether an overflow was handed over and not yet handled: further overflows until
     /// then are folded into it (one rescan covers them all).
@@ -40,11 +64,13 @@ final class FileWatcher: @unchecked Sendable {
         .dontFollow, .excludeUnlinked,
     ]
 
-    init(root: String, log: @escaping @Sendable (String) -> Void, deliver: @escaping @Sendable ([WatchEvent]) -> Void)
-        throws
-    {
+    init(
+        root: String, pollInterval: Duration = .seconds(2), log: @escaping @Sendable (String) -> Void,
+        deliver: @escaping @Sendable ([WatchEvent]) -> Void
+    ) throws {
         inotify = try Inotify()
         self.root = root
+        self.pollInterval = pollInterval
         self.deliver = deliver
         self.log = log
         watchTree("")
@@ -65,94 +91,272 @@ final class FileWatcher: @unchecked Sendable {
     }
 
     var watchCount: Int { state.withLock { $0.directories.count } }
+    /// Directories polled because they got no watch.
+    var polledDirectories: [String] { polled.withLock { $0.keys.sorted() } }
+    /// Whether the root has no watch (it is polled, or missing).
+    var rootIsPolled: Bool {
+        polled.withLock { $0[""] != nil } || state.withLock { $0.rootMissing }
+    }
 
-    /// Watches `relative` and every directory below it (without following links);
-    /// returns the files found, for directories that appeared after start-up.
+    /// Watches `relative` and every directory below it (without following links), and
+    /// polls those the watch limit leaves out; returns the files found, for directories
+    /// that appeared after start-up.
     @discardableResult
     func watchTree(_ relative: String) -> [String] {
         var files: [String] = []
         var pending = [relative]
         while let directory = pending.popLast() {
             let full = directory.isEmpty ? root : root + "/" + directory
+            var isPolled = false
             do {
                 let watch = try inotify.addWatch(full, events: Self.mask)
                 state.withLock { $0.directories[watch] = directory }
             } catch .noSpace {
-                let first = state.withLock { state in
-                    defer { state.limitReported = true }
-                    return !state.limitReported
-                }
-                if first {
-                    log(
-                        "the inotify watch limit is reached (fs.inotify.max_user_watches); changes under \(full) and other directories beyond the limit are not noticed"
-                    )
-                }
-                continue
+                isPolled = true
             } catch {
                 continue
             }
-            guard let fd = try? FileDescriptor.open(full, options: [.directory]),
-                let entries = try? fd.closeAfter({ () throws(Errno) -> [DirectoryEntry] in try fd.directoryEntries() })
-            else { continue }
-            for entry in entries where !TemporaryName.isTemporary(entry.name) {
-                let path = directory.isEmpty ? entry.name : directory + "/" + entry.name
-                let kind =
-                    entry.kind ?? (try? FileDescriptor.currentWorkingDirectory.status(of: root + "/" + path))?.kind
-                if kind == .directory { pending.append(path) } else if kind == .regular { files.append(path) }
+            guard let listing = list(directory) else { continue }
+            if isPolled {
+                reportLimit(full)
+                polled.withLock { $0[directory] = listing }
+            }
+            for (name, stamp) in listing {
+                let path = directory.isEmpty ? name : directory + "/" + name
+                if stamp.kind == .directory { pending.append(path) } else if stamp.kind == .regular { files.append(path) }
             }
         }
         return files
     }
 
-    private func run() {
-        defer { try? inotify.close() }
-        while !stopping.load(ordering: .relaxed) {
-            var poller = pollfd(fd: inotify.descriptor.rawValue, events: Int16(POLLIN), revents: 0)
-            guard poll(&poller, 1, 100) == 1 else { continue }
-            guard let events = try? inotify.readEvents(), !events.isEmpty else { continue }
-            var batch: [WatchEvent] = []
-            for event in events {
-                if event.events.contains(.queueOverflowed) {
-                    appendOverflow(to: &batch)
+    private func reportLimit(_ full: String) {
+        let first = state.withLock { state in
+            defer { state.limitReported = true }
+            return !state.limitReported
+        }
+        if first {
+            log(
+                "the inotify watch limit is reached (fs.inotify.max_user_watches); \(full) and other directories beyond the limit are polled every \(TimeSpan.format(pollInterval)) instead (raise the limit with sysctl fs.inotify.max_user_watches=N)"
+            )
+        }
+    }
+
+    /// A directory's entries (the writer's temporary names left out), or `nil` when it cannot be listed.
+    private func list(_ directory: String) -> [String: Stamp]? {
+        let full = directory.isEmpty ? root : root + "/" + directory
+        guard let fd = try? FileDescriptor.open(full, options: directory.isEmpty ? [.directory] : [.directory, .noFollow])
+        else { return nil }
+        return try? fd.closeAfter { () throws(Errno) -> [String: Stamp] in
+            var listing: [String: Stamp] = [:]
+            for entry in try fd.directoryEntries() where !TemporaryName.isTemporary(entry.name) {
+                guard let status = try? fd.status(of: entry.name, followSymlinks: false) else { continue }
+                listing[entry.name] = Stamp(
+                    kind: status.kind, inode: status.inode, size: status.size, modified: status.modified)
+            }
+            return listing
+        }
+    }
+
+    // MARK: Polling
+
+    /// Looks at every polled directory now and hands over what changed since the last
+    /// look; tries to watch each again first (watches may have been freed). Returns once
+    /// the changes are handed over.
+    func pollNow() {
+        if state.withLock({ $0.rootMissing }) {
+            lookForRoot()
+            return
+        }
+        var batch: [WatchEvent] = []
+        var newDirectories: [String] = []
+        polled.withLock { polled in
+            for (directory, before) in polled {
+                let full = directory.isEmpty ? root : root + "/" + directory
+                guard let after = list(directory) else {
+                    // Gone: its parent reports it; the root is reported here.
+                    polled.removeValue(forKey: directory)
+                    if directory.isEmpty { batch.append(.rootGone) }
                     continue
                 }
-                let directory: String? = state.withLock { state in
-                    if event.events.contains(.ignored) {
-                        state.directories.removeValue(forKey: event.watch)
-                        return nil
-                    }
-                    return state.directories[event.watch]
+                if let watch = try? inotify.addWatch(full, events: Self.mask) {
+                    state.withLock { $0.directories[watch] = directory }
+                    polled.removeValue(forKey: directory)
+                } else {
+                    polled[directory] = after
                 }
-                guard let directory else {
-                    if !event.events.contains(.ignored) { appendOverflow(to: &batch) }  // an unknown watch: rescan
-                    continue
-                }
-                if event.name.isEmpty {
-                    if directory.isEmpty, !event.events.isDisjoint(with: [.watchedDeleted, .watchedMoved]) {
-                        batch.append(.rootGone)
-                    }
-                    continue
-                }
-                let path = directory.isEmpty ? event.name : directory + "/" + event.name
-                if event.events.contains(.isDirectory) {
-                    if !event.events.isDisjoint(with: [.created, .movedTo]) {
-                        for file in watchTree(path) { batch.append(.changed(file)) }
+                for (name, stamp) in after where before[name] != stamp {
+                    let path = directory.isEmpty ? name : directory + "/" + name
+                    if stamp.kind == .directory {
+                        if before[name]?.kind != .directory { newDirectories.append(path) }
+                    } else if stamp.kind == .regular {
                         batch.append(.changed(path))
-                    } else if !event.events.isDisjoint(with: [.deleted, .movedFrom]) {
-                        batch.append(.removed(path))
                     }
-                    continue
                 }
-                if !event.events.isDisjoint(with: [.closedAfterWriting, .movedTo]) {
-                    batch.append(.changed(path))
-                } else if event.events.contains(.created) {
-                    // A file created empty and closed shows CLOSE_WRITE too; a sync cookie may not.
-                    batch.append(.changed(path))
-                } else if !event.events.isDisjoint(with: [.deleted, .movedFrom]) {
-                    batch.append(.removed(path))
+                for name in before.keys where after[name] == nil {
+                    batch.append(.removed(directory.isEmpty ? name : directory + "/" + name))
                 }
             }
+        }
+        for directory in newDirectories {
+            for file in watchTree(directory) { batch.append(.changed(file)) }
+            batch.append(.changed(directory))
+        }
+        if batch.contains(.rootGone) { forgetRoot() }
+        if !batch.isEmpty { deliver(batch) }
+    }
+
+    /// While the root is missing: watches it again once it is back.
+    private func lookForRoot() {
+        guard (try? FileDescriptor.currentWorkingDirectory.status(of: root))?.kind == .directory else { return }
+        let wasMissing = state.withLock { state in
+            defer { state.rootMissing = false }
+            return state.rootMissing
+        }
+        guard wasMissing else { return }
+        watchTree("")
+        log("the store root \(root) is back; watching it again")
+        deliver([.rootBack])
+    }
+
+    /// The root was removed or moved: its watches describe paths that no longer exist.
+    private func forgetRoot() {
+        let watches = state.withLock { state in
+            defer {
+                state.directories = [:]
+                state.rootMissing = true
+            }
+            return Array(state.directories.keys)
+        }
+        for watch in watches { try? inotify.removeWatch(watch) }
+        polled.withLock { $0 = [:] }
+    }
+
+    // MARK: Reading events
+
+    private func run() {
+        defer { try? inotify.close() }
+        var nextPoll = ContinuousClock.now + pollInterval
+        while !stopping.load(ordering: .relaxed) {
+            if ContinuousClock.now >= nextPoll {
+                nextPoll = ContinuousClock.now + pollInterval
+                pollNow()
+            }
+            guard wait(milliseconds: 100), let events = try? inotify.readEvents(), !events.isEmpty else { continue }
+            var batch: [WatchEvent] = []
+            var pendingMove: (cookie: UInt32, path: String, isDirectory: Bool)?
+            var queue = events[...]
+            while true {
+                if queue.isEmpty {
+                    // The two halves of a rename are queued together; a read can still
+                    // fall between them. Wait briefly for the second half.
+                    guard pendingMove != nil, wait(milliseconds: 5), let more = try? inotify.readEvents(), !more.isEmpty
+                    else { break }
+                    queue = more[...]
+                }
+                let event = queue.removeFirst()
+                if let move = pendingMove {
+                    pendingMove = nil
+                    if event.events.contains(.movedTo), event.cookie == move.cookie, let to = path(of: event) {
+                        if move.isDirectory {
+                            // The watches below keep their descriptors; watching again gives them the new paths.
+                            forgetTree(move.path, removingWatches: false)
+                            watchTree(to)
+                        }
+                        batch.append(.renamed(from: move.path, to: to, isDirectory: move.isDirectory))
+                        continue
+                    }
+                    movedOut(move)
+                    batch.append(.removed(move.path))
+                }
+                if event.events.contains(.movedFrom), event.cookie != 0, let from = path(of: event) {
+                    pendingMove = (event.cookie, from, event.events.contains(.isDirectory))
+                    continue
+                }
+                translate(event, into: &batch)
+                if batch.last == .rootGone {
+                    forgetRoot()
+                    break
+                }
+            }
+            if let move = pendingMove {
+                movedOut(move)
+                batch.append(.removed(move.path))
+            }
             if !batch.isEmpty { deliver(batch) }
+        }
+    }
+
+    private func movedOut(_ move: (cookie: UInt32, path: String, isDirectory: Bool)) {
+        if move.isDirectory { forgetTree(move.path, removingWatches: true) }
+    }
+
+    /// Drops the watches and polled directories at and below `relative` (moved away: its
+    /// watches would go on reporting under paths that no longer exist).
+    private func forgetTree(_ relative: String, removingWatches: Bool) {
+        func inside(_ path: String) -> Bool { path == relative || path.hasPrefix(relative + "/") }
+        let watches = state.withLock { state in
+            let found = state.directories.filter { inside($0.value) }.map(\.key)
+            for watch in found { state.directories.removeValue(forKey: watch) }
+            return found
+        }
+        if removingWatches { for watch in watches { try? inotify.removeWatch(watch) } }
+        polled.withLock { polled in
+            for directory in polled.keys where inside(directory) { polled.removeValue(forKey: directory) }
+        }
+    }
+
+    private func wait(milliseconds: Int32) -> Bool {
+        var poller = pollfd(fd: inotify.descriptor.rawValue, events: Int16(POLLIN), revents: 0)
+        return poll(&poller, 1, milliseconds) == 1
+    }
+
+    /// The root-relative path an event names, or `nil` for an event about a directory itself or an unknown watch.
+    private func path(of event: Inotify.Event) -> String? {
+        guard !event.name.isEmpty, let directory = state.withLock({ $0.directories[event.watch] }) else { return nil }
+        return directory.isEmpty ? event.name : directory + "/" + event.name
+    }
+
+    private func translate(_ event: Inotify.Event, into batch: inout [WatchEvent]) {
+        if event.events.contains(.queueOverflowed) {
+            appendOverflow(to: &batch)
+            return
+        }
+        let directory: String? = state.withLock { state in
+            if event.events.contains(.ignored) {
+                state.directories.removeValue(forKey: event.watch)
+                return nil
+            }
+            return state.directories[event.watch]
+        }
+        guard let directory else {
+            if !event.events.contains(.ignored) && !state.withLock({ $0.rootMissing }) {
+                appendOverflow(to: &batch)  // an unknown watch: rescan
+            }
+            return
+        }
+        if event.name.isEmpty {
+            if directory.isEmpty, !event.events.isDisjoint(with: [.watchedDeleted, .watchedMoved]) {
+                batch.append(.rootGone)
+            }
+            return
+        }
+        let path = directory.isEmpty ? event.name : directory + "/" + event.name
+        if event.events.contains(.isDirectory) {
+            if !event.events.isDisjoint(with: [.created, .movedTo]) {
+                for file in watchTree(path) { batch.append(.changed(file)) }
+                batch.append(.changed(path))
+            } else if !event.events.isDisjoint(with: [.deleted, .movedFrom]) {
+                batch.append(.removed(path))
+            }
+            return
+        }
+        if !event.events.isDisjoint(with: [.closedAfterWriting, .movedTo]) {
+            batch.append(.changed(path))
+        } else if event.events.contains(.created) {
+            // A file created empty and closed shows CLOSE_WRITE too; a sync cookie may not.
+            batch.append(.changed(path))
+        } else if !event.events.isDisjoint(with: [.deleted, .movedFrom]) {
+            batch.append(.removed(path))
         }
     }
 }

@@ -85,11 +85,14 @@ public enum StoreEvent: Sendable, Equatable {
     case closed(document: String)
     /// Another program changed the file of a document with no unsaved edits: it was read again.
     case changedOnDisk(document: String)
-    /// Another program changed the file of a document with unsaved edits: the file stays as
-    /// they wrote it, and the edits were saved beside it at `copy` (relative to the root).
-    case conflict(document: String, copy: String)
-    /// Another program removed the file of a document with unsaved edits: it was written again.
+    /// Another program changed the file of a document with unsaved edits: both versions
+    /// are on disk, one under the document's name and the other at `copy` (relative to the
+    /// root); `copyHolds` says which (`[Conflicts] Keep=`).
+    case conflict(document: String, copy: String, copyHolds: ConflictVersion)
+    /// Another program removed the file of a document: it was written again from memory.
     case recreated(document: String)
+    /// Another program renamed the file of a document: the document follows it.
+    case renamed(document: String, to: String)
 }
 
 /// Why the store refused a request. Each case has a stable code for the control protocol.

@@ -140,7 +140,7 @@ enum Catalog {
             options: [
                 (
                     "--events LIST",
-                    "Only these events (default: saved,save-failed,changed-on-disk,conflict,recreated; also closed)."
+                    "Only these events (default: saved,save-failed,changed-on-disk,conflict,recreated,renamed; also closed)."
                 )
             ]),
         Subcommand(

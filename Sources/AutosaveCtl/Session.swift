@@ -106,7 +106,14 @@ final class Session {
             case "save-failed":
                 say("save-failed \(doc): \(line["message"]?.stringValue ?? "")")
             case "conflict":
-                say("conflict \(doc): the edits were saved as \(line["copy"]?.stringValue ?? "?")")
+                let copy = line["copy"]?.stringValue ?? "?"
+                if line["copy_holds"]?.stringValue == "disk" {
+                    say("conflict \(doc): the edits were kept; the other program's version was saved as \(copy)")
+                } else {
+                    say("conflict \(doc): the other program's version was kept; the edits were saved as \(copy)")
+                }
+            case "renamed":
+                say("renamed \(doc) to \(line["to"]?.stringValue ?? "?")")
             case "changed-on-disk", "recreated", "closed":
                 say("\(line["event"]?.stringValue ?? "") \(doc)")
             default:

@@ -26,6 +26,14 @@ struct ConfigurationTests {
             MaxDelay=1min 30s
             MaxConcurrentSaves=8
             RefuseEditsWhenSaveFails=yes
+
+            [Watch]
+            OpenNewFiles=no
+            PollInterval=500ms
+
+            [Conflicts]
+            Keep=memory
+            WhenRemoved=close
             """, to: path)
         try FileManager.default.createDirectory(atPath: path + ".d", withIntermediateDirectories: false)
         try Disk.write("[Autosave]\nMaxConcurrentSaves=2\n", to: path + ".d/10-first.conf")
@@ -42,6 +50,10 @@ struct ConfigurationTests {
         #expect(configuration.logLevel == .debug)
         #expect(configuration.sources.count == 3)
         #expect(configuration.rendered.contains("MaxDelay=90s"))
+        #expect(configuration.watchEnabled && !configuration.openNewFiles)
+        #expect(configuration.pollInterval == .milliseconds(500))
+        #expect(configuration.conflictKeep == .memory && configuration.whenRemoved == .close)
+        #expect(configuration.rendered.contains("[Conflicts]\nKeep=memory\nWhenRemoved=close\n"))
     }
 
     @Test("Every problem is reported with its file and line")
@@ -56,6 +68,11 @@ struct ConfigurationTests {
             no equals sign here
             [Network]
             Port=1
+            [Conflicts]
+            Keep=both
+            WhenRemoved=shrug
+            [Watch]
+            PollInterval=1ms
             """, to: path)
         #expect {
             try Configuration.load(path: path, required: true, environment: [:])
@@ -66,8 +83,11 @@ struct ConfigurationTests {
                 "\(path):3: MaxConcurrentSaves=0: expected a whole number from 1 to 1024",
                 "\(path):4: unknown key Colour= in section [Autosave]; known keys: QuietPeriod=, MaxDelay=, MaxConcurrentSaves=, RetryInterval=, MaxRetryInterval=, RefuseEditsWhenSaveFails=",
                 "\(path):5: expected Key=value, found: no equals sign here",
-                "\(path):6: unknown section [Network]; known sections: [Autosave], [Control], [Log], [Store]",
+                "\(path):6: unknown section [Network]; known sections: [Autosave], [Conflicts], [Control], [Log], [Store], [Watch]",
                 "\(path):7: Port= is outside any section (or in an unknown one)",
+                "\(path):9: Keep=both: expected disk (the other program's file keeps the name) or memory (the unsaved edits do)",
+                "\(path):10: WhenRemoved=shrug: expected one of recreate-unsaved, recreate, close",
+                "\(path): PollInterval= must be at least 100ms",
             ]
         }
     }

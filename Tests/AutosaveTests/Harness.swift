@@ -2,6 +2,7 @@ import Autosave
 import Documents
 import Foundation
 import Logging
+import Synchronization
 import TestSupport
 import Testing
 
@@ -43,18 +44,38 @@ actor EventLog {
     func count(where predicate: (StoreEvent) -> Bool) -> Int { events.filter(predicate).count }
 }
 
+/// Log entries kept for tests to look at.
+final class CapturedLog: LogHandler, Sendable {
+    struct Entry: Sendable {
+        var level: LogLevel
+        var message: String
+        var metadata: [String: String]
+    }
+    private let entries = Mutex<[Entry]>([])
+
+    func log(level: LogLevel, message: String, metadata: [String: String], file: String, line: Int, function: String) {
+        entries.withLock { $0.append(Entry(level: level, message: message, metadata: metadata)) }
+    }
+
+    var all: [Entry] { entries.withLock { $0 } }
+
+    func count(messageID: String) -> Int { all.filter { $0.metadata["message_id"] == messageID }.count }
+}
+
 /// A store on a temporary root with its scheduler running, and its events.
 final class StoreHarness: @unchecked Sendable {
     let directory: TemporaryDirectory
     let store: DocumentStore
     let log = EventLog()
+    /// The store's log entries at warning and above.
+    let lines = CapturedLog()
     private var cursor = 0
     private let tasks: [Task<Void, Never>]
 
     init(
         root: String? = nil, quiet: Duration = .milliseconds(300), maxDelay: Duration = .seconds(30),
         concurrentSaves: Int = 4, retry: Duration = .milliseconds(100), refuseEditsWhenSaveFails: Bool = false,
-        registry: DocumentTypeRegistry? = nil
+        registry: DocumentTypeRegistry? = nil, configure: (inout Configuration) -> Void = { _ in }
     ) async {
         directory = TemporaryDirectory("store")
         var configuration = Configuration(environment: [:])
@@ -66,7 +87,9 @@ final class StoreHarness: @unchecked Sendable {
         configuration.retryInterval = retry
         configuration.maxRetryInterval = retry * 4
         configuration.refuseEditsWhenSaveFails = refuseEditsWhenSaveFails
-        let store = DocumentStore(configuration: configuration, registry: registry, log: Logger(level: .critical))
+        configure(&configuration)
+        let store = DocumentStore(
+            configuration: configuration, registry: registry, log: Logger(level: .warning, handler: lines))
         self.store = store
         let events = await store.events()
         let log = log

@@ -9,8 +9,10 @@ import Testing
 /// store after the sync barrier.
 @Suite("Changes by other programs", .serialized)
 struct WatcherTests {
-    func harness(quiet: Duration = .seconds(3600)) async throws -> StoreHarness {
-        let harness = await StoreHarness(quiet: quiet, maxDelay: .seconds(3600))
+    func harness(
+        quiet: Duration = .seconds(3600), configure: (inout Configuration) -> Void = { _ in }
+    ) async throws -> StoreHarness {
+        let harness = await StoreHarness(quiet: quiet, maxDelay: .seconds(3600), configure: configure)
         try await harness.store.startWatching()
         return harness
     }
@@ -59,7 +61,7 @@ struct WatcherTests {
         try sh("printf 'theirs\\n' > notes.txt.tmp && mv notes.txt.tmp notes.txt", in: harness)
         await harness.store.sync()
         let event = await harness.next { if case .conflict = $0 { true } else { false } }
-        guard case .conflict("notes.txt", let copy)? = event else {
+        guard case .conflict("notes.txt", let copy, .memory)? = event else {
             Issue.record("no conflict event")
             return
         }

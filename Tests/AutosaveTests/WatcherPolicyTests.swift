@@ -1,0 +1,212 @@
+import Autosave
+import Documents
+import Foundation
+import Posix
+import TestSupport
+import Testing
+
+/// Renames, packages, the `[Conflicts]` and `[Watch]` policies, the watch limit and a
+/// root that goes away: real programs on real files, checked through the store.
+@Suite("Changes by other programs: renames, policies, limits", .serialized)
+struct WatcherPolicyTests {
+    let base = WatcherTests()
+
+    func text(_ harness: StoreHarness, _ path: String) async -> String? {
+        if case .text(let text)? = try? await harness.store.read(path) { return text }
+        return nil
+    }
+
+    /// Waits until `condition` holds, looking every 10 ms; a test failure after `timeout`.
+    func waitUntil(
+        _ what: String, timeout: Duration = .seconds(30), sourceLocation: SourceLocation = #_sourceLocation,
+        _ condition: () async -> Bool
+    ) async {
+        let deadline = ContinuousClock.now + timeout
+        while ContinuousClock.now < deadline {
+            if await condition() { return }
+            try? await Task.sleep(for: .milliseconds(10))
+        }
+        Issue.record("not within \(timeout): \(what)", sourceLocation: sourceLocation)
+    }
+
+    @Test("A document renamed by another program follows its file, unsaved edits and all; a renamed directory takes its documents along")
+    func renames() async throws {
+        let harness = try await base.harness()
+        try Disk.write("saved\n", to: harness.file("a.txt"))
+        try FileManager.default.createDirectory(atPath: harness.file("dir/deeper"), withIntermediateDirectories: true)
+        try Disk.write("b\n", to: harness.file("dir/deeper/b.txt"))
+        try await harness.store.open("a.txt")
+        try await harness.store.open("dir/deeper/b.txt")
+        try await harness.store.apply(.setText("unsaved a\n"), to: "a.txt")
+        try base.sh("mv a.txt renamed.txt && mv dir moved", in: harness)
+        await harness.store.sync()
+        await #expect(throws: StoreError.notFound("a.txt")) { try await harness.store.info("a.txt") }
+        #expect(try await harness.store.info("renamed.txt").state != .clean, "the unsaved edits moved along")
+        #expect(await text(harness, "renamed.txt") == "unsaved a\n")
+        #expect(await text(harness, "moved/deeper/b.txt") == "b\n")
+        await #expect(throws: StoreError.self) { try await harness.store.info("dir/deeper/b.txt") }
+        #expect(await harness.log.count { $0 == .renamed(document: "a.txt", to: "renamed.txt") } == 1)
+        try await harness.store.save("renamed.txt", wait: true)
+        #expect(try harness.text(onDisk: "renamed.txt") == "unsaved a\n")
+        #expect(!FileManager.default.fileExists(atPath: harness.file("a.txt")), "the old name is not written again")
+        // The watches below the moved directory follow it: a change there is still seen.
+        try base.sh("printf 'b2\\n' > moved/deeper/b.txt", in: harness)
+        await harness.store.sync()
+        #expect(await text(harness, "moved/deeper/b.txt") == "b2\n")
+        #expect(await harness.store.watchCounters.overflows == 0)
+    }
+
+    @Test("A package with unsaved edits changed by another program: the package keeps their version, the copy holds the edits over it")
+    func packageConflict() async throws {
+        let harness = try await base.harness()
+        try FileManager.default.createDirectory(atPath: harness.file("book.package"), withIntermediateDirectories: true)
+        try Disk.write("one\n", to: harness.file("book.package/1.txt"))
+        try Disk.write("two\n", to: harness.file("book.package/2.txt"))
+        try await harness.store.open("book.package")
+        try await harness.store.apply(.putMember("1.txt", Data("mine\n".utf8)), to: "book.package")
+        try base.sh("printf 'theirs\\n' > book.package/2.txt", in: harness)
+        await harness.store.sync()
+        let event = await harness.next { if case .conflict = $0 { true } else { false } }
+        guard case .conflict("book.package", let copy, .memory)? = event else {
+            Issue.record("no conflict event: \(String(describing: event))")
+            return
+        }
+        #expect(copy.hasPrefix("book (conflict ") && copy.hasSuffix(").package"))
+        #expect(try harness.text(onDisk: "book.package/1.txt") == "one\n")
+        #expect(try harness.text(onDisk: "book.package/2.txt") == "theirs\n")
+        #expect(try harness.text(onDisk: copy + "/1.txt") == "mine\n")
+        #expect(try harness.text(onDisk: copy + "/2.txt") == "theirs\n")
+        #expect(try await harness.store.read("book.package", .member("1.txt")) == .data(Data("one\n".utf8)))
+        #expect(try await harness.store.info("book.package").state == .clean)
+    }
+
+    @Test("Keep=memory: the edits keep the name and the other program's version is copied beside it")
+    func keepMemory() async throws {
+        let harness = try await base.harness { $0.conflictKeep = .memory }
+        try Disk.write("original\n", to: harness.file("notes.txt"))
+        try await harness.store.open("notes.txt")
+        try await harness.store.apply(.setText("mine\n"), to: "notes.txt")
+        try base.sh("printf 'theirs\\n' > notes.txt.new && mv notes.txt.new notes.txt", in: harness)
+        await harness.store.sync()
+        let event = await harness.next { if case .conflict = $0 { true } else { false } }
+        guard case .conflict("notes.txt", let copy, .disk)? = event else {
+            Issue.record("no conflict event: \(String(describing: event))")
+            return
+        }
+        #expect(try harness.text(onDisk: copy) == "theirs\n")
+        await harness.nextSave(of: "notes.txt")
+        #expect(try harness.text(onDisk: "notes.txt") == "mine\n")
+        #expect(await text(harness, "notes.txt") == "mine\n")
+        await harness.store.sync()
+        #expect(await harness.store.watchCounters.conflicts == 1, "the store's own save is no second conflict")
+    }
+
+    @Test("WhenRemoved=close closes even a document with unsaved edits and says so; OpenNewFiles=no leaves new files alone")
+    func closeAndIgnoreNew() async throws {
+        let harness = try await base.harness {
+            $0.whenRemoved = .close
+            $0.openNewFiles = false
+        }
+        try Disk.write("dirty\n", to: harness.file("dirty.txt"))
+        try await harness.store.open("dirty.txt")
+        try await harness.store.apply(.setText("unsaved\n"), to: "dirty.txt")
+        try base.sh("rm dirty.txt && printf 'new\\n' > new.txt", in: harness)
+        await harness.store.sync()
+        await #expect(throws: StoreError.notFound("dirty.txt")) { try await harness.store.info("dirty.txt") }
+        await #expect(throws: StoreError.notFound("new.txt")) { try await harness.store.info("new.txt") }
+        #expect(!FileManager.default.fileExists(atPath: harness.file("dirty.txt")))
+        #expect(harness.lines.all.contains { $0.message.contains("1 unsaved edit(s) discarded") })
+    }
+
+    @Test("WhenRemoved=recreate writes back even a document without unsaved edits")
+    func recreateAlways() async throws {
+        let harness = try await base.harness { $0.whenRemoved = .recreate }
+        try Disk.write("keep me\n", to: harness.file("clean.txt"))
+        try await harness.store.open("clean.txt")
+        try base.sh("rm clean.txt", in: harness)
+        await harness.store.sync()
+        await harness.nextSave(of: "clean.txt")
+        #expect(try harness.text(onDisk: "clean.txt") == "keep me\n")
+    }
+
+    @Test(
+        "Watch limit: with fs.inotify.max_user_watches lowered, the limit is reported once and polling notices external edits",
+        .enabled(if: Machine.isRoot, "writing /proc/sys/fs/inotify needs root"))
+    func watchLimit() async throws {
+        let setting = "/proc/sys/fs/inotify/max_user_watches"
+        let original = try String(contentsOfFile: setting, encoding: .utf8).trimmingCharacters(
+            in: .whitespacesAndNewlines)
+        let directory = TemporaryDirectory("limit")
+        let root = directory.sub("root")
+        for i in 0..<30 {
+            try FileManager.default.createDirectory(atPath: root + "/d\(i)", withIntermediateDirectories: true)
+            try Disk.write("v0 \(i)\n", to: root + "/d\(i)/doc.txt")
+        }
+        // Room for the root and three more directories beyond what is in use now.
+        try Disk.write("\(Self.watchesInUse() + 4)\n", to: setting)
+        let harness: StoreHarness
+        do {
+            harness = try await base.harness {
+                $0.root = root
+                $0.pollInterval = .milliseconds(200)
+            }
+        } catch {
+            try Disk.write(original + "\n", to: setting)
+            throw error
+        }
+        defer { try? Disk.write(original + "\n", to: setting) }
+        await harness.store.openAll()
+        let polled = await harness.store.polledDirectories
+        #expect(polled.count >= 20, "most directories are polled: \(polled)")
+        guard let first = polled.first else { return }
+        // The periodic poll notices an edit with nobody asking.
+        try base.sh("sed -i 's/v0/v1/' '\(first)/doc.txt'", in: harness)
+        await harness.next { $0 == .changedOnDisk(document: first + "/doc.txt") }
+        #expect(await text(harness, first + "/doc.txt") == "v1 \(first.dropFirst())\n")
+        // Every directory, watched or polled, after the sync barrier; a new directory too.
+        try base.sh("for d in d*; do sed -i 's/v[01]/v2/' $d/doc.txt; done && mkdir new && printf 'n\\n' > new/n.txt", in: harness)
+        await harness.store.sync()
+        for i in 0..<30 { #expect(await text(harness, "d\(i)/doc.txt") == "v2 \(i)\n") }
+        #expect(await text(harness, "new/n.txt") == "n\n")
+        #expect(harness.lines.count(messageID: MessageID.watchLimit) == 1, "reported once")
+        #expect(
+            harness.lines.all.first { $0.metadata["message_id"] == MessageID.watchLimit }?.message.contains(
+                "fs.inotify.max_user_watches") == true)
+    }
+
+    /// inotify watches held by all processes (all run as root here, so all count against root's limit).
+    static func watchesInUse() -> Int {
+        var count = 0
+        let proc = (try? FileManager.default.contentsOfDirectory(atPath: "/proc")) ?? []
+        for pid in proc where Int(pid) != nil {
+            let fdinfo = "/proc/\(pid)/fdinfo"
+            for fd in (try? FileManager.default.contentsOfDirectory(atPath: fdinfo)) ?? [] {
+                guard let text = try? String(contentsOfFile: fdinfo + "/" + fd, encoding: .utf8) else { continue }
+                count += text.split(separator: "\n").filter { $0.hasPrefix("inotify wd:") }.count
+            }
+        }
+        return count
+    }
+
+    @Test("The root moved away: reported, documents stay in memory, and the root is watched again once it is back")
+    func rootMoved() async throws {
+        let harness = try await base.harness { $0.pollInterval = .milliseconds(200) }
+        try Disk.write("a\n", to: harness.file("a.txt"))
+        try await harness.store.open("a.txt")
+        try await harness.store.apply(.setText("unsaved b\n"), to: "b.txt", create: true)
+        try FileManager.default.moveItem(atPath: harness.root, toPath: harness.root + ".gone")
+        await waitUntil("the store reports the root gone") {
+            harness.lines.all.contains { $0.message.contains("was removed or moved") }
+        }
+        #expect(await text(harness, "b.txt") == "unsaved b\n", "documents stay in memory")
+        try await harness.store.save("b.txt", wait: true)
+        #expect(try harness.text(onDisk: "b.txt") == "unsaved b\n", "a save makes the root again")
+        try Disk.write("c\n", to: harness.file("c.txt"))
+        await harness.store.sync()
+        #expect(await text(harness, "c.txt") == "c\n", "the new root is watched")
+        await #expect(throws: StoreError.notFound("a.txt")) { try await harness.store.info("a.txt") }
+        try base.sh("printf 'c2\\n' > c.txt", in: harness)
+        await harness.store.sync()
+        #expect(await text(harness, "c.txt") == "c2\n")
+    }
+}
