@@ -123,7 +123,11 @@ final class FileWatcher: @unchecked Sendable {
             }
             for (name, stamp) in listing {
                 let path = directory.isEmpty ? name : directory + "/" + name
-                if stamp.kind == .directory { pending.append(path) } else if stamp.kind == .regular { files.append(path) }
+                if stamp.kind == .directory {
+                    pending.append(path)
+                } else if stamp.kind == .regular {
+                    files.append(path)
+                }
             }
         }
         return files
@@ -144,7 +148,9 @@ final class FileWatcher: @unchecked Sendable {
     /// A directory's entries (the writer's temporary names left out), or `nil` when it cannot be listed.
     private func list(_ directory: String) -> [String: Stamp]? {
         let full = directory.isEmpty ? root : root + "/" + directory
-        guard let fd = try? FileDescriptor.open(full, options: directory.isEmpty ? [.directory] : [.directory, .noFollow])
+        guard
+            let fd = try? FileDescriptor.open(
+                full, options: directory.isEmpty ? [.directory] : [.directory, .noFollow])
         else { return nil }
         return try? fd.closeAfter { () throws(Errno) -> [String: Stamp] in
             var listing: [String: Stamp] = [:]

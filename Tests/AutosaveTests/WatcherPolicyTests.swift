@@ -29,7 +29,9 @@ struct WatcherPolicyTests {
         Issue.record("not within \(timeout): \(what)", sourceLocation: sourceLocation)
     }
 
-    @Test("A document renamed by another program follows its file, unsaved edits and all; a renamed directory takes its documents along")
+    @Test(
+        "A document renamed by another program follows its file, unsaved edits and all; a renamed directory takes its documents along"
+    )
     func renames() async throws {
         let harness = try await base.harness()
         try Disk.write("saved\n", to: harness.file("a.txt"))
@@ -56,7 +58,9 @@ struct WatcherPolicyTests {
         #expect(await harness.store.watchCounters.overflows == 0)
     }
 
-    @Test("A package with unsaved edits changed by another program: the package keeps their version, the copy holds the edits over it")
+    @Test(
+        "A package with unsaved edits changed by another program: the package keeps their version, the copy holds the edits over it"
+    )
     func packageConflict() async throws {
         let harness = try await base.harness()
         try FileManager.default.createDirectory(atPath: harness.file("book.package"), withIntermediateDirectories: true)
@@ -101,7 +105,9 @@ struct WatcherPolicyTests {
         #expect(await harness.store.watchCounters.conflicts == 1, "the store's own save is no second conflict")
     }
 
-    @Test("WhenRemoved=close closes even a document with unsaved edits and says so; OpenNewFiles=no leaves new files alone")
+    @Test(
+        "WhenRemoved=close closes even a document with unsaved edits and says so; OpenNewFiles=no leaves new files alone"
+    )
     func closeAndIgnoreNew() async throws {
         let harness = try await base.harness {
             $0.whenRemoved = .close
@@ -164,7 +170,9 @@ struct WatcherPolicyTests {
         await harness.next { $0 == .changedOnDisk(document: first + "/doc.txt") }
         #expect(await text(harness, first + "/doc.txt") == "v1 \(first.dropFirst())\n")
         // Every directory, watched or polled, after the sync barrier; a new directory too.
-        try base.sh("for d in d*; do sed -i 's/v[01]/v2/' $d/doc.txt; done && mkdir new && printf 'n\\n' > new/n.txt", in: harness)
+        try base.sh(
+            "for d in d*; do sed -i 's/v[01]/v2/' $d/doc.txt; done && mkdir new && printf 'n\\n' > new/n.txt",
+            in: harness)
         await harness.store.sync()
         for i in 0..<30 { #expect(await text(harness, "d\(i)/doc.txt") == "v2 \(i)\n") }
         #expect(await text(harness, "new/n.txt") == "n\n")
