@@ -7,7 +7,7 @@ import Testing
 
 /// Renames, packages, the `[Conflicts]` and `[Watch]` policies, the watch limit and a
 /// root that goes away: real programs on real files, checked through the store.
-@Suite("Changes by other programs: renames, policies, limits", .serialized)
+@Suite("Changes by other programs: renames, policies, limits", .serialized, .timeLimit(.minutes(1)))
 struct WatcherPolicyTests {
     let base = WatcherTests()
 
@@ -180,6 +180,27 @@ struct WatcherPolicyTests {
         #expect(
             harness.lines.all.first { $0.metadata["message_id"] == MessageID.watchLimit }?.message.contains(
                 "fs.inotify.max_user_watches") == true)
+    }
+
+    @Test("Turning the watcher off and on again by reconfiguration: changes made meanwhile are found")
+    func reconfigureWatching() async throws {
+        let harness = try await base.harness()
+        try Disk.write("v0\n", to: harness.file("doc.txt"))
+        try await harness.store.open("doc.txt")
+        var configuration = await harness.store.configuration
+        configuration.watchEnabled = false
+        await harness.store.reconfigure(configuration)
+        try base.sh("printf 'v1\n' > doc.txt && printf 'new\n' > new.txt", in: harness)
+        await harness.store.sync()
+        #expect(await text(harness, "doc.txt") == "v0\n", "nothing watches")
+        configuration.watchEnabled = true
+        configuration.pollInterval = .milliseconds(500)
+        await harness.store.reconfigure(configuration)
+        #expect(await text(harness, "doc.txt") == "v1\n")
+        #expect(await text(harness, "new.txt") == "new\n")
+        try base.sh("printf 'v2\n' > doc.txt", in: harness)
+        await harness.store.sync()
+        #expect(await text(harness, "doc.txt") == "v2\n", "watched again")
     }
 
     /// inotify watches held by all processes (all run as root here, so all count against root's limit).

@@ -7,7 +7,7 @@ import Testing
 
 /// Other programs edit the files the store holds; each case is checked through the
 /// store after the sync barrier.
-@Suite("Changes by other programs", .serialized)
+@Suite("Changes by other programs", .serialized, .timeLimit(.minutes(2)))
 struct WatcherTests {
     func harness(
         quiet: Duration = .seconds(3600), configure: (inout Configuration) -> Void = { _ in }
