@@ -3,9 +3,11 @@ import Foundation
 import Posix
 import Synchronization
 
-/// One client connection's output: replies and events are queued and written by
-/// whichever task finds the queue idle, so a client that does not read slows only
-/// itself; past `limit` unsent bytes the connection is marked broken and closed.
+/// One client connection's output. Replies and events are queued, and the event loop
+/// writes every connection's queue in one pass before it next waits for readiness, as
+/// Redis does: a client gets the replies to everything it sent in that round with one
+/// write, and is woken once. A client that does not read slows only itself; past
+/// `limit` unsent bytes the connection is marked broken and closed.
 final class Connection: Sendable {
     let raw: Int32
     let loop: EventLoop
@@ -13,7 +15,8 @@ final class Connection: Sendable {
     private let limit: Int
     private struct Output {
         var pending: [UInt8] = []
-        var writing = false
+        /// Handed to the loop for writing (queued, or waiting for the socket to drain).
+        var scheduled = false
         var broken = false
     }
     private let output = Mutex(Output())
@@ -29,36 +32,42 @@ final class Connection: Sendable {
 
     func markBroken() { output.withLock { $0.broken = true } }
 
-    /// Queues one line (the compact JSON of `message`) and writes what is queued.
-    func send(_ message: JSONValue, isolation: isolated (any Actor)? = #isolation) async {
+    /// Queues one line (the compact JSON of `message`); the loop writes it.
+    func send(_ message: JSONValue) {
         var line = message.serializedBytes()
         line.append(10)
-        let shouldWrite: Bool = output.withLock { state in
+        let schedule: Bool = output.withLock { state in
             if state.broken { return false }
-            state.pending += line
+            if state.pending.isEmpty {
+                state.pending = line
+            } else {
+                state.pending += line
+            }
             if state.pending.count > limit {
                 state.broken = true
                 return false
             }
-            if state.writing { return false }
-            state.writing = true
+            if state.scheduled { return false }
+            state.scheduled = true
             return true
         }
-        if shouldWrite { await drain() }
+        if schedule { loop.scheduleFlush(self) }
     }
 
-    private func drain(isolation: isolated (any Actor)? = #isolation) async {
+    /// Writes what is queued, without blocking. `false` when the socket is full and
+    /// output remains: call again once it is writable. Called by the loop only.
+    func flush() -> Bool {
         let fd = FileDescriptor(rawValue: raw)
         while true {
             let chunk: [UInt8]? = output.withLock { state in
                 if state.pending.isEmpty || state.broken {
-                    state.writing = false
+                    state.scheduled = false
                     return nil
                 }
                 defer { state.pending = [] }
                 return state.pending
             }
-            guard let chunk else { return }
+            guard let chunk else { return true }
             var offset = 0
             while offset < chunk.count {
                 do {
@@ -66,22 +75,29 @@ final class Connection: Sendable {
                         Result { () throws(Errno) in try fd.send(UnsafeRawBufferPointer(rebasing: buffer[offset...])) }
                     }.get()
                 } catch .wouldBlock {
-                    if await !loop.writable(fd) {
-                        output.withLock {
-                            $0.broken = true
-                            $0.writing = false
-                        }
-                        return
+                    output.withLock { state in
+                        state.pending = Array(chunk[offset...]) + state.pending
                     }
+                    return false
                 } catch {
                     output.withLock {
                         $0.broken = true
-                        $0.writing = false
+                        $0.scheduled = false
                     }
-                    return
+                    return true
                 }
             }
         }
+    }
+
+    /// Writes everything still queued before the connection is closed, waiting for the
+    /// client to read as needed; gives up when the client is gone.
+    func finish(isolation: isolated (any Actor)? = #isolation) async {
+        let fd = FileDescriptor(rawValue: raw)
+        while !flush() {
+            if await !loop.writable(fd) { break }
+        }
+        markBroken()
     }
 }
 

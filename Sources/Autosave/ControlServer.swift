@@ -8,9 +8,12 @@ import Systemd
 /// The control socket: accepts clients, checks who they are, reads one JSON request
 /// per line and answers each with one JSON line (see `docs/PROTOCOL.md`).
 ///
-/// Each connection is served by its own task; readiness comes from one epoll thread.
-/// A client that sends nothing, sends too much, or does not read its replies affects
-/// only its own connection.
+/// Each connection is served by its own task, and every connection task runs on the
+/// store's thread, which is also the epoll loop (see ``EventLoop``): a request is read,
+/// carried out against the store and answered there without a hand-off between
+/// threads, and the replies of one round go out with one write per client. A client
+/// that sends nothing, sends too much, or does not read its replies affects only its
+/// own connection.
 public final class ControlServer: Sendable {
     let store: DocumentStore
     let configuration: Configuration
@@ -35,7 +38,7 @@ public final class ControlServer: Sendable {
         self.configuration = configuration
         self.log = log
         self.reload = reload
-        loop = try EventLoop()
+        loop = store.loop
         do {
             rootDescriptor = try FileDescriptor.open(configuration.root, options: [.directory, .pathOnly]).rawValue
         } catch {
@@ -152,8 +155,8 @@ public final class ControlServer: Sendable {
                         continue
                     }
                     let raw = client.rawValue
-                    group.addTask {
-                        await self.serve(raw)
+                    group.addTask(executorPreference: loop.taskExecutor) {
+                        await self.serve(raw, on: self.store)
                         self.connections.wrappingSubtract(1, ordering: .relaxed)
                     }
                 }
@@ -168,7 +171,6 @@ public final class ControlServer: Sendable {
             try? FileManager.default.removeItem(atPath: boundPath)
         }
         try? FileDescriptor(rawValue: rootDescriptor).close()
-        loop.stop()
     }
 
     /// Refuses a document path that is not a clean relative path, or whose existing part
@@ -205,8 +207,10 @@ public final class ControlServer: Sendable {
         return peer.groups.contains { configuration.allowGroups.contains($0) }
     }
 
-    /// Serves one client: reads lines, handles each request in order, replies.
-    private func serve(_ raw: Int32) async {
+    /// Serves one client: reads lines, handles each request in order, replies. Runs on
+    /// the store's thread, which is also the I/O loop: a request is read, carried out
+    /// and answered without leaving it.
+    private func serve(_ raw: Int32, on store: isolated DocumentStore) async {
         let fd = FileDescriptor(rawValue: raw)
         defer {
             loop.forget(fd)
@@ -217,10 +221,11 @@ public final class ControlServer: Sendable {
         guard let peer, allowed(peer) else {
             let who = peer.map { "uid \($0.userID), gid \($0.groupID)" } ?? "an unknown peer"
             log.warning("refused a control connection from \(who)", ["peer_uid": peer.map { "\($0.userID)" } ?? ""])
-            await connection.send(
+            connection.send(
                 ControlProtocol.errorReply(
                     id: nil, code: .forbidden,
                     message: "\(who) may not use this daemon; allow it with [Control] AllowUsers= or AllowGroups="))
+            await connection.finish()
             try? fd.shutdownWriting()
             // Closing with the client's request unread could discard the error before the
             // client reads it: wait (at most 2 s) for the client to close its end first.
@@ -261,13 +266,16 @@ public final class ControlServer: Sendable {
                 break reading
             }
             if count == 0 { break reading }
+            // A short read took all there was: the next data brings a new readiness edge,
+            // so wait for it rather than asking the kernel again only to hear EAGAIN.
+            let drained = count < buffer.count
             let items = buffer.withUnsafeBytes { reader.feed(UnsafeRawBufferPointer(rebasing: $0[..<count])) }
             for item in items {
                 switch item {
                 case .line(let line):
                     await session.handle(line)
                 case .tooLarge(let size):
-                    await connection.send(
+                    connection.send(
                         ControlProtocol.errorReply(
                             id: nil, code: .tooLarge,
                             message:
@@ -275,10 +283,14 @@ public final class ControlServer: Sendable {
                         ))
                 }
             }
+
+            if drained, !connection.isBroken {
+                guard await loop.readable(fd) else { break reading }
+            }
         }
         // Nothing may write to the descriptor once it is closed (its number is reused):
         // stop the connection's other tasks and wait for them first.
-        connection.markBroken()
         await session.finish()
+        await connection.finish()
     }
 }

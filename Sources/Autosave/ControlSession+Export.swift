@@ -93,7 +93,7 @@ extension ControlSession {
             } catch let error as DocumentExportError {
                 throw RequestError(.badRequest, "exporting \(paths[index]) failed: \(error)")
             }
-            await connection.send([
+            connection.send([
                 "event": "export-progress", "id": id ?? .null, "phase": "writing", "completed": JSONValue(index + 1),
                 "total": JSONValue(total),
             ])
@@ -105,7 +105,7 @@ extension ControlSession {
                 throw RequestError(.ioError, "putting \(paths[index]) in place failed: \(error)")
             }
             urls += export.urls
-            await connection.send([
+            connection.send([
                 "event": "export-progress", "id": id ?? .null, "phase": "committing", "completed": JSONValue(index + 1),
                 "total": JSONValue(total),
             ])

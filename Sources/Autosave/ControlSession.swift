@@ -56,18 +56,18 @@ final class ControlSession: Sendable {
     func handle(_ line: [UInt8], isolation: isolated (any Actor)? = #isolation) async {
         let request: JSONValue
         do { request = try JSONValue(parsing: line) } catch {
-            await connection.send(
+            connection.send(
                 ControlProtocol.errorReply(id: nil, code: .badRequest, message: "the request is not JSON: \(error)"))
             return
         }
         guard case .object = request else {
-            await connection.send(
+            connection.send(
                 ControlProtocol.errorReply(id: nil, code: .badRequest, message: "a request must be a JSON object"))
             return
         }
         let id = request["id"]
         guard let command = request["cmd"]?.stringValue else {
-            await connection.send(
+            connection.send(
                 ControlProtocol.errorReply(id: id, code: .badRequest, message: "the request has no \"cmd\" string"))
             return
         }
@@ -78,7 +78,7 @@ final class ControlSession: Sendable {
                 do { reply = Self.success(id, try await self.export(request, id: id)) } catch {
                     reply = Self.failure(id, error)
                 }
-                await self.connection.send(reply)
+                self.connection.send(reply)
                 _ = self.exports.withLock { $0.removeValue(forKey: key) }
             }
             exports.withLock { $0[key] = task }
@@ -87,7 +87,7 @@ final class ControlSession: Sendable {
         // Inline, not through a closure: a closure would run off the caller's (the store's) thread.
         let reply: JSONValue
         do { reply = Self.success(id, try await run(command, request)) } catch { reply = Self.failure(id, error) }
-        await connection.send(reply)
+        connection.send(reply)
     }
 
     static func success(_ id: JSONValue?, _ fields: [(key: String, value: JSONValue)]) -> JSONValue {
@@ -153,9 +153,13 @@ final class ControlSession: Sendable {
         return strings
     }
 
-    /// The document path of a request, checked to stay inside the root.
-    func document(_ request: JSONValue) throws -> String {
+    /// The document path of a request, checked to stay inside the root. With
+    /// `inMemory` (an edit, which changes only the value in memory), a document the store
+    /// already holds needs no look at the disk: the store checks the path's form, and
+    /// saves refuse symbolic links.
+    func document(_ request: JSONValue, inMemory: Bool = false) throws -> String {
         let path = try string(request, "doc")
+        if inMemory, store.loop.isCurrent, store.assumeIsolated({ $0.isOpen(path) }) { return path }
         try server.checkBeneathRoot(path)
         return path
     }
@@ -190,7 +194,7 @@ final class ControlSession: Sendable {
         case "get":
             return try await get(request)
         case "set":
-            let path = try document(request)
+            let path = try document(request, inMemory: true)
             let edit: DocumentEdit
             if let json = request["json"] {
                 edit = .setJSON(json.serialized() + "\n")
@@ -201,27 +205,27 @@ final class ControlSession: Sendable {
             }
             return [("document", Self.describe(try await store.apply(edit, to: path, create: true)))]
         case "append":
-            let path = try document(request)
+            let path = try document(request, inMemory: true)
             return [("document", Self.describe(try await store.apply(.append(try string(request, "text")), to: path)))]
         case "replace":
-            let path = try document(request)
+            let path = try document(request, inMemory: true)
             let edit = DocumentEdit.replace(
                 offset: try integer(request, "offset"), length: try integer(request, "length"),
                 with: try string(request, "text"))
             return [("document", Self.describe(try await store.apply(edit, to: path)))]
         case "patch":
-            let path = try document(request)
+            let path = try document(request, inMemory: true)
             guard let patch = request["patch"] else { throw RequestError(.badRequest, "missing field \"patch\"") }
             let text = patch.stringValue ?? patch.serialized()
             return [("document", Self.describe(try await store.apply(.mergePatch(text), to: path)))]
         case "put-member":
-            let path = try document(request)
+            let path = try document(request, inMemory: true)
             let member = try string(request, "member")
             return [
                 ("document", Self.describe(try await store.apply(.putMember(member, try bytes(request)), to: path)))
             ]
         case "remove-member":
-            let path = try document(request)
+            let path = try document(request, inMemory: true)
             return [
                 (
                     "document",
@@ -346,7 +350,7 @@ final class ControlSession: Sendable {
         let task = Task {
             for await event in await store.events() {
                 guard let message = Self.eventMessage(event, kinds: kinds, documents: documents) else { continue }
-                await connection.send(message)
+                connection.send(message)
                 if connection.isBroken { return }
             }
         }
@@ -404,12 +408,25 @@ final class ControlSession: Sendable {
         var seconds = time_t(milliseconds / 1000)
         var parts = tm()
         gmtime_r(&seconds, &parts)
-        func pad(_ value: Int32, _ width: Int) -> String {
-            let digits = String(value)
-            return String(repeating: "0", count: max(0, width - digits.count)) + digits
+        let fields: [(value: Int, width: Int, after: UInt8)] = [
+            (Int(parts.tm_year) + 1900, 4, UInt8(ascii: "-")), (Int(parts.tm_mon) + 1, 2, UInt8(ascii: "-")),
+            (Int(parts.tm_mday), 2, UInt8(ascii: "T")), (Int(parts.tm_hour), 2, UInt8(ascii: ":")),
+            (Int(parts.tm_min), 2, UInt8(ascii: ":")), (Int(parts.tm_sec), 2, UInt8(ascii: ".")),
+            (Int(milliseconds % 1000), 3, UInt8(ascii: "Z")),
+        ]
+        return String(unsafeUninitializedCapacity: 24) { buffer in
+            var offset = 0
+            for field in fields {
+                var value = field.value
+                for position in stride(from: offset + field.width - 1, through: offset, by: -1) {
+                    buffer[position] = UInt8(ascii: "0") + UInt8(value % 10)
+                    value /= 10
+                }
+                buffer[offset + field.width] = field.after
+                offset += field.width + 1
+            }
+            return offset
         }
-        return "\(pad(parts.tm_year + 1900, 4))-\(pad(parts.tm_mon + 1, 2))-\(pad(parts.tm_mday, 2))T"
-            + "\(pad(parts.tm_hour, 2)):\(pad(parts.tm_min, 2)):\(pad(parts.tm_sec, 2)).\(pad(Int32(milliseconds % 1000), 3))Z"
     }
 
     static func describe(_ info: DocumentInfo) -> JSONValue {

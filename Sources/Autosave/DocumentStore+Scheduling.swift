@@ -47,33 +47,55 @@ extension DocumentStore {
 
     /// Records an edit's time and (re)computes the document's save deadline.
     func noteEdit(_ path: String) {
+        guard let index = entries.index(forKey: path) else { return }
+        noteEdit(path, at: index)
+    }
+
+    func noteEdit(_ path: String, at index: [String: Entry].Index) {
         let now = clock.now
-        entries[path]!.lastEdit = now
-        if entries[path]!.firstUnsavedEdit == nil { entries[path]!.firstUnsavedEdit = now }
-        schedule(path)
+        modifyEntry(at: index) { entry in
+            entry.lastEdit = now
+            if entry.firstUnsavedEdit == nil { entry.firstUnsavedEdit = now }
+        }
+        schedule(path, at: index, now: now)
+    }
+
+    /// Runs `body` on the entry in place. Reading `entries.values[index].field` would copy
+    /// the whole entry out first; an `inout` access does not.
+    func modifyEntry<R>(at index: [String: Entry].Index, _ body: (inout Entry) -> R) -> R {
+        body(&entries.values[index])
     }
 
     /// Sets the deadline of a dirty document and makes sure the heap holds it: the
     /// trailing quiet period after the last edit, capped by the maximum delay since the
     /// first unsaved edit, now for an explicit save, and never before a pending retry.
     func schedule(_ path: String) {
-        guard let entry = entries[path], entry.isDirty else { return }
-        let now = clock.now
-        var deadline: ContinuousClock.Instant
-        if let forced = entry.forcedToken, forced > entry.savedChangeCount {
-            deadline = now
-        } else {
-            let lastEdit = entry.lastEdit ?? now
-            let firstEdit = entry.firstUnsavedEdit ?? lastEdit
-            deadline = min(lastEdit + configuration.quietPeriod, firstEdit + configuration.maxDelay)
+        guard let index = entries.index(forKey: path) else { return }
+        schedule(path, at: index, now: clock.now)
+    }
+
+    private func schedule(_ path: String, at index: [String: Entry].Index, now: ContinuousClock.Instant) {
+        let quietPeriod = configuration.quietPeriod
+        let maxDelay = configuration.maxDelay
+        let decision: (deadline: ContinuousClock.Instant, push: Bool)? = modifyEntry(at: index) { entry in
+            guard entry.isDirty else { return nil }
+            var deadline: ContinuousClock.Instant
+            if let forced = entry.forcedToken, forced > entry.savedChangeCount {
+                deadline = now
+            } else {
+                let lastEdit = entry.lastEdit ?? now
+                let firstEdit = entry.firstUnsavedEdit ?? lastEdit
+                deadline = min(lastEdit + quietPeriod, firstEdit + maxDelay)
+            }
+            if let retryAt = entry.retryAt, retryAt > deadline { deadline = retryAt }
+            entry.deadline = deadline
+            let push = entry.queuedAt.map({ deadline < $0 }) ?? true
+            if push { entry.queuedAt = deadline }
+            return (deadline, push)
         }
-        if let retryAt = entry.retryAt, retryAt > deadline { deadline = retryAt }
-        entries[path]!.deadline = deadline
-        if entry.queuedAt.map({ deadline < $0 }) ?? true {
-            heap.push(deadline, path)
-            entries[path]!.queuedAt = deadline
-        }
-        if let target = sleepTarget, deadline < target {
+        guard let decision else { return }
+        if decision.push { heap.push(decision.deadline, path) }
+        if let target = sleepTarget, decision.deadline < target {
             wake()
         } else if sleeper != nil && sleepTarget == nil {
             wake()
@@ -167,6 +189,7 @@ extension DocumentStore {
         let existing = entry.existingFile
         let type = entry.contentType
         let fullPath = root + "/" + path
+        let root = root
         let writer = writer
         let clock = clock
         // Serialising and writing block on memory copies and on the disk: they run on
@@ -176,6 +199,7 @@ extension DocumentStore {
             let result = Result { () throws -> SaveOutcome in
                 let wrapper = try snapshot.fileWrapper(configuration: .init(contentType: type, existingFile: existing))
                 let bytes = wrapper.isRegularFile ? wrapper.regularFileContents : nil
+                try Self.refuseSymbolicLinks(root: root, above: path)
                 try Self.makeParentDirectories(of: fullPath)
                 let report = try writer.write(wrapper, to: fullPath, options: [], originalContentsPath: fullPath)
                 let status = try? FileDescriptor.currentWorkingDirectory.status(of: report.path)
@@ -184,6 +208,25 @@ extension DocumentStore {
             }
             let duration = clock.now - start
             Task { await self?.finishSave(path, token: token, snapshot: snapshot, result: result, duration: duration) }
+        }
+    }
+
+    /// Refuses to save through a directory that is a symbolic link (it could lead out of
+    /// the root): the existing part of the document's parent path is resolved beneath the
+    /// root with `openat2(RESOLVE_BENEATH | RESOLVE_NO_SYMLINKS)`. The writer itself
+    /// refuses a link at the document's own place.
+    nonisolated static func refuseSymbolicLinks(root: String, above path: String) throws {
+        let parent = (path as NSString).deletingLastPathComponent
+        guard !parent.isEmpty else { return }
+        do throws(Errno) {
+            let rootDirectory = try FileDescriptor.open(root, options: [.directory, .pathOnly])
+            defer { try? rootDirectory.close() }
+            try FileDescriptor.openBeneath(parent, relativeTo: rootDirectory, options: [.pathOnly], noSymlinks: true)
+                .close()
+        } catch .tooManySymbolicLinks, .crossDevice {
+            throw DocumentError(operation: .followSymbolicLink, path: root + "/" + parent, errno: .tooManySymbolicLinks)
+        } catch {
+            return  // missing parts are created below without following links; other errors surface there
         }
     }
 

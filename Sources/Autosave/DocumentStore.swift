@@ -75,9 +75,21 @@ public actor DocumentStore {
     var lastFailure: SaveFailure?
     let startedAt = Date()
 
-    deinit { watcher?.stop() }
+    /// The thread the store runs on, which also serves the control socket's connections.
+    nonisolated let loop: EventLoop
+    public nonisolated var unownedExecutor: UnownedSerialExecutor { loop.asUnownedSerialExecutor() }
+
+    deinit {
+        watcher?.stop()
+        loop.stop()
+    }
 
     public init(configuration: Configuration, registry: DocumentTypeRegistry? = nil, log: Logger = Logger()) {
+        do {
+            loop = try EventLoop()
+        } catch {
+            fatalError("cannot create the store's event loop (epoll and eventfd): \(error)")
+        }
         self.configuration = configuration
         root = configuration.root
         self.registry = registry ?? DocumentTypeRegistry(packageExtensions: configuration.packageExtensions)
@@ -210,6 +222,9 @@ public actor DocumentStore {
         return entry
     }
 
+    /// Whether the store holds the document at `path` (exactly as given).
+    public func isOpen(_ path: String) -> Bool { entries[path] != nil }
+
     /// Opens the document at `path` if it is not open yet.
     @discardableResult
     public func open(_ path: String) throws(StoreError) -> DocumentInfo {
@@ -275,17 +290,22 @@ public actor DocumentStore {
                 try makeNew(path)
             }
         }
-        if configuration.refuseEditsWhenSaveFails, let failure = entries[path]!.failure {
-            throw .refusedWhileSaveFails(failure)
+        // One lookup: the entry is changed in place through its index.
+        let index = entries.index(forKey: path)!
+        let refuse = configuration.refuseEditsWhenSaveFails
+        let outcome: Result<Void, StoreError> = modifyEntry(at: index) { entry in
+            if refuse, let failure = entry.failure { return .failure(.refusedWhileSaveFails(failure)) }
+            do {
+                try entry.document.apply(edit, existingFile: entry.existingFile)
+            } catch {
+                return .failure(Self.storeError(error, path: path))
+            }
+            entry.changeCount += 1
+            return .success(())
         }
-        do {
-            try Self.applyEdit(edit, to: &entries[path]!.document, existingFile: entries[path]!.existingFile)
-        } catch {
-            throw Self.storeError(error, path: path)
-        }
-        entries[path]!.changeCount += 1
-        noteEdit(path)
-        return info(path, entries[path]!)
+        try outcome.get()
+        noteEdit(path, at: index)
+        return info(path, at: index)
     }
 
     /// What a document's refusal of an edit or query means for the store's callers.
@@ -447,6 +467,11 @@ public actor DocumentStore {
     public func heartbeat() {}
 
     // MARK: Reporting
+
+    /// The same as `info(path, entries[path]!)`, without copying the entry out.
+    func info(_ path: String, at index: [String: Entry].Index) -> DocumentInfo {
+        modifyEntry(at: index) { entry in info(path, entry) }
+    }
 
     func info(_ path: String, _ entry: Entry) -> DocumentInfo {
         DocumentInfo(

@@ -2,87 +2,197 @@ import Foundation
 import Posix
 import Synchronization
 
-/// Readiness of non-blocking descriptors as `async` waits: one thread blocks in
-/// `epoll_wait` and resumes the tasks waiting on the descriptors that became ready.
+/// One thread that is both the store's executor (and the preferred task executor of the
+/// connections' tasks) and the control socket's I/O loop, the
+/// way Redis serves every client from one thread: it runs the jobs of the tasks
+/// isolated to the store (edits, the scheduler, the connections being served) and, when
+/// it has none, blocks in `epoll_wait` and resumes the tasks waiting for a descriptor
+/// to become readable or writable. A request then costs its `read` and `send` and no
+/// hand-off between threads: the connection's task, the store and the reply all run here.
+///
+/// Descriptors are registered once, edge-triggered; readiness that arrives while nobody
+/// waits is remembered, so a wait after `EAGAIN` needs no system call when data came
+/// in meanwhile.
 ///
 /// `@unchecked Sendable`: the epoll and eventfd descriptors are owned by the loop and
-/// closed only by its thread as it ends; the kernel serialises `epoll_ctl` and
-/// `epoll_wait` across threads, and the waiter table is behind a mutex.
-final class EventLoop: @unchecked Sendable {
+/// closed when it is deallocated; the kernel serialises `epoll_ctl` and
+/// `epoll_wait` across threads; the job queue and the waiter table are behind mutexes.
+final class EventLoop: SerialExecutor, @unchecked Sendable {
     private struct Waiters {
-        var read: CheckedContinuation<Bool, Never>?
-        var write: CheckedContinuation<Bool, Never>?
-        var registered = false
+        var read: UnsafeContinuation<Bool, Never>?
+        var write: UnsafeContinuation<Bool, Never>?
+        var readReady = false
+        var writeReady = false
+        /// The peer closed (or the socket broke): reads never wait again.
+        var peerClosed = false
+        /// A connection whose output waits for the socket to become writable.
+        var blockedWriter: Connection?
+    }
+
+    private struct Jobs {
+        /// Jobs and whether each came through ``taskExecutor``.
+        var queue: [(job: UnownedJob, forTask: Bool)] = []
+        /// Connections with output to write before the loop next sleeps.
+        var flushes: [Connection] = []
+        /// The loop is (about to be) blocked in `epoll_wait`: a new job must wake it.
+        var sleeping = false
     }
 
     private let epoll: Epoll
     private let wakeup: FileDescriptor
     private let waiters = Mutex<[Int32: Waiters]>([:])
+    private let jobs = Mutex(Jobs())
     private let stopping = Atomic<Bool>(false)
+    /// The loop thread's `pthread_t`, once it runs.
+    private let thread = Atomic<UInt>(0)
     private static let wakeupTag = UInt64.max
 
-    init() throws {
+    init(name: String = "autosaved-loop") throws {
         epoll = try Epoll()
         wakeup = try FileDescriptor.eventFD()
         try epoll.add(wakeup, events: .readable, tag: Self.wakeupTag)
+        taskExecutor.loop = self
         let thread = Thread { [self] in self.run() }
-        thread.name = "autosaved-io"
+        thread.name = name
         thread.start()
     }
 
-    /// Stops the loop thread; every waiter is resumed with `false`.
-    func stop() {
-        stopping.store(true, ordering: .relaxed)
+    // MARK: The executor
+
+    func enqueue(_ job: consuming ExecutorJob) { enqueue(UnownedJob(job), forTask: false) }
+
+    fileprivate func enqueue(_ job: UnownedJob, forTask: Bool) {
+        let wake = jobs.withLock { jobs in
+            jobs.queue.append((job, forTask))
+            defer { jobs.sleeping = false }
+            return jobs.sleeping
+        }
+        if wake { signal() }
+    }
+
+    func asUnownedSerialExecutor() -> UnownedSerialExecutor { UnownedSerialExecutor(ordinary: self) }
+
+    /// Has `connection`'s queued output written before the loop next sleeps.
+    func scheduleFlush(_ connection: Connection) {
+        let wake = jobs.withLock { jobs in
+            jobs.flushes.append(connection)
+            defer { jobs.sleeping = false }
+            return jobs.sleeping
+        }
+        if wake { signal() }
+    }
+
+    /// Flushes `connection` again once its socket is writable.
+    private func blockWriter(_ connection: Connection) {
+        let raw = connection.raw
+        let retry: Bool = waiters.withLock { all in
+            var entry = all[raw] ?? Waiters()
+            if all[raw] == nil {
+                do {
+                    try epoll.add(
+                        FileDescriptor(rawValue: raw), events: [.readable, .writable, .peerClosed, .edgeTriggered],
+                        tag: UInt64(raw))
+                } catch {
+                    return false  // not pollable: the connection is going away
+                }
+            }
+            if entry.writeReady {
+                entry.writeReady = false
+                all[raw] = entry
+                return true
+            }
+            entry.blockedWriter = connection
+            all[raw] = entry
+            return false
+        }
+        if retry { scheduleFlush(connection) }
+    }
+
+    /// The loop as the preferred executor of the connections' tasks: their nonisolated
+    /// parts (and a wait resumed outside the store) run here too, never on the global pool.
+    let taskExecutor = LoopTaskExecutor()
+
+    /// Whether the caller runs on the loop's thread.
+    var isCurrent: Bool { thread.load(ordering: .relaxed) == UInt(pthread_self()) }
+
+    func checkIsolated() {
+        precondition(isCurrent, "not on the store's thread")
+    }
+
+    private func signal() {
         let one: UInt64 = 1
         withUnsafeBytes(of: one) { try? wakeup.writeAll($0) }
     }
 
+    /// Stops the loop thread; every waiter is resumed with `false`. Jobs queued after
+    /// this never run: stop the loop only once nothing uses the store.
+    func stop() {
+        stopping.store(true, ordering: .relaxed)
+        signal()
+    }
+
+    // MARK: Readiness
+
     /// Waits until `fd` is readable (or has hung up). `false` when the wait was cancelled.
-    func readable(_ fd: FileDescriptor) async -> Bool { await wait(fd, write: false) }
+    func readable(_ fd: FileDescriptor, isolation: isolated (any Actor)? = #isolation) async -> Bool {
+        await wait(fd, write: false)
+    }
 
     /// Waits until `fd` is writable (or has hung up). `false` when the wait was cancelled.
-    func writable(_ fd: FileDescriptor) async -> Bool { await wait(fd, write: true) }
+    func writable(_ fd: FileDescriptor, isolation: isolated (any Actor)? = #isolation) async -> Bool {
+        await wait(fd, write: true)
+    }
 
-    private func wait(_ fd: FileDescriptor, write: Bool) async -> Bool {
+    /// Runs on the caller's executor (`isolation`): a connection served on the store's
+    /// thread stays there while it waits and when it resumes.
+    private func wait(_ fd: FileDescriptor, write: Bool, isolation: isolated (any Actor)? = #isolation) async -> Bool {
         let raw = fd.rawValue
+        // Readiness that came while nobody waited, or the first wait: register.
+        let early: Bool? = waiters.withLock { all in
+            if stopping.load(ordering: .relaxed) { return false }
+            if var entry = all[raw] {
+                if !write && entry.peerClosed { return true }
+                if write ? entry.writeReady : entry.readReady {
+                    if write { entry.writeReady = false } else { entry.readReady = false }
+                    all[raw] = entry
+                    return true
+                }
+                return nil
+            }
+            do {
+                try epoll.add(fd, events: [.readable, .writable, .peerClosed, .edgeTriggered], tag: UInt64(raw))
+            } catch {
+                return false
+            }
+            all[raw] = Waiters()
+            return nil
+        }
+        if let early { return early }
         return await withTaskCancellationHandler {
-            await withCheckedContinuation { (continuation: CheckedContinuation<Bool, Never>) in
-                let failed: Bool = waiters.withLock { all in
-                    if Task.isCancelled || stopping.load(ordering: .relaxed) { return true }
-                    var entry = all[raw] ?? Waiters()
-                    if write { entry.write = continuation } else { entry.read = continuation }
-                    let interest = Self.interest(entry)
-                    do {
-                        if entry.registered {
-                            try epoll.modify(FileDescriptor(rawValue: raw), events: interest, tag: UInt64(raw))
-                        } else {
-                            try epoll.add(FileDescriptor(rawValue: raw), events: interest, tag: UInt64(raw))
-                            entry.registered = true
-                        }
-                    } catch {
-                        if write { entry.write = nil } else { entry.read = nil }
+            // Naming `isolation` keeps the closure (and the resumed task) on the caller's executor.
+            await withUnsafeContinuation(isolation: isolation) { (continuation: UnsafeContinuation<Bool, Never>) in
+                let immediate: Bool? = waiters.withLock { all in
+                    if Task.isCancelled || stopping.load(ordering: .relaxed) { return false }
+                    guard var entry = all[raw] else { return false }  // forgotten meanwhile
+                    if !write && entry.peerClosed { return true }
+                    if write ? entry.writeReady : entry.readReady {
+                        if write { entry.writeReady = false } else { entry.readReady = false }
                         all[raw] = entry
                         return true
                     }
+                    if write { entry.write = continuation } else { entry.read = continuation }
                     all[raw] = entry
-                    return false
+                    return nil
                 }
-                if failed { continuation.resume(returning: false) }
+                if let immediate { continuation.resume(returning: immediate) }
             }
         } onCancel: {
             cancelWaits(raw)
         }
     }
 
-    private static func interest(_ entry: Waiters) -> Epoll.Events {
-        var events: Epoll.Events = [.oneShot, .peerClosed]
-        if entry.read != nil { events.insert(.readable) }
-        if entry.write != nil { events.insert(.writable) }
-        return events
-    }
-
     private func cancelWaits(_ raw: Int32) {
-        let resumed: [CheckedContinuation<Bool, Never>] = waiters.withLock { all in
+        let resumed: [UnsafeContinuation<Bool, Never>] = waiters.withLock { all in
             guard var entry = all[raw] else { return [] }
             let found = [entry.read, entry.write].compactMap { $0 }
             entry.read = nil
@@ -96,45 +206,113 @@ final class EventLoop: @unchecked Sendable {
     /// Forgets `fd` before it is closed: pending waits end with `false`.
     func forget(_ fd: FileDescriptor) {
         let raw = fd.rawValue
-        let resumed: [CheckedContinuation<Bool, Never>] = waiters.withLock { all in
+        let resumed: [UnsafeContinuation<Bool, Never>] = waiters.withLock { all in
             guard let entry = all.removeValue(forKey: raw) else { return [] }
-            if entry.registered { try? epoll.remove(fd) }
+            try? epoll.remove(fd)
             return [entry.read, entry.write].compactMap { $0 }
         }
         for continuation in resumed { continuation.resume(returning: false) }
     }
 
+    // MARK: The loop
+
     private func run() {
+        thread.store(UInt(pthread_self()), ordering: .relaxed)
+        let executor = asUnownedSerialExecutor()
+        let taskExecutor = self.taskExecutor.asUnownedTaskExecutor()
+        var batch: [(job: UnownedJob, forTask: Bool)] = []
+        var flushes: [Connection] = []
         while !stopping.load(ordering: .relaxed) {
-            guard let ready = try? epoll.wait(timeout: -1) else { continue }
-            var resumed: [(CheckedContinuation<Bool, Never>, Bool)] = []
+            jobs.withLock { jobs in swap(&batch, &jobs.queue) }
+            // Jobs come for the store (as its serial executor) and for the connections' tasks
+            // (as their preferred task executor). Both run here, one at a time, so a
+            // connection's job may be isolated to the store as well: its next call into the
+            // store needs no hop.
+            for (job, forTask) in batch {
+                if forTask {
+                    job.runSynchronously(isolatedTo: executor, taskExecutor: taskExecutor)
+                } else {
+                    job.runSynchronously(on: executor)
+                }
+            }
+            batch.removeAll(keepingCapacity: true)
+            // Once no job is left, the replies of this round go out, one write per client.
+            let idle: Bool = jobs.withLock { jobs in
+                guard jobs.queue.isEmpty else { return false }
+                swap(&flushes, &jobs.flushes)
+                return flushes.isEmpty
+            }
+            for connection in flushes where !connection.flush() { blockWriter(connection) }
+            flushes.removeAll(keepingCapacity: true)
+            let sleep: Bool =
+                idle
+                && jobs.withLock { jobs in
+                    guard jobs.queue.isEmpty, jobs.flushes.isEmpty else { return false }
+                    jobs.sleeping = true
+                    return true
+                }
+            guard let ready = try? epoll.wait(timeout: sleep ? -1 : 0) else { continue }
+            if sleep { jobs.withLock { $0.sleeping = false } }
+            var resumed: [UnsafeContinuation<Bool, Never>] = []
+            var writable: [Connection] = []
             waiters.withLock { all in
-                for (tag, events) in ready where tag != Self.wakeupTag {
+                for (tag, events) in ready {
+                    if tag == Self.wakeupTag {
+                        var value: UInt64 = 0
+                        _ = withUnsafeMutableBytes(of: &value) { try? wakeup.read(into: $0) }
+                        continue
+                    }
                     let raw = Int32(truncatingIfNeeded: tag)
                     guard var entry = all[raw] else { continue }
                     let broken = !events.isDisjoint(with: [.error, .hangUp])
-                    if let read = entry.read, broken || !events.isDisjoint(with: [.readable, .peerClosed]) {
-                        resumed.append((read, true))
-                        entry.read = nil
+                    if broken || events.contains(.peerClosed) { entry.peerClosed = true }
+                    if broken || !events.isDisjoint(with: [.readable, .peerClosed]) {
+                        if let read = entry.read {
+                            resumed.append(read)
+                            entry.read = nil
+                        } else {
+                            entry.readReady = true
+                        }
                     }
-                    if let write = entry.write, broken || events.contains(.writable) {
-                        resumed.append((write, true))
-                        entry.write = nil
-                    }
-                    if entry.read != nil || entry.write != nil {
-                        try? epoll.modify(FileDescriptor(rawValue: raw), events: Self.interest(entry), tag: tag)
+                    if broken || events.contains(.writable) {
+                        if let write = entry.write {
+                            resumed.append(write)
+                            entry.write = nil
+                        } else if let connection = entry.blockedWriter {
+                            writable.append(connection)
+                            entry.blockedWriter = nil
+                        } else {
+                            entry.writeReady = true
+                        }
                     }
                     all[raw] = entry
                 }
             }
-            for (continuation, value) in resumed { continuation.resume(returning: value) }
+            if !writable.isEmpty { jobs.withLock { $0.flushes += writable } }
+            // Each resumed task is queued on its executor: this loop, for connections, so
+            // they run in the next pass without waking anyone.
+            for continuation in resumed { continuation.resume(returning: true) }
         }
-        let remaining: [CheckedContinuation<Bool, Never>] = waiters.withLock { all in
+        let remaining: [UnsafeContinuation<Bool, Never>] = waiters.withLock { all in
             defer { all = [:] }
             return all.values.flatMap { [$0.read, $0.write].compactMap { $0 } }
         }
         for continuation in remaining { continuation.resume(returning: false) }
+    }
+
+    /// The descriptors are closed only when nothing can use the loop any more: closed
+    /// earlier, a late `epoll_ctl` or wake-up write could reach whatever reused the number.
+    deinit {
         try? epoll.close()
         try? wakeup.close()
     }
+}
+
+/// ``EventLoop`` as a task executor (a separate object: a job's entry point tells the
+/// loop which role it came through).
+final class LoopTaskExecutor: TaskExecutor, @unchecked Sendable {
+    // @unchecked: `loop` is set once, before the loop's thread starts; the loop owns this object.
+    fileprivate weak var loop: EventLoop?
+
+    func enqueue(_ job: consuming ExecutorJob) { loop?.enqueue(UnownedJob(job), forTask: true) }
 }

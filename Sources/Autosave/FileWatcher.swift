@@ -239,8 +239,10 @@ final class FileWatcher: @unchecked Sendable {
 
     // MARK: Reading events
 
+    /// Closed only once nothing can add or remove a watch any more (a closed number may be reused).
+    deinit { try? inotify.close() }
+
     private func run() {
-        defer { try? inotify.close() }
         var nextPoll = ContinuousClock.now + pollInterval
         while !stopping.load(ordering: .relaxed) {
             if ContinuousClock.now >= nextPoll {

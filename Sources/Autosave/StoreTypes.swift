@@ -143,6 +143,7 @@ enum DocumentPath {
     /// without `.`, `..` or empty components, without NUL bytes or the writer's
     /// temporary names.
     static func validate(_ path: String) throws(StoreError) -> String {
+        if isPlainlyValid(path) { return path }
         var trimmed = path
         while trimmed.hasPrefix("./") { trimmed.removeFirst(2) }
         while trimmed.hasSuffix("/") { trimmed.removeLast() }
@@ -160,6 +161,39 @@ enum DocumentPath {
             if component.utf8.count > 255 { throw .invalidPath(path, reason: "a component is longer than 255 bytes") }
         }
         return trimmed
+    }
+}
+
+extension DocumentPath {
+    /// One pass over the bytes for the common case: relative, no empty components, no
+    /// component starting with `.` (which rules out `.`, `..` and the writer's
+    /// temporary names), no NUL, components of at most 255 bytes. A path that fails this
+    /// quick look is checked in detail (and may still be valid).
+    static func isPlainlyValid(_ path: String) -> Bool {
+        var utf8 = path.utf8
+        if let fast = utf8.withContiguousStorageIfAvailable(isPlainlyValid) { return fast }
+        utf8 = String(path).utf8
+        return Array(utf8).withUnsafeBufferPointer(isPlainlyValid)
+    }
+
+    private static func isPlainlyValid(_ bytes: UnsafeBufferPointer<UInt8>) -> Bool {
+        var componentLength = 0
+        for byte in bytes {
+            switch byte {
+            case UInt8(ascii: "/"):
+                if componentLength == 0 { return false }
+                componentLength = 0
+            case 0:
+                return false
+            case UInt8(ascii: "."):
+                if componentLength == 0 { return false }
+                componentLength += 1
+            default:
+                componentLength += 1
+            }
+            if componentLength > 255 { return false }
+        }
+        return componentLength > 0
     }
 }
 

@@ -122,6 +122,7 @@ uint32_t clinux_epollerr(void) { return EPOLLERR; }
 uint32_t clinux_epollhup(void) { return EPOLLHUP; }
 uint32_t clinux_epollrdhup(void) { return EPOLLRDHUP; }
 uint32_t clinux_epolloneshot(void) { return EPOLLONESHOT; }
+uint32_t clinux_epollet(void) { return EPOLLET; }
 int clinux_epoll_ctl_add(void) { return EPOLL_CTL_ADD; }
 int clinux_epoll_ctl_mod(void) { return EPOLL_CTL_MOD; }
 int clinux_epoll_ctl_del(void) { return EPOLL_CTL_DEL; }

@@ -17,6 +17,8 @@ public struct Epoll {
         public static var peerClosed: Events { Events(rawValue: clinux_epollrdhup()) }
         /// Report once, then disarm until modified again.
         public static var oneShot: Events { Events(rawValue: clinux_epolloneshot()) }
+        /// Report a change of readiness once, not the readiness for as long as it lasts.
+        public static var edgeTriggered: Events { Events(rawValue: clinux_epollet()) }
     }
 
     /// The corresponding C function is `epoll_create1(EPOLL_CLOEXEC)`.

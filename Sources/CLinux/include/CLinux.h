@@ -53,6 +53,7 @@ uint32_t clinux_epollerr(void);
 uint32_t clinux_epollhup(void);
 uint32_t clinux_epollrdhup(void);
 uint32_t clinux_epolloneshot(void);
+uint32_t clinux_epollet(void);
 int clinux_epoll_ctl_add(void);
 int clinux_epoll_ctl_mod(void);
 int clinux_epoll_ctl_del(void);
