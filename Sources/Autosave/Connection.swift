@@ -33,8 +33,11 @@ final class Connection: Sendable {
     func markBroken() { output.withLock { $0.broken = true } }
 
     /// Queues one line (the compact JSON of `message`); the loop writes it.
-    func send(_ message: JSONValue) {
-        var line = message.serializedBytes()
+    func send(_ message: JSONValue) { send(json: message.serializedBytes()) }
+
+    /// Queues one line of JSON text given as bytes (without the newline).
+    func send(json: [UInt8]) {
+        var line = json
         line.append(10)
         let schedule: Bool = output.withLock { state in
             if state.broken { return false }

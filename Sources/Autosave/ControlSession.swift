@@ -84,6 +84,15 @@ final class ControlSession: Sendable {
             exports.withLock { $0[key] = task }
             return
         }
+        if Self.editCommands.contains(command) {
+            // The most frequent requests: the reply is written without building a value.
+            do {
+                connection.send(json: Self.documentReply(id: id, try await edit(command, request, store: store)))
+            } catch {
+                connection.send(Self.failure(id, error))
+            }
+            return
+        }
         // Inline, not through a closure: a closure would run off the caller's (the store's) thread.
         let reply: JSONValue
         do { reply = Self.success(id, try await run(command, request)) } catch { reply = Self.failure(id, error) }
@@ -153,13 +162,9 @@ final class ControlSession: Sendable {
         return strings
     }
 
-    /// The document path of a request, checked to stay inside the root. With
-    /// `inMemory` (an edit, which changes only the value in memory), a document the store
-    /// already holds needs no look at the disk: the store checks the path's form, and
-    /// saves refuse symbolic links.
-    func document(_ request: JSONValue, inMemory: Bool = false) throws -> String {
+    /// The document path of a request, checked to stay inside the root.
+    func document(_ request: JSONValue) throws -> String {
         let path = try string(request, "doc")
-        if inMemory, store.loop.isCurrent, store.assumeIsolated({ $0.isOpen(path) }) { return path }
         try server.checkBeneathRoot(path)
         return path
     }
@@ -174,6 +179,58 @@ final class ControlSession: Sendable {
             return data
         }
         throw RequestError(.badRequest, "give the contents as \"text\" or \"base64\"")
+    }
+
+    static let editCommands: Set<String> = ["set", "append", "replace", "patch", "put-member", "remove-member"]
+
+    /// The edit commands; each answers with the edited document's description.
+    /// Runs isolated to the store: the path check and the edit are plain calls.
+    private func edit(_ command: String, _ request: JSONValue, store: isolated DocumentStore) throws -> DocumentInfo {
+        switch command {
+        case "set":
+            let path = try editedDocument(request, store: store)
+            let edit: DocumentEdit
+            if let json = request["json"] {
+                edit = .setJSON(json.serialized() + "\n")
+            } else if let text = try optionalString(request, "text") {
+                edit = path.lowercased().hasSuffix(".json") ? .setJSON(text) : .setText(text)
+            } else {
+                edit = .setData(try bytes(request))
+            }
+            return try store.apply(edit, to: path, create: true)
+        case "append":
+            let path = try editedDocument(request, store: store)
+            return try store.apply(.append(try string(request, "text")), to: path)
+        case "replace":
+            let path = try editedDocument(request, store: store)
+            let edit = DocumentEdit.replace(
+                offset: try integer(request, "offset"), length: try integer(request, "length"),
+                with: try string(request, "text"))
+            return try store.apply(edit, to: path)
+        case "patch":
+            let path = try editedDocument(request, store: store)
+            guard let patch = request["patch"] else { throw RequestError(.badRequest, "missing field \"patch\"") }
+            let text = patch.stringValue ?? patch.serialized()
+            return try store.apply(.mergePatch(text), to: path)
+        case "put-member":
+            let path = try editedDocument(request, store: store)
+            let member = try string(request, "member")
+            return try store.apply(.putMember(member, try bytes(request)), to: path)
+        case "remove-member":
+            let path = try editedDocument(request, store: store)
+            return try store.apply(.removeMember(try string(request, "member")), to: path)
+        default:
+            throw RequestError(.unknownCommand, "unknown edit command \"\(command)\"")
+        }
+    }
+
+    /// The document an edit names: a document the store holds needs no look at the disk
+    /// (the store checks the path's form; saves refuse symbolic links); any other is
+    /// checked beneath the root like every request's.
+    private func editedDocument(_ request: JSONValue, store: isolated DocumentStore) throws -> String {
+        let path = try string(request, "doc")
+        if !store.isOpen(path) { try server.checkBeneathRoot(path) }
+        return path
     }
 
     // MARK: Commands
@@ -193,45 +250,6 @@ final class ControlSession: Sendable {
             return [("document", Self.describe(try await store.create(try document(request))))]
         case "get":
             return try await get(request)
-        case "set":
-            let path = try document(request, inMemory: true)
-            let edit: DocumentEdit
-            if let json = request["json"] {
-                edit = .setJSON(json.serialized() + "\n")
-            } else if let text = try optionalString(request, "text") {
-                edit = path.lowercased().hasSuffix(".json") ? .setJSON(text) : .setText(text)
-            } else {
-                edit = .setData(try bytes(request))
-            }
-            return [("document", Self.describe(try await store.apply(edit, to: path, create: true)))]
-        case "append":
-            let path = try document(request, inMemory: true)
-            return [("document", Self.describe(try await store.apply(.append(try string(request, "text")), to: path)))]
-        case "replace":
-            let path = try document(request, inMemory: true)
-            let edit = DocumentEdit.replace(
-                offset: try integer(request, "offset"), length: try integer(request, "length"),
-                with: try string(request, "text"))
-            return [("document", Self.describe(try await store.apply(edit, to: path)))]
-        case "patch":
-            let path = try document(request, inMemory: true)
-            guard let patch = request["patch"] else { throw RequestError(.badRequest, "missing field \"patch\"") }
-            let text = patch.stringValue ?? patch.serialized()
-            return [("document", Self.describe(try await store.apply(.mergePatch(text), to: path)))]
-        case "put-member":
-            let path = try document(request, inMemory: true)
-            let member = try string(request, "member")
-            return [
-                ("document", Self.describe(try await store.apply(.putMember(member, try bytes(request)), to: path)))
-            ]
-        case "remove-member":
-            let path = try document(request, inMemory: true)
-            return [
-                (
-                    "document",
-                    Self.describe(try await store.apply(.removeMember(try string(request, "member")), to: path))
-                )
-            ]
         case "save":
             let path = try document(request)
             try await store.save(path, wait: try flag(request, "wait"))
@@ -430,18 +448,55 @@ final class ControlSession: Sendable {
     }
 
     static func describe(_ info: DocumentInfo) -> JSONValue {
-        var value: JSONValue = [
-            "doc": .string(info.path), "type": .string(info.contentType.identifier), "state": .string(info.state.name),
-            "changes": JSONValue(info.changeCount), "saved_changes": JSONValue(info.savedChangeCount),
-            "saves": JSONValue(info.saves),
-            "last_saved": info.lastSaved.map { .string(timestamp($0)) } ?? .null,
-        ]
+        var writer = JSONWriter()
+        describe(info, into: &writer)
+        // The writer's output is JSON by construction.
+        return (try? JSONValue(parsing: writer.bytes)) ?? .null
+    }
+
+    /// A document's description, written straight to bytes (the hot path of every edit).
+    static func describe(_ info: DocumentInfo, into writer: inout JSONWriter) {
+        writer.beginObject()
+        writer.key("doc")
+        writer.string(info.path)
+        writer.key("type")
+        writer.string(info.contentType.identifier)
+        writer.key("state")
+        writer.string(info.state.name)
+        writer.key("changes")
+        writer.integer(info.changeCount)
+        writer.key("saved_changes")
+        writer.integer(info.savedChangeCount)
+        writer.key("saves")
+        writer.integer(info.saves)
+        writer.key("last_saved")
+        if let saved = info.lastSaved { writer.string(timestamp(saved)) } else { writer.null() }
         switch info.state {
-        case .scheduled(let at): value = value.setting("save_at", .string(timestamp(at)))
-        case .failed(let failure): value = value.setting("failure", describe(failure))
+        case .scheduled(let at):
+            writer.key("save_at")
+            writer.string(timestamp(at))
+        case .failed(let failure):
+            writer.key("failure")
+            writer.value(describe(failure))
         default: break
         }
-        return value
+        writer.endObject()
+    }
+
+    /// `{"id": …, "ok": true, "document": {…}}`.
+    static func documentReply(id: JSONValue?, _ info: DocumentInfo) -> [UInt8] {
+        var writer = JSONWriter()
+        writer.beginObject()
+        if let id {
+            writer.key("id")
+            writer.value(id)
+        }
+        writer.key("ok")
+        writer.bool(true)
+        writer.key("document")
+        describe(info, into: &writer)
+        writer.endObject()
+        return writer.bytes
     }
 
     static func describe(_ failure: SaveFailure) -> JSONValue {

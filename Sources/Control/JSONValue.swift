@@ -226,9 +226,7 @@ struct JSONParser {
             guard index < bytes.count else { throw error("unterminated string", at: open) }
             let byte = bytes[index]
             if byte == UInt8(ascii: "\"") {
-                guard let run = String(validating: bytes[runStart..<index], as: UTF8.self) else {
-                    throw error("the string is not valid UTF-8", at: runStart)
-                }
+                let run = try text(runStart..<index)
                 if result.isEmpty {
                     index += 1
                     return run
@@ -239,10 +237,7 @@ struct JSONParser {
             }
             if byte < 0x20 { throw error("control character \(describe(byte)) in a string must be escaped") }
             if byte == UInt8(ascii: "\\") {
-                guard let run = String(validating: bytes[runStart..<index], as: UTF8.self) else {
-                    throw error("the string is not valid UTF-8", at: runStart)
-                }
-                result += run
+                result += try text(runStart..<index)
                 index += 1
                 guard index < bytes.count else { throw error("unterminated escape") }
                 let escape = bytes[index]
@@ -281,6 +276,18 @@ struct JSONParser {
         }
     }
 
+    /// The bytes in `range` as a string: ASCII is taken as it is, anything else must be valid UTF-8.
+    func text(_ range: Range<Int>) throws(JSONSyntaxError) -> String {
+        try bytes.withUnsafeBufferPointer { (buffer) throws(JSONSyntaxError) -> String in
+            let run = UnsafeBufferPointer(rebasing: buffer[range])
+            if run.allSatisfy({ $0 < 0x80 }) { return String(decoding: run, as: UTF8.self) }
+            guard let text = String(validating: run, as: UTF8.self) else {
+                throw error("the string is not valid UTF-8", at: range.lowerBound)
+            }
+            return text
+        }
+    }
+
     mutating func hex4() throws(JSONSyntaxError) -> UInt32 {
         guard index + 4 <= bytes.count,
             let value = UInt32(String(decoding: bytes[index..<index + 4], as: UTF8.self), radix: 16)
@@ -311,7 +318,7 @@ extension JSONValue {
         out.append(contentsOf: repeatElement(32, count: indent * 2))
     }
 
-    private func write(to out: inout [UInt8], pretty: Bool, indent: Int) {
+    fileprivate func write(to out: inout [UInt8], pretty: Bool, indent: Int) {
         switch self {
         case .null: out.append(contentsOf: "null".utf8)
         case .bool(let b): out.append(contentsOf: (b ? "true" : "false").utf8)
@@ -450,5 +457,78 @@ extension JSONValue {
             afterTilde = c == "~"
         }
         return !afterTilde
+    }
+}
+
+// MARK: Writing without a value tree
+
+/// Writes compact JSON straight to bytes, for replies sent often enough that building a
+/// ``JSONValue`` first would cost more than the rest of the request. The output is the
+/// same as serialising the equivalent value.
+public struct JSONWriter {
+    public private(set) var bytes: [UInt8] = []
+    /// Whether the next element is the first in its container (or follows a key).
+    private var first = true
+
+    public init(capacity: Int = 256) { bytes.reserveCapacity(capacity) }
+
+    private mutating func separate() {
+        if !first { bytes.append(UInt8(ascii: ",")) }
+        first = false
+    }
+
+    public mutating func beginObject() {
+        separate()
+        bytes.append(UInt8(ascii: "{"))
+        first = true
+    }
+
+    public mutating func endObject() {
+        bytes.append(UInt8(ascii: "}"))
+        first = false
+    }
+
+    public mutating func beginArray() {
+        separate()
+        bytes.append(UInt8(ascii: "["))
+        first = true
+    }
+
+    public mutating func endArray() {
+        bytes.append(UInt8(ascii: "]"))
+        first = false
+    }
+
+    /// A member's key; its value is written next.
+    public mutating func key(_ key: String) {
+        separate()
+        JSONValue.writeString(key, to: &bytes)
+        bytes.append(UInt8(ascii: ":"))
+        first = true
+    }
+
+    public mutating func string(_ value: String) {
+        separate()
+        JSONValue.writeString(value, to: &bytes)
+    }
+
+    public mutating func integer(_ value: some BinaryInteger) {
+        separate()
+        bytes.append(contentsOf: String(value).utf8)
+    }
+
+    public mutating func bool(_ value: Bool) {
+        separate()
+        bytes.append(contentsOf: (value ? "true" : "false").utf8)
+    }
+
+    public mutating func null() {
+        separate()
+        bytes.append(contentsOf: "null".utf8)
+    }
+
+    public mutating func value(_ value: JSONValue) {
+        separate()
+        value.write(to: &bytes, pretty: false, indent: 0)
     }
 }
