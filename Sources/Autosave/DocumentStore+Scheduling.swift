@@ -193,7 +193,7 @@ extension DocumentStore {
         let writer = writer
         let clock = clock
         // Serialising and writing block on memory copies and on the disk: they run on
-        // Dispatch's threads, never on the cooperative pool that edits run on.
+        // Dispatch's threads, never on the store's thread that edits (and the socket) run on.
         Self.saveQueue.async { @Sendable [weak self] in
             let start = clock.now
             let result = Result { () throws -> SaveOutcome in

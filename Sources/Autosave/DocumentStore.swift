@@ -78,6 +78,11 @@ public actor DocumentStore {
     /// The thread the store runs on, which also serves the control socket's connections.
     nonisolated let loop: EventLoop
     public nonisolated var unownedExecutor: UnownedSerialExecutor { loop.asUnownedSerialExecutor() }
+    /// The store's thread as a task executor: a task that prefers it
+    /// (`withTaskExecutorPreference`, `Task(executorPreference:)`) calls the store without
+    /// a hop between threads, as the control socket's connections do. From any other
+    /// thread each call hops to the store's thread and back.
+    public nonisolated var taskExecutor: any TaskExecutor { loop.taskExecutor }
 
     deinit {
         watcher?.stop()
