@@ -28,6 +28,8 @@ public final class ControlServer: Sendable {
     /// The store root, held open (`O_PATH`) for path checks.
     let rootDescriptor: Int32
     private let connections = Atomic<Int>(0)
+    /// The descriptors of the connections being served, and whether the server stops.
+    private let live = Mutex<(descriptors: Set<Int32>, stopping: Bool)>(([], false))
 
     /// Listens on the configured socket, or on the one systemd passed (socket activation).
     public init(
@@ -126,6 +128,20 @@ public final class ControlServer: Sendable {
     /// Accepts and serves clients until the calling task is cancelled; then closes every
     /// connection (cancelling their exports) and removes the socket it bound.
     public func run() async {
+        await withTaskCancellationHandler {
+            await serveClients()
+        } onCancel: {
+            // Shutting the sockets down ends every wait on them: the connections read
+            // end-of-file and finish, the accept loop wakes and sees the cancellation.
+            live.withLock { live in
+                live.stopping = true
+                try? FileDescriptor(rawValue: listener).shutdown()
+                for raw in live.descriptors { try? FileDescriptor(rawValue: raw).shutdown() }
+            }
+        }
+    }
+
+    private func serveClients() async {
         let listener = FileDescriptor(rawValue: self.listener)
         await withDiscardingTaskGroup { group in
             while !Task.isCancelled {
@@ -212,8 +228,15 @@ public final class ControlServer: Sendable {
     /// and answered without leaving it.
     private func serve(_ raw: Int32, on store: isolated DocumentStore) async {
         let fd = FileDescriptor(rawValue: raw)
+        let stopping = live.withLock { live in
+            live.descriptors.insert(raw)
+            return live.stopping
+        }
+        if stopping { try? fd.shutdown() }
         defer {
             loop.forget(fd)
+            // Out of the set before the number can be reused, so a late shutdown cannot reach another file.
+            live.withLock { _ = $0.descriptors.remove(raw) }
             try? fd.close()
         }
         let peer = try? fd.peerCredentials()

@@ -133,12 +133,12 @@ final class EventLoop: SerialExecutor, @unchecked Sendable {
 
     // MARK: Readiness
 
-    /// Waits until `fd` is readable (or has hung up). `false` when the wait was cancelled.
+    /// Waits until `fd` is readable (or has hung up). `false` when `fd` was forgotten or the loop stopped.
     func readable(_ fd: FileDescriptor, isolation: isolated (any Actor)? = #isolation) async -> Bool {
         await wait(fd, write: false)
     }
 
-    /// Waits until `fd` is writable (or has hung up). `false` when the wait was cancelled.
+    /// Waits until `fd` is writable (or has hung up). `false` when `fd` was forgotten or the loop stopped.
     func writable(_ fd: FileDescriptor, isolation: isolated (any Actor)? = #isolation) async -> Bool {
         await wait(fd, write: true)
     }
@@ -168,39 +168,25 @@ final class EventLoop: SerialExecutor, @unchecked Sendable {
             return nil
         }
         if let early { return early }
-        return await withTaskCancellationHandler {
-            // Naming `isolation` keeps the closure (and the resumed task) on the caller's executor.
-            await withUnsafeContinuation(isolation: isolation) { (continuation: UnsafeContinuation<Bool, Never>) in
-                let immediate: Bool? = waiters.withLock { all in
-                    if Task.isCancelled || stopping.load(ordering: .relaxed) { return false }
-                    guard var entry = all[raw] else { return false }  // forgotten meanwhile
-                    if !write && entry.peerClosed { return true }
-                    if write ? entry.writeReady : entry.readReady {
-                        if write { entry.writeReady = false } else { entry.readReady = false }
-                        all[raw] = entry
-                        return true
-                    }
-                    if write { entry.write = continuation } else { entry.read = continuation }
+        // No cancellation handler (its status record costs a lock on every wait): a wait
+        // ends when the descriptor is ready, is forgotten, or the loop stops. To end a
+        // connection's waits, shut its socket down: readiness follows at once.
+        return await withUnsafeContinuation(isolation: isolation) { (continuation: UnsafeContinuation<Bool, Never>) in
+            let immediate: Bool? = waiters.withLock { all in
+                if stopping.load(ordering: .relaxed) { return false }
+                guard var entry = all[raw] else { return false }  // forgotten meanwhile
+                if !write && entry.peerClosed { return true }
+                if write ? entry.writeReady : entry.readReady {
+                    if write { entry.writeReady = false } else { entry.readReady = false }
                     all[raw] = entry
-                    return nil
+                    return true
                 }
-                if let immediate { continuation.resume(returning: immediate) }
+                if write { entry.write = continuation } else { entry.read = continuation }
+                all[raw] = entry
+                return nil
             }
-        } onCancel: {
-            cancelWaits(raw)
+            if let immediate { continuation.resume(returning: immediate) }
         }
-    }
-
-    private func cancelWaits(_ raw: Int32) {
-        let resumed: [UnsafeContinuation<Bool, Never>] = waiters.withLock { all in
-            guard var entry = all[raw] else { return [] }
-            let found = [entry.read, entry.write].compactMap { $0 }
-            entry.read = nil
-            entry.write = nil
-            all[raw] = entry
-            return found
-        }
-        for continuation in resumed { continuation.resume(returning: false) }
     }
 
     /// Forgets `fd` before it is closed: pending waits end with `false`.

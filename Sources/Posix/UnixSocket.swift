@@ -57,6 +57,12 @@ extension FileDescriptor {
     /// Stops further sends (`SHUT_WR`) so the peer reads end-of-file.
     ///
     /// The corresponding C function is `shutdown`.
+    /// Shuts both directions down: the peer reads end-of-file, and a thread waiting on
+    /// this socket sees it hang up.
+    public func shutdown() throws(Errno) {
+        try nothingOrErrno { system_shutdown(rawValue, CInt(SHUT_RDWR)) }.get()
+    }
+
     public func shutdownWriting() throws(Errno) {
         try nothingOrErrno { system_shutdown(rawValue, CInt(SHUT_WR)) }.get()
     }

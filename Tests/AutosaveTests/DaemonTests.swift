@@ -28,27 +28,31 @@ final class DaemonProcess: Sendable {
         let err = Pipe()
         process.standardOutput = out
         process.standardError = err
+        // A thread per pipe with blocking reads, not `readabilityHandler`: Foundation's
+        // dispatch source for it can outlive the descriptor, and once the number is reused
+        // (this process opens and closes many), libdispatch's event loop crashes on it.
         for pipe in [out, err] {
-            let pending = Mutex(Data())
-            pipe.fileHandleForReading.readabilityHandler = { [lines, arrivals] handle in
-                let chunk = handle.availableData
-                if chunk.isEmpty {
-                    handle.readabilityHandler = nil
-                    arrivals.yield()
-                    return
-                }
-                let complete: [String] = pending.withLock { buffer in
-                    buffer.append(chunk)
-                    var found: [String] = []
-                    while let newline = buffer.firstIndex(of: 10) {
-                        found.append(String(decoding: buffer[buffer.startIndex..<newline], as: UTF8.self))
-                        buffer.removeSubrange(buffer.startIndex...newline)
+            let handle = pipe.fileHandleForReading
+            let reader = Thread { [lines, arrivals] in
+                var pending = Data()
+                while true {
+                    let chunk = handle.availableData
+                    if chunk.isEmpty {
+                        arrivals.yield()
+                        return
                     }
-                    return found
+                    pending.append(chunk)
+                    var found: [String] = []
+                    while let newline = pending.firstIndex(of: 10) {
+                        found.append(String(decoding: pending[pending.startIndex..<newline], as: UTF8.self))
+                        pending.removeSubrange(pending.startIndex...newline)
+                    }
+                    lines.value.withLock { $0 += found }
+                    arrivals.yield()
                 }
-                lines.value.withLock { $0 += complete }
-                arrivals.yield()
             }
+            reader.name = "daemon-output"
+            reader.start()
         }
         try process.run()
     }
