@@ -201,6 +201,32 @@ struct ControlSocketTests {
     }
 
     @Test(
+        "A client that pipelines requests and shuts its side down gets every reply, then end of file; SIGTERM with idle and subscribed clients exits 0 and ends them",
+        .timeLimit(.minutes(1)))
+    func halfCloseAndShutdown() async throws {
+        let daemon = try await RunningDaemon()
+        let pipelined = try Raw(daemon.socket)
+        // Three requests in one write, then the write side shut down, as `socat` does.
+        try pipelined.send(
+            #"{"id":1,"cmd":"set","doc":"a.txt","text":"one"}"# + "\n"
+                + #"{"id":2,"cmd":"append","doc":"a.txt","text":" two"}"# + "\n"
+                + #"{"id":3,"cmd":"get","doc":"a.txt"}"# + "\n")
+        try pipelined.fd.shutdownWriting()
+        #expect(try pipelined.line()?["id"] == 1)
+        #expect(try pipelined.line()?["id"] == 2)
+        #expect(try pipelined.line()?["text"]?.stringValue == "one two")
+        #expect(try pipelined.line() == nil, "then end of file")
+        let idle = try Raw(daemon.socket)
+        let subscribed = try Raw(daemon.socket)
+        try subscribed.send(#"{"id":1,"cmd":"subscribe"}"# + "\n")
+        #expect(try subscribed.line()?["ok"] == true)
+        #expect(await daemon.stop() == 0, "connected clients do not hold the daemon up")
+        #expect(try idle.line() == nil, "an idle client sees end of file")
+        while try subscribed.line() != nil {}  // events sent before the end, then end of file
+        #expect(try daemon.onDisk("a.txt") == "one two", "the edits were saved at shutdown")
+    }
+
+    @Test(
         "Malformed JSON, unknown commands, missing fields, a 10 MB line: each gets its error and the daemon serves on")
     func malformed() async throws {
         let daemon = try await RunningDaemon()
