@@ -312,6 +312,20 @@ final class ControlSession: Sendable {
             fields.append(("last_save", .null))
         }
         fields.append(("last_failure", status.lastFailure.map(Self.describe) ?? .null))
+        if let watch = await store.watchSummary {
+            fields.append(
+                (
+                    "watch",
+                    [
+                        "watched_directories": JSONValue(watch.watchedDirectories),
+                        "polled_directories": JSONValue(watch.polledDirectories),
+                        "reloads": JSONValue(watch.reloads), "conflicts": JSONValue(watch.conflicts),
+                        "overflows": JSONValue(watch.overflows),
+                    ]
+                ))
+        } else {
+            fields.append(("watch", .null))
+        }
         return fields
     }
 

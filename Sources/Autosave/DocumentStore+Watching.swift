@@ -38,6 +38,14 @@ extension DocumentStore {
     /// Counters of what the watcher caused: reloads of documents changed by other programs, and conflicts.
     public var watchCounters: (reloads: Int, conflicts: Int, overflows: Int) { (externalReloads, conflicts, overflows) }
 
+    /// What the watcher is doing, for `status`: `nil` when the root is not watched.
+    public var watchSummary: WatchSummary? {
+        guard let watcher else { return nil }
+        return WatchSummary(
+            watchedDirectories: watcher.watchCount, polledDirectories: watcher.polledDirectories.count,
+            reloads: externalReloads, conflicts: conflicts, overflows: overflows)
+    }
+
     /// Directories (relative to the root; `""` is the root) that are polled because the
     /// inotify watch limit left them without a watch.
     public var polledDirectories: [String] { watcher?.polledDirectories ?? [] }

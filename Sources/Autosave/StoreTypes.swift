@@ -77,6 +77,18 @@ public struct StoreStatus: Sendable, Equatable {
     }
 }
 
+/// The watcher's state and what it caused since start.
+public struct WatchSummary: Sendable, Equatable {
+    /// Directories with an inotify watch.
+    public var watchedDirectories: Int
+    /// Directories polled instead, past `fs.inotify.max_user_watches`.
+    public var polledDirectories: Int
+    /// Documents read again after another program changed them.
+    public var reloads: Int
+    public var conflicts: Int
+    public var overflows: Int
+}
+
 /// Something that happened in the store, for subscribers and logs.
 public enum StoreEvent: Sendable, Equatable {
     case saved(document: String, bytes: Int, duration: Duration)

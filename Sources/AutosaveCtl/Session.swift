@@ -205,5 +205,17 @@ final class Session {
         } else {
             say("last failure: none")
         }
+        if let watch = reply["watch"], !watch.isNull {
+            let count = { (key: String) in watch[key]?.intValue ?? 0 }
+            var line = "watching: \(count("watched_directories")) directories"
+            if count("polled_directories") > 0 {
+                line += ", \(count("polled_directories")) polled (past fs.inotify.max_user_watches)"
+            }
+            line +=
+                "; other programs' changes: \(count("reloads")) read again, \(count("conflicts")) conflicts, \(count("overflows")) overflows"
+            say(line)
+        } else {
+            say("watching: off")
+        }
     }
 }

@@ -114,6 +114,8 @@ struct ControlEndToEndTests {
         let status = try JSONValue(parsing: r.stdout)
         #expect(status["documents"]?.intValue == 3)
         #expect(status["last_save"]?["doc"] != nil)
+        #expect(status["watch"]?["watched_directories"]?.intValue ?? 0 >= 3, "the root, notes, book.package")
+        #expect(status["watch"]?["polled_directories"]?.intValue == 0)
         r = try daemon.ctl("list")
         #expect(r.stdout.contains("clean") && r.stdout.contains("book.package"))
 

@@ -164,6 +164,7 @@ struct WatcherPolicyTests {
         await harness.store.openAll()
         let polled = await harness.store.polledDirectories
         #expect(polled.count >= 20, "most directories are polled: \(polled)")
+        #expect(await harness.store.watchSummary?.polledDirectories == polled.count, "status reports them")
         guard let first = polled.first else { return }
         // The periodic poll notices an edit with nobody asking.
         try base.sh("sed -i 's/v0/v1/' '\(first)/doc.txt'", in: harness)
