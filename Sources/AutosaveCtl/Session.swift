@@ -207,7 +207,8 @@ final class Session {
         }
         if let watch = reply["watch"], !watch.isNull {
             let count = { (key: String) in watch[key]?.intValue ?? 0 }
-            var line = "watching: \(count("watched_directories")) directories"
+            let watched = count("watched_directories")
+            var line = "watching: \(watched) \(watched == 1 ? "directory" : "directories")"
             if count("polled_directories") > 0 {
                 line += ", \(count("polled_directories")) polled (past fs.inotify.max_user_watches)"
             }
