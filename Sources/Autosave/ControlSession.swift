@@ -84,13 +84,19 @@ final class ControlSession: Sendable {
             exports.withLock { $0[key] = task }
             return
         }
-        if Self.editCommands.contains(command) {
-            // The most frequent requests: the reply is written without building a value.
+        // Replies that describe documents are written without building a value first:
+        // edits are the most frequent requests.
+        if Self.documentCommands.contains(command) {
             do {
-                connection.send(json: Self.documentReply(id: id, try await edit(command, request, store: store)))
+                connection.send(
+                    json: Self.documentReply(id: id, try await documentCommand(command, request, store: store)))
             } catch {
                 connection.send(Self.failure(id, error))
             }
+            return
+        }
+        if command == "list" {
+            connection.send(json: Self.listReply(id: id, await store.list()))
             return
         }
         // Inline, not through a closure: a closure would run off the caller's (the store's) thread.
@@ -181,12 +187,26 @@ final class ControlSession: Sendable {
         throw RequestError(.badRequest, "give the contents as \"text\" or \"base64\"")
     }
 
-    static let editCommands: Set<String> = ["set", "append", "replace", "patch", "put-member", "remove-member"]
+    static let documentCommands: Set<String> = [
+        "set", "append", "replace", "patch", "put-member", "remove-member", "open", "create", "save", "revert",
+    ]
 
-    /// The edit commands; each answers with the edited document's description.
-    /// Runs isolated to the store: the path check and the edit are plain calls.
-    private func edit(_ command: String, _ request: JSONValue, store: isolated DocumentStore) throws -> DocumentInfo {
+    /// The commands that answer with one document's description. Runs isolated to the
+    /// store: the path check and an edit are plain calls.
+    private func documentCommand(
+        _ command: String, _ request: JSONValue, store: isolated DocumentStore
+    ) async throws -> DocumentInfo {
         switch command {
+        case "open":
+            return try store.open(try document(request))
+        case "create":
+            return try store.create(try document(request))
+        case "save":
+            let path = try document(request)
+            try await store.save(path, wait: try flag(request, "wait"))
+            return try store.info(path)
+        case "revert":
+            return try store.revert(try document(request))
         case "set":
             let path = try editedDocument(request, store: store)
             let edit: DocumentEdit
@@ -220,7 +240,7 @@ final class ControlSession: Sendable {
             let path = try editedDocument(request, store: store)
             return try store.apply(.removeMember(try string(request, "member")), to: path)
         default:
-            throw RequestError(.unknownCommand, "unknown edit command \"\(command)\"")
+            throw RequestError(.unknownCommand, "unknown document command \"\(command)\"")
         }
     }
 
@@ -241,25 +261,12 @@ final class ControlSession: Sendable {
         switch command {
         case "status":
             return try await status()
-        case "list":
-            let documents = await store.list().map { Self.describe($0) }
-            return [("documents", .array(documents))]
-        case "open":
-            return [("document", Self.describe(try await store.open(try document(request))))]
-        case "create":
-            return [("document", Self.describe(try await store.create(try document(request))))]
         case "get":
             return try await get(request)
-        case "save":
-            let path = try document(request)
-            try await store.save(path, wait: try flag(request, "wait"))
-            return [("document", Self.describe(try await store.info(path)))]
         case "save-all":
             let wait = try flag(request, "wait")
             try await store.saveAll(wait: wait)
             return [("unsaved", JSONValue(await store.status().unsaved))]
-        case "revert":
-            return [("document", Self.describe(try await store.revert(try document(request))))]
         case "close":
             let path = try document(request)
             try await store.close(path)
@@ -461,13 +468,6 @@ final class ControlSession: Sendable {
         }
     }
 
-    static func describe(_ info: DocumentInfo) -> JSONValue {
-        var writer = JSONWriter()
-        describe(info, into: &writer)
-        // The writer's output is JSON by construction.
-        return (try? JSONValue(parsing: writer.bytes)) ?? .null
-    }
-
     /// A document's description, written straight to bytes (the hot path of every edit).
     static func describe(_ info: DocumentInfo, into writer: inout JSONWriter) {
         writer.beginObject()
@@ -497,9 +497,9 @@ final class ControlSession: Sendable {
         writer.endObject()
     }
 
-    /// `{"id": …, "ok": true, "document": {…}}`.
-    static func documentReply(id: JSONValue?, _ info: DocumentInfo) -> [UInt8] {
-        var writer = JSONWriter()
+    /// A writer with `{"id": …, "ok": true` written (the reply's own fields follow), as ``success(_:_:)`` begins.
+    private static func successWriter(id: JSONValue?, capacity: Int = 256) -> JSONWriter {
+        var writer = JSONWriter(capacity: capacity)
         writer.beginObject()
         if let id {
             writer.key("id")
@@ -507,6 +507,23 @@ final class ControlSession: Sendable {
         }
         writer.key("ok")
         writer.bool(true)
+        return writer
+    }
+
+    /// `{"id": …, "ok": true, "documents": [{…}, …]}`.
+    static func listReply(id: JSONValue?, _ documents: [DocumentInfo]) -> [UInt8] {
+        var writer = successWriter(id: id, capacity: 64 + 256 * documents.count)
+        writer.key("documents")
+        writer.beginArray()
+        for info in documents { describe(info, into: &writer) }
+        writer.endArray()
+        writer.endObject()
+        return writer.bytes
+    }
+
+    /// `{"id": …, "ok": true, "document": {…}}`.
+    static func documentReply(id: JSONValue?, _ info: DocumentInfo) -> [UInt8] {
+        var writer = successWriter(id: id)
         writer.key("document")
         describe(info, into: &writer)
         writer.endObject()

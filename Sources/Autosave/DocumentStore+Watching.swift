@@ -242,17 +242,15 @@ extension DocumentStore {
             return
         }
         if isDirectory && entries[from] == nil {
-            // A plain directory: the documents inside follow it.
-            let name = (to as NSString).lastPathComponent
-            for document in documents(under: from) {
-                let target = to + document.dropFirst(from.count)
-                if registry.isPackage(name) {
-                    handle([.removed(document)])
-                } else {
-                    move(document, to: target)
-                }
+            // A plain directory: the documents inside follow it, unless it became a
+            // package, which is one new document.
+            if registry.isPackage((to as NSString).lastPathComponent) {
+                for document in documents(under: from) { handle([.removed(document)]) }
+                openNew(to)
+            } else {
+                for document in documents(under: from) { move(document, to: to + document.dropFirst(from.count)) }
+                if configuration.openNewFiles { scan(directory: to) }
             }
-            if registry.isPackage(name) { openNew(to) } else if configuration.openNewFiles { scan(directory: to) }
             return
         }
         guard entries[from] != nil else {

@@ -323,14 +323,6 @@ public actor DocumentStore {
         }
     }
 
-    private static func applyEdit<D: AutosaveDocument>(
-        _ edit: DocumentEdit, to document: inout D, existingFile: FileWrapper?
-    )
-        throws
-    {
-        try document.apply(edit, existingFile: existingFile)
-    }
-
     /// Changes the document at `path` through its Swift type (for library users with
     /// their own document types).
     public func modify<D: AutosaveDocument, R: Sendable>(

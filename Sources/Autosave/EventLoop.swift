@@ -27,6 +27,17 @@ final class EventLoop: SerialExecutor, @unchecked Sendable {
         var peerClosed = false
         /// A connection whose output waits for the socket to become writable.
         var blockedWriter: Connection?
+
+        /// Takes readiness seen while nobody waited: `true` if a wait need not block.
+        mutating func takeReadiness(write: Bool) -> Bool {
+            if write {
+                defer { writeReady = false }
+                return writeReady
+            }
+            if peerClosed { return true }
+            defer { readReady = false }
+            return readReady
+        }
     }
 
     private struct Jobs {
@@ -61,9 +72,12 @@ final class EventLoop: SerialExecutor, @unchecked Sendable {
 
     func enqueue(_ job: consuming ExecutorJob) { enqueue(UnownedJob(job), forTask: false) }
 
-    fileprivate func enqueue(_ job: UnownedJob, forTask: Bool) {
+    fileprivate func enqueue(_ job: UnownedJob, forTask: Bool) { addWork { $0.queue.append((job, forTask)) } }
+
+    /// Adds work for the loop and wakes it if it sleeps.
+    private func addWork(_ add: (inout Jobs) -> Void) {
         let wake = jobs.withLock { jobs in
-            jobs.queue.append((job, forTask))
+            add(&jobs)
             defer { jobs.sleeping = false }
             return jobs.sleeping
         }
@@ -73,39 +87,33 @@ final class EventLoop: SerialExecutor, @unchecked Sendable {
     func asUnownedSerialExecutor() -> UnownedSerialExecutor { UnownedSerialExecutor(ordinary: self) }
 
     /// Has `connection`'s queued output written before the loop next sleeps.
-    func scheduleFlush(_ connection: Connection) {
-        let wake = jobs.withLock { jobs in
-            jobs.flushes.append(connection)
-            defer { jobs.sleeping = false }
-            return jobs.sleeping
-        }
-        if wake { signal() }
-    }
+    func scheduleFlush(_ connection: Connection) { addWork { $0.flushes.append(connection) } }
 
     /// Flushes `connection` again once its socket is writable.
     private func blockWriter(_ connection: Connection) {
         let raw = connection.raw
         let retry: Bool = waiters.withLock { all in
-            var entry = all[raw] ?? Waiters()
-            if all[raw] == nil {
-                do {
-                    try epoll.add(
-                        FileDescriptor(rawValue: raw), events: [.readable, .writable, .peerClosed, .edgeTriggered],
-                        tag: UInt64(raw))
-                } catch {
-                    return false  // not pollable: the connection is going away
-                }
-            }
-            if entry.writeReady {
-                entry.writeReady = false
-                all[raw] = entry
-                return true
-            }
-            entry.blockedWriter = connection
-            all[raw] = entry
+            // Not pollable: the connection is going away.
+            guard register(raw, in: &all) else { return false }
+            if all[raw]!.takeReadiness(write: true) { return true }
+            all[raw]!.blockedWriter = connection
             return false
         }
         if retry { scheduleFlush(connection) }
+    }
+
+    /// Registers `raw` with epoll (once: edge-triggered, for both directions); `false` if it cannot be.
+    private func register(_ raw: Int32, in all: inout [Int32: Waiters]) -> Bool {
+        if all[raw] != nil { return true }
+        do {
+            try epoll.add(
+                FileDescriptor(rawValue: raw), events: [.readable, .writable, .peerClosed, .edgeTriggered],
+                tag: UInt64(raw))
+        } catch {
+            return false
+        }
+        all[raw] = Waiters()
+        return true
     }
 
     /// The loop as the preferred executor of the connections' tasks: their nonisolated
@@ -149,23 +157,8 @@ final class EventLoop: SerialExecutor, @unchecked Sendable {
         let raw = fd.rawValue
         // Readiness that came while nobody waited, or the first wait: register.
         let early: Bool? = waiters.withLock { all in
-            if stopping.load(ordering: .relaxed) { return false }
-            if var entry = all[raw] {
-                if !write && entry.peerClosed { return true }
-                if write ? entry.writeReady : entry.readReady {
-                    if write { entry.writeReady = false } else { entry.readReady = false }
-                    all[raw] = entry
-                    return true
-                }
-                return nil
-            }
-            do {
-                try epoll.add(fd, events: [.readable, .writable, .peerClosed, .edgeTriggered], tag: UInt64(raw))
-            } catch {
-                return false
-            }
-            all[raw] = Waiters()
-            return nil
+            if stopping.load(ordering: .relaxed) || !register(raw, in: &all) { return false }
+            return all[raw]!.takeReadiness(write: write) ? true : nil
         }
         if let early { return early }
         // No cancellation handler (its status record costs a lock on every wait): a wait
@@ -175,9 +168,7 @@ final class EventLoop: SerialExecutor, @unchecked Sendable {
             let immediate: Bool? = waiters.withLock { all in
                 if stopping.load(ordering: .relaxed) { return false }
                 guard var entry = all[raw] else { return false }  // forgotten meanwhile
-                if !write && entry.peerClosed { return true }
-                if write ? entry.writeReady : entry.readReady {
-                    if write { entry.writeReady = false } else { entry.readReady = false }
+                if entry.takeReadiness(write: write) {
                     all[raw] = entry
                     return true
                 }

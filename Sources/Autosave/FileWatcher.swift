@@ -106,7 +106,7 @@ final class FileWatcher: @unchecked Sendable {
         var files: [String] = []
         var pending = [relative]
         while let directory = pending.popLast() {
-            let full = directory.isEmpty ? root : root + "/" + directory
+            let full = absolute(directory)
             var isPolled = false
             do {
                 let watch = try inotify.addWatch(full, events: Self.mask)
@@ -122,7 +122,7 @@ final class FileWatcher: @unchecked Sendable {
                 polled.withLock { $0[directory] = listing }
             }
             for (name, stamp) in listing {
-                let path = directory.isEmpty ? name : directory + "/" + name
+                let path = Self.join(directory, name)
                 if stamp.kind == .directory {
                     pending.append(path)
                 } else if stamp.kind == .regular {
@@ -131,6 +131,14 @@ final class FileWatcher: @unchecked Sendable {
             }
         }
         return files
+    }
+
+    /// The absolute path of a root-relative directory (`""` is the root).
+    private func absolute(_ directory: String) -> String { directory.isEmpty ? root : root + "/" + directory }
+
+    /// `name` inside the root-relative `directory`.
+    private static func join(_ directory: String, _ name: String) -> String {
+        directory.isEmpty ? name : directory + "/" + name
     }
 
     private func reportLimit(_ full: String) {
@@ -147,7 +155,7 @@ final class FileWatcher: @unchecked Sendable {
 
     /// A directory's entries (the writer's temporary names left out), or `nil` when it cannot be listed.
     private func list(_ directory: String) -> [String: Stamp]? {
-        let full = directory.isEmpty ? root : root + "/" + directory
+        let full = absolute(directory)
         guard
             let fd = try? FileDescriptor.open(
                 full, options: directory.isEmpty ? [.directory] : [.directory, .noFollow])
@@ -177,7 +185,7 @@ final class FileWatcher: @unchecked Sendable {
         var newDirectories: [String] = []
         polled.withLock { polled in
             for (directory, before) in polled {
-                let full = directory.isEmpty ? root : root + "/" + directory
+                let full = absolute(directory)
                 guard let after = list(directory) else {
                     // Gone: its parent reports it; the root is reported here.
                     polled.removeValue(forKey: directory)
@@ -191,7 +199,7 @@ final class FileWatcher: @unchecked Sendable {
                     polled[directory] = after
                 }
                 for (name, stamp) in after where before[name] != stamp {
-                    let path = directory.isEmpty ? name : directory + "/" + name
+                    let path = Self.join(directory, name)
                     if stamp.kind == .directory {
                         if before[name]?.kind != .directory { newDirectories.append(path) }
                     } else if stamp.kind == .regular {
@@ -199,7 +207,7 @@ final class FileWatcher: @unchecked Sendable {
                     }
                 }
                 for name in before.keys where after[name] == nil {
-                    batch.append(.removed(directory.isEmpty ? name : directory + "/" + name))
+                    batch.append(.removed(Self.join(directory, name)))
                 }
             }
         }
@@ -321,7 +329,7 @@ final class FileWatcher: @unchecked Sendable {
     /// The root-relative path an event names, or `nil` for an event about a directory itself or an unknown watch.
     private func path(of event: Inotify.Event) -> String? {
         guard !event.name.isEmpty, let directory = state.withLock({ $0.directories[event.watch] }) else { return nil }
-        return directory.isEmpty ? event.name : directory + "/" + event.name
+        return Self.join(directory, event.name)
     }
 
     private func translate(_ event: Inotify.Event, into batch: inout [WatchEvent]) {
@@ -348,7 +356,7 @@ final class FileWatcher: @unchecked Sendable {
             }
             return
         }
-        let path = directory.isEmpty ? event.name : directory + "/" + event.name
+        let path = Self.join(directory, event.name)
         if event.events.contains(.isDirectory) {
             if !event.events.isDisjoint(with: [.created, .movedTo]) {
                 for file in watchTree(path) { batch.append(.changed(file)) }
