@@ -37,15 +37,20 @@ final class Connection: Sendable {
 
     /// Queues one line of JSON text given as bytes (without the newline).
     func send(json: [UInt8]) {
-        var line = json
-        line.append(10)
+        send { writer in writer.json(json) }
+    }
+
+    /// Queues one line of JSON text written by `body` straight into the output buffer.
+    func send(writing body: (inout JSONWriter) -> Void) {
         let schedule: Bool = output.withLock { state in
             if state.broken { return false }
-            if state.pending.isEmpty {
-                state.pending = line
-            } else {
-                state.pending += line
-            }
+            var buffer: [UInt8] = []
+            swap(&buffer, &state.pending)
+            if buffer.capacity < 512 { buffer.reserveCapacity(512) }
+            var writer = JSONWriter(appendingTo: buffer)
+            body(&writer)
+            writer.endLine()
+            state.pending = writer.take()
             if state.pending.count > limit {
                 state.broken = true
                 return false
@@ -62,15 +67,16 @@ final class Connection: Sendable {
     func flush() -> Bool {
         let fd = FileDescriptor(rawValue: raw)
         while true {
-            let chunk: [UInt8]? = output.withLock { state in
+            var chunk: [UInt8] = []
+            let done: Bool = output.withLock { state in
                 if state.pending.isEmpty || state.broken {
                     state.scheduled = false
-                    return nil
+                    return true
                 }
-                defer { state.pending = [] }
-                return state.pending
+                swap(&chunk, &state.pending)
+                return false
             }
-            guard let chunk else { return true }
+            if done { return true }
             var offset = 0
             while offset < chunk.count {
                 do {
@@ -90,6 +96,13 @@ final class Connection: Sendable {
                     return true
                 }
             }
+            // The buffer is written again by the next reply (unless it grew large).
+            if chunk.capacity <= 64 << 10 {
+                chunk.removeAll(keepingCapacity: true)
+                output.withLock { state in
+                    if state.pending.isEmpty { swap(&chunk, &state.pending) }
+                }
+            }
         }
     }
 
@@ -105,10 +118,11 @@ final class Connection: Sendable {
 }
 
 /// Splits a byte stream into lines, refusing lines longer than a limit without
-/// buffering them.
+/// buffering them. Lines are handed out as views of the bytes fed (or of the reader's
+/// own buffer, for a line that came in pieces), valid during the call only.
 struct LineReader {
     enum Item {
-        case line([UInt8])
+        case line(UnsafeRawBufferPointer)
         /// A line longer than the limit was skipped (its length so far).
         case tooLarge(Int)
     }
@@ -120,8 +134,7 @@ struct LineReader {
 
     init(limit: Int) { self.limit = limit }
 
-    mutating func feed(_ bytes: UnsafeRawBufferPointer) -> [Item] {
-        var items: [Item] = []
+    mutating func feed(_ bytes: UnsafeRawBufferPointer, _ body: (Item) -> Void) {
         var start = 0
         let count = bytes.count
         while start < count {
@@ -134,27 +147,32 @@ struct LineReader {
                     discarded = partial.count + rest
                     partial = []
                 } else {
-                    partial += bytes[start..<count]
+                    partial += UnsafeRawBufferPointer(rebasing: bytes[start..<count])
                 }
-                return items
+                return
             }
             if discarding {
                 discarded += newline - start
-                items.append(.tooLarge(discarded))
+                body(.tooLarge(discarded))
                 discarding = false
                 discarded = 0
             } else if partial.count + (newline - start) > limit {
-                items.append(.tooLarge(partial.count + newline - start))
+                body(.tooLarge(partial.count + newline - start))
                 partial = []
+            } else if partial.isEmpty {
+                Self.emit(UnsafeRawBufferPointer(rebasing: bytes[start..<newline]), body)
             } else {
-                var line = partial
-                line += bytes[start..<newline]
+                partial += UnsafeRawBufferPointer(rebasing: bytes[start..<newline])
+                partial.withUnsafeBytes { Self.emit($0, body) }
                 partial = []
-                if line.last == 13 { line.removeLast() }
-                if !line.isEmpty { items.append(.line(line)) }
             }
             start = newline + 1
         }
-        return items
+    }
+
+    /// Hands out a line without its carriage return; empty lines are skipped.
+    private static func emit(_ line: UnsafeRawBufferPointer, _ body: (Item) -> Void) {
+        let trimmed = line.last == 13 ? UnsafeRawBufferPointer(rebasing: line.dropLast()) : line
+        if !trimmed.isEmpty { body(.line(trimmed)) }
     }
 }

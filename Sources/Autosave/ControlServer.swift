@@ -8,10 +8,11 @@ import Systemd
 /// The control socket: accepts clients, checks who they are, reads one JSON request
 /// per line and answers each with one JSON line (see `docs/PROTOCOL.md`).
 ///
-/// Each connection is served by its own task, and every connection task runs on the
-/// store's thread, which is also the epoll loop (see ``EventLoop``): a request is read,
-/// carried out against the store and answered there without a hand-off between
-/// threads, and the replies of one round go out with one write per client. A client
+/// The store's thread is also the epoll loop (see ``EventLoop``): when a connection
+/// becomes readable the loop reads it and answers the requests that need no waiting
+/// right there (see ``ConnectionReader``), and the replies of one round go out with one
+/// write per client. Each connection also has a task, isolated to the store, for the
+/// requests that wait (a durable save, `sync`, an export, …). A client
 /// that sends nothing, sends too much, or does not read its replies affects only its
 /// own connection.
 public final class ControlServer: Sendable {
@@ -274,43 +275,8 @@ public final class ControlServer: Sendable {
             return
         }
         let session = ControlSession(server: self, connection: connection)
-        var reader = LineReader(limit: configuration.maxRequestSize)
-        var buffer = [UInt8](repeating: 0, count: 64 * 1024)
-        reading: while !connection.isBroken {
-            let count: Int
-            do {
-                count = try buffer.withUnsafeMutableBytes { raw in
-                    Result { () throws(Errno) in try fd.read(into: raw) }
-                }.get()
-            } catch .wouldBlock {
-                guard await loop.readable(fd) else { break reading }
-                continue
-            } catch {
-                break reading
-            }
-            if count == 0 { break reading }
-            // A short read took all there was: the next data brings a new readiness edge,
-            // so wait for it rather than asking the kernel again only to hear EAGAIN.
-            let drained = count < buffer.count
-            let items = buffer.withUnsafeBytes { reader.feed(UnsafeRawBufferPointer(rebasing: $0[..<count])) }
-            for item in items {
-                switch item {
-                case .line(let line):
-                    await session.handle(line)
-                case .tooLarge(let size):
-                    connection.send(
-                        ControlProtocol.errorReply(
-                            id: nil, code: .tooLarge,
-                            message:
-                                "the request line has \(size) bytes or more; the limit is \(configuration.maxRequestSize) (MaxRequestSize=)"
-                        ))
-                }
-            }
-
-            if drained, !connection.isBroken {
-                guard await loop.readable(fd) else { break reading }
-            }
-        }
+        await ConnectionReader(fd: fd, store: store, session: session, maxRequestSize: configuration.maxRequestSize)
+            .run(store: store)
         // Nothing may write to the descriptor once it is closed (its number is reused):
         // stop the connection's other tasks and wait for them first.
         await session.finish()

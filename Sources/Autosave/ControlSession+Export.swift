@@ -34,7 +34,7 @@ extension DocumentStore {
         document: any AutosaveDocument, type: UTType, existing: FileWrapper?
     ) {
         let path = try DocumentPath.validate(path)
-        if entries[path] == nil { try open(path) }
+        if entries.index(forKey: path) == nil { try open(path) }
         let entry = entries[path]!
         return (entry.document, entry.contentType, entry.existingFile)
     }

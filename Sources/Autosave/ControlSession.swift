@@ -53,18 +53,88 @@ final class ControlSession: Sendable {
         await events?.value
     }
 
-    func handle(_ line: [UInt8], isolation: isolated (any Actor)? = #isolation) async {
+    /// The request on `line`, or `nil` after answering a line that is not a JSON object.
+    private func parse(_ line: [UInt8]) -> JSONValue? {
         let request: JSONValue
         do { request = try JSONValue(parsing: line) } catch {
             connection.send(
                 ControlProtocol.errorReply(id: nil, code: .badRequest, message: "the request is not JSON: \(error)"))
-            return
+            return nil
         }
         guard case .object = request else {
             connection.send(
                 ControlProtocol.errorReply(id: nil, code: .badRequest, message: "a request must be a JSON object"))
-            return
+            return nil
         }
+        return request
+    }
+
+    /// The commands answered without waiting for anything: edits, opening, listing.
+    static let immediateCommands: Set<String> = [
+        "set", "append", "replace", "patch", "put-member", "remove-member", "open", "create", "revert", "list",
+    ]
+
+    /// Answers the request on `line` at once, on the store's thread, when its command
+    /// needs no waiting (``immediateCommands``); otherwise returns the parsed request,
+    /// to be handled by ``handle(_:isolation:)``.
+    func handleNow(_ line: UnsafeRawBufferPointer, store: isolated DocumentStore) -> JSONValue? {
+        // The most frequent requests, read without a value tree.
+        if let edit = EditRequest.scan(line) {
+            do {
+                let info = try applyEdit(edit, store: store)
+                connection.send { Self.writeDocumentReply(id: edit.id, info, into: &$0) }
+            } catch {
+                connection.send(Self.failure(edit.id, error))
+            }
+            return nil
+        }
+        guard let request = parse(Array(line)) else { return nil }
+        guard let command = request["cmd"]?.stringValue, Self.immediateCommands.contains(command) else {
+            return request
+        }
+        let id = request["id"]
+        if command == "list" {
+            connection.send(json: Self.listReply(id: id, store.list()))
+            return nil
+        }
+        do {
+            let info = try immediateDocumentCommand(command, request, store: store)
+            connection.send { Self.writeDocumentReply(id: id, info, into: &$0) }
+        } catch {
+            connection.send(Self.failure(id, error))
+        }
+        return nil
+    }
+
+    private func applyEdit(_ request: EditRequest, store: isolated DocumentStore) throws -> DocumentInfo {
+        let path = request.document
+        if !store.isOpen(path) { try server.checkBeneathRoot(path) }
+        switch request.command {
+        case .set:
+            let edit: DocumentEdit = Self.isJSONPath(path) ? .setJSON(request.text) : .setText(request.text)
+            return try store.apply(edit, to: path, create: true)
+        case .append:
+            return try store.apply(.append(request.text), to: path)
+        }
+    }
+
+    /// Whether `path` ends in `.json`, in any case: `set` with `text` parses such a document's text as JSON.
+    static func isJSONPath(_ path: String) -> Bool {
+        let suffix = path.utf8.suffix(5)
+        return suffix.count == 5
+            && zip(suffix, ".json".utf8).allSatisfy { byte, expected in
+                (byte >= UInt8(ascii: "A") && byte <= UInt8(ascii: "Z") ? byte + 32 : byte) == expected
+            }
+    }
+
+    /// Handles one request line, whatever its command.
+    func handle(_ line: [UInt8], isolation: isolated (any Actor)? = #isolation) async {
+        guard let request = parse(line) else { return }
+        await handle(request)
+    }
+
+    /// Handles one parsed request (a JSON object), whatever its command.
+    func handle(_ request: JSONValue, isolation: isolated (any Actor)? = #isolation) async {
         let id = request["id"]
         guard let command = request["cmd"]?.stringValue else {
             connection.send(
@@ -196,15 +266,21 @@ final class ControlSession: Sendable {
     private func documentCommand(
         _ command: String, _ request: JSONValue, store: isolated DocumentStore
     ) async throws -> DocumentInfo {
+        guard command == "save" else { return try immediateDocumentCommand(command, request, store: store) }
+        let path = try document(request)
+        try await store.save(path, wait: try flag(request, "wait"))
+        return try store.info(path)
+    }
+
+    /// The document commands that need no waiting: all but `save`.
+    private func immediateDocumentCommand(
+        _ command: String, _ request: JSONValue, store: isolated DocumentStore
+    ) throws -> DocumentInfo {
         switch command {
         case "open":
             return try store.open(try document(request))
         case "create":
             return try store.create(try document(request))
-        case "save":
-            let path = try document(request)
-            try await store.save(path, wait: try flag(request, "wait"))
-            return try store.info(path)
         case "revert":
             return try store.revert(try document(request))
         case "set":
@@ -213,7 +289,7 @@ final class ControlSession: Sendable {
             if let json = request["json"] {
                 edit = .setJSON(json.serialized() + "\n")
             } else if let text = try optionalString(request, "text") {
-                edit = path.lowercased().hasSuffix(".json") ? .setJSON(text) : .setText(text)
+                edit = Self.isJSONPath(path) ? .setJSON(text) : .setText(text)
             } else {
                 edit = .setData(try bytes(request))
             }
@@ -440,31 +516,46 @@ final class ControlSession: Sendable {
 
     // MARK: Describing
 
-    /// `2026-11-29T18:11:15.662Z` (UTC, milliseconds), without Foundation's formatters,
-    /// which cost more than the rest of a reply.
+    /// `2026-11-29T18:11:15.662Z` (UTC, milliseconds).
     static func timestamp(_ date: Date) -> String {
-        let milliseconds = Int64((date.timeIntervalSince1970 * 1000).rounded(.down))
-        var seconds = time_t(milliseconds / 1000)
-        var parts = tm()
-        gmtime_r(&seconds, &parts)
-        let fields: [(value: Int, width: Int, after: UInt8)] = [
-            (Int(parts.tm_year) + 1900, 4, UInt8(ascii: "-")), (Int(parts.tm_mon) + 1, 2, UInt8(ascii: "-")),
-            (Int(parts.tm_mday), 2, UInt8(ascii: "T")), (Int(parts.tm_hour), 2, UInt8(ascii: ":")),
-            (Int(parts.tm_min), 2, UInt8(ascii: ":")), (Int(parts.tm_sec), 2, UInt8(ascii: ".")),
-            (Int(milliseconds % 1000), 3, UInt8(ascii: "Z")),
-        ]
-        return String(unsafeUninitializedCapacity: 24) { buffer in
+        withTimestamp(date) { String(decoding: $0, as: UTF8.self) }
+    }
+
+    /// Calls `body` with the bytes of `date`'s timestamp, computed without Foundation's
+    /// formatters or the C library's `gmtime` (the civil date from the day number, as in
+    /// Howard Hinnant's `civil_from_days`): replies carry one or two, and edits are frequent.
+    static func withTimestamp<R>(_ date: Date, _ body: (UnsafeBufferPointer<UInt8>) -> R) -> R {
+        let milliseconds = Int((date.timeIntervalSince1970 * 1000).rounded(.down))
+        let (days, dayMilliseconds) = milliseconds.quotientAndRemainder(dividingBy: 86_400_000)
+        let (day, msOfDay) = dayMilliseconds < 0 ? (days - 1, dayMilliseconds + 86_400_000) : (days, dayMilliseconds)
+        let z = day + 719_468
+        let era = (z >= 0 ? z : z - 146_096) / 146_097
+        let dayOfEra = z - era * 146_097
+        let yearOfEra = (dayOfEra - dayOfEra / 1460 + dayOfEra / 36524 - dayOfEra / 146_096) / 365
+        let dayOfYear = dayOfEra - (365 * yearOfEra + yearOfEra / 4 - yearOfEra / 100)
+        let shiftedMonth = (5 * dayOfYear + 2) / 153
+        let monthDay = dayOfYear - (153 * shiftedMonth + 2) / 5 + 1
+        let month = shiftedMonth < 10 ? shiftedMonth + 3 : shiftedMonth - 9
+        let year = yearOfEra + era * 400 + (month <= 2 ? 1 : 0)
+        return withUnsafeTemporaryAllocation(of: UInt8.self, capacity: 24) { buffer in
             var offset = 0
-            for field in fields {
-                var value = field.value
-                for position in stride(from: offset + field.width - 1, through: offset, by: -1) {
+            func put(_ value: Int, width: Int, then separator: UInt8) {
+                var value = value
+                for position in stride(from: offset + width - 1, through: offset, by: -1) {
                     buffer[position] = UInt8(ascii: "0") + UInt8(value % 10)
                     value /= 10
                 }
-                buffer[offset + field.width] = field.after
-                offset += field.width + 1
+                buffer[offset + width] = separator
+                offset += width + 1
             }
-            return offset
+            put(year, width: 4, then: UInt8(ascii: "-"))
+            put(month, width: 2, then: UInt8(ascii: "-"))
+            put(monthDay, width: 2, then: UInt8(ascii: "T"))
+            put(msOfDay / 3_600_000, width: 2, then: UInt8(ascii: ":"))
+            put(msOfDay / 60_000 % 60, width: 2, then: UInt8(ascii: ":"))
+            put(msOfDay / 1000 % 60, width: 2, then: UInt8(ascii: "."))
+            put(msOfDay % 1000, width: 3, then: UInt8(ascii: "Z"))
+            return body(UnsafeBufferPointer(rebasing: buffer[..<offset]))
         }
     }
 
@@ -484,11 +575,15 @@ final class ControlSession: Sendable {
         writer.key("saves")
         writer.integer(info.saves)
         writer.key("last_saved")
-        if let saved = info.lastSaved { writer.string(timestamp(saved)) } else { writer.null() }
+        if let saved = info.lastSaved {
+            withTimestamp(saved) { writer.plainString($0) }
+        } else {
+            writer.null()
+        }
         switch info.state {
         case .scheduled(let at):
             writer.key("save_at")
-            writer.string(timestamp(at))
+            withTimestamp(at) { writer.plainString($0) }
         case .failed(let failure):
             writer.key("failure")
             writer.value(describe(failure))
@@ -523,11 +618,23 @@ final class ControlSession: Sendable {
 
     /// `{"id": …, "ok": true, "document": {…}}`.
     static func documentReply(id: JSONValue?, _ info: DocumentInfo) -> [UInt8] {
-        var writer = successWriter(id: id)
+        var writer = JSONWriter()
+        writeDocumentReply(id: id, info, into: &writer)
+        return writer.bytes
+    }
+
+    /// `{"id": …, "ok": true, "document": {…}}`, written into `writer`.
+    static func writeDocumentReply(id: JSONValue?, _ info: DocumentInfo, into writer: inout JSONWriter) {
+        writer.beginObject()
+        if let id {
+            writer.key("id")
+            writer.value(id)
+        }
+        writer.key("ok")
+        writer.bool(true)
         writer.key("document")
         describe(info, into: &writer)
         writer.endObject()
-        return writer.bytes
     }
 
     static func describe(_ failure: SaveFailure) -> JSONValue {

@@ -256,7 +256,7 @@ extension DocumentStore {
     ) {
         savesInFlight -= 1
         defer { startReadySaves() }
-        guard entries[path] != nil else { return }
+        guard entries.index(forKey: path) != nil else { return }
         entries[path]!.savingToken = nil
         switch result {
         case .success(let outcome):

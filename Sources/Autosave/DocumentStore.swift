@@ -84,6 +84,17 @@ public actor DocumentStore {
     /// thread each call hops to the store's thread and back.
     public nonisolated var taskExecutor: any TaskExecutor { loop.taskExecutor }
 
+    /// Runs `body` isolated to the store from the loop's own code (readiness handlers),
+    /// which runs on the store's thread between jobs. `assumeIsolated` would ask the
+    /// runtime, which cannot know and asks the executor back, on every readiness event.
+    nonisolated func onLoopThread<T>(_ body: (isolated DocumentStore) -> T) -> T {
+        precondition(loop.isCurrent, "the store's loop-thread entry used off the loop thread")
+        return withoutActuallyEscaping(body) { body in
+            // Sound: the loop is the store's serial executor, and it runs no job meanwhile.
+            unsafeBitCast(body, to: ((DocumentStore) -> T).self)(self)
+        }
+    }
+
     deinit {
         watcher?.stop()
         loop.stop()
@@ -162,7 +173,7 @@ public actor DocumentStore {
         where !TemporaryName.isTemporary(entry.name) && !entry.name.hasPrefix(Self.syncCookiePrefix) {
             let path = relative.isEmpty ? entry.name : relative + "/" + entry.name
             // Already open: its in-memory state (unsaved edits included) stays.
-            if self.entries[path] != nil { continue }
+            if self.entries.index(forKey: path) != nil { continue }
             let kind = entry.kind ?? (try? FileDescriptor.currentWorkingDirectory.status(of: root + "/" + path))?.kind
             switch kind {
             case .directory:
@@ -228,13 +239,13 @@ public actor DocumentStore {
     }
 
     /// Whether the store holds the document at `path` (exactly as given).
-    public func isOpen(_ path: String) -> Bool { entries[path] != nil }
+    public func isOpen(_ path: String) -> Bool { entries.index(forKey: path) != nil }
 
     /// Opens the document at `path` if it is not open yet.
     @discardableResult
     public func open(_ path: String) throws(StoreError) -> DocumentInfo {
         let path = try DocumentPath.validate(path)
-        if entries[path] == nil { try load(path) }
+        if entries.index(forKey: path) == nil { try load(path) }
         return info(path, entries[path]!)
     }
 
@@ -244,7 +255,9 @@ public actor DocumentStore {
     public func create(_ path: String) throws(StoreError) -> DocumentInfo {
         let path = try DocumentPath.validate(path)
         guard accepting else { throw .shuttingDown }
-        if entries[path] != nil || (try? FileDescriptor.currentWorkingDirectory.status(of: root + "/" + path)) != nil {
+        if entries.index(forKey: path) != nil
+            || (try? FileDescriptor.currentWorkingDirectory.status(of: root + "/" + path)) != nil
+        {
             throw .alreadyExists(path)
         }
         try makeNew(path)
@@ -289,7 +302,7 @@ public actor DocumentStore {
     public func apply(_ edit: DocumentEdit, to path: String, create: Bool = false) throws(StoreError) -> DocumentInfo {
         let path = try DocumentPath.validate(path)
         guard accepting else { throw .shuttingDown }
-        if entries[path] == nil {
+        if entries.index(forKey: path) == nil {
             do { try load(path) } catch .notFound(let missing) {
                 guard create else { throw .notFound(missing) }
                 try makeNew(path)
@@ -330,7 +343,7 @@ public actor DocumentStore {
     ) throws -> R {
         let path = try DocumentPath.validate(path)
         guard accepting else { throw StoreError.shuttingDown }
-        if entries[path] == nil { try load(path) }
+        if entries.index(forKey: path) == nil { try load(path) }
         guard var document = entries[path]!.document as? D else {
             throw StoreError.unsupported(path, message: "the document is not a \(D.self)")
         }
@@ -344,7 +357,7 @@ public actor DocumentStore {
     /// Answers `query` about the document at `path`, opening it from disk if needed.
     public func read(_ path: String, _ query: DocumentQuery = .contents) throws(StoreError) -> QueryResult {
         let path = try DocumentPath.validate(path)
-        if entries[path] == nil { try load(path) }
+        if entries.index(forKey: path) == nil { try load(path) }
         let entry = entries[path]!
         do {
             return try entry.document.read(query, existingFile: entry.existingFile)
@@ -356,7 +369,7 @@ public actor DocumentStore {
     /// The document's value as its Swift type.
     public func document<D: AutosaveDocument>(_ path: String, as type: D.Type) throws -> D {
         let path = try DocumentPath.validate(path)
-        if entries[path] == nil { try load(path) }
+        if entries.index(forKey: path) == nil { try load(path) }
         guard let document = entries[path]!.document as? D else {
             throw StoreError.unsupported(path, message: "the document is not a \(D.self)")
         }
@@ -389,7 +402,7 @@ public actor DocumentStore {
     /// Saves the document if it has unsaved edits, then forgets it.
     public func close(_ path: String) async throws {
         let path = try DocumentPath.validate(path)
-        guard entries[path] != nil else { throw StoreError.notFound(path) }
+        guard entries.index(forKey: path) != nil else { throw StoreError.notFound(path) }
         try await save(path, wait: true)
         if let entry = entries[path], !entry.isDirty, entry.savingToken == nil {
             entries[path] = nil
@@ -425,7 +438,7 @@ public actor DocumentStore {
             do { try await save(path, wait: false) } catch { firstError = firstError ?? error }
         }
         guard wait else { return }
-        for path in dirty where entries[path] != nil {
+        for path in dirty where entries.index(forKey: path) != nil {
             do { try await save(path, wait: true) } catch { firstError = firstError ?? error }
         }
         if let firstError { throw firstError }

@@ -27,6 +27,11 @@ final class EventLoop: SerialExecutor, @unchecked Sendable {
         var peerClosed = false
         /// A connection whose output waits for the socket to become writable.
         var blockedWriter: Connection?
+        /// Called for read readiness instead of resuming a wait (see ``attach(_:_:)``).
+        var handler: (any ReadinessHandler)?
+        /// Registered for writability too: only once a write had to wait, as Redis does,
+        /// so a client reading its replies does not queue an event here for each one.
+        var watchingWrites = false
 
         /// Takes readiness seen while nobody waited: `true` if a wait need not block.
         mutating func takeReadiness(write: Bool) -> Bool {
@@ -45,6 +50,8 @@ final class EventLoop: SerialExecutor, @unchecked Sendable {
         var queue: [(job: UnownedJob, forTask: Bool)] = []
         /// Connections with output to write before the loop next sleeps.
         var flushes: [Connection] = []
+        /// Descriptors whose handler stopped reading before `EAGAIN`: called again next pass.
+        var reads: [Int32] = []
         /// The loop is (about to be) blocked in `epoll_wait`: a new job must wake it.
         var sleeping = false
     }
@@ -89,12 +96,17 @@ final class EventLoop: SerialExecutor, @unchecked Sendable {
     /// Has `connection`'s queued output written before the loop next sleeps.
     func scheduleFlush(_ connection: Connection) { addWork { $0.flushes.append(connection) } }
 
+    /// Has the handler of `fd` called again in the next pass, after everyone else's
+    /// readiness: a handler that reads a bounded amount per call asks for this when more
+    /// may be waiting, since an edge-triggered descriptor brings no new readiness for it.
+    func readAgain(_ fd: FileDescriptor) { addWork { $0.reads.append(fd.rawValue) } }
+
     /// Flushes `connection` again once its socket is writable.
     private func blockWriter(_ connection: Connection) {
         let raw = connection.raw
         let retry: Bool = waiters.withLock { all in
             // Not pollable: the connection is going away.
-            guard register(raw, in: &all) else { return false }
+            guard register(raw, in: &all), watchWrites(raw, in: &all) else { return false }
             if all[raw]!.takeReadiness(write: true) { return true }
             all[raw]!.blockedWriter = connection
             return false
@@ -102,17 +114,31 @@ final class EventLoop: SerialExecutor, @unchecked Sendable {
         if retry { scheduleFlush(connection) }
     }
 
-    /// Registers `raw` with epoll (once: edge-triggered, for both directions); `false` if it cannot be.
+    private static let readEvents: Epoll.Events = [.readable, .peerClosed, .edgeTriggered]
+
+    /// Registers `raw` with epoll (once: edge-triggered, for reading); `false` if it cannot be.
     private func register(_ raw: Int32, in all: inout [Int32: Waiters]) -> Bool {
         if all[raw] != nil { return true }
         do {
-            try epoll.add(
-                FileDescriptor(rawValue: raw), events: [.readable, .writable, .peerClosed, .edgeTriggered],
-                tag: UInt64(raw))
+            try epoll.add(FileDescriptor(rawValue: raw), events: Self.readEvents, tag: UInt64(raw))
         } catch {
             return false
         }
         all[raw] = Waiters()
+        return true
+    }
+
+    /// Adds writability to a registered descriptor's events (once). A socket that is
+    /// writable already reports so at once.
+    private func watchWrites(_ raw: Int32, in all: inout [Int32: Waiters]) -> Bool {
+        if all[raw]!.watchingWrites { return true }
+        do {
+            try epoll.modify(
+                FileDescriptor(rawValue: raw), events: Self.readEvents.union(.writable), tag: UInt64(raw))
+        } catch {
+            return false
+        }
+        all[raw]!.watchingWrites = true
         return true
     }
 
@@ -141,6 +167,17 @@ final class EventLoop: SerialExecutor, @unchecked Sendable {
 
     // MARK: Readiness
 
+    /// Registers `fd` and has `handler` called on the loop's thread whenever it becomes
+    /// readable (or its peer hangs up), instead of resuming a task: the way Redis serves
+    /// its clients. `false` if `fd` cannot be polled.
+    func attach(_ fd: FileDescriptor, _ handler: any ReadinessHandler) -> Bool {
+        waiters.withLock { all in
+            guard !stopping.load(ordering: .relaxed), register(fd.rawValue, in: &all) else { return false }
+            all[fd.rawValue]!.handler = handler
+            return true
+        }
+    }
+
     /// Waits until `fd` is readable (or has hung up). `false` when `fd` was forgotten or the loop stopped.
     func readable(_ fd: FileDescriptor, isolation: isolated (any Actor)? = #isolation) async -> Bool {
         await wait(fd, write: false)
@@ -158,6 +195,7 @@ final class EventLoop: SerialExecutor, @unchecked Sendable {
         // Readiness that came while nobody waited, or the first wait: register.
         let early: Bool? = waiters.withLock { all in
             if stopping.load(ordering: .relaxed) || !register(raw, in: &all) { return false }
+            if write, !watchWrites(raw, in: &all) { return false }
             return all[raw]!.takeReadiness(write: write) ? true : nil
         }
         if let early { return early }
@@ -199,6 +237,8 @@ final class EventLoop: SerialExecutor, @unchecked Sendable {
         let taskExecutor = self.taskExecutor.asUnownedTaskExecutor()
         var batch: [(job: UnownedJob, forTask: Bool)] = []
         var flushes: [Connection] = []
+        var reads: [Int32] = []
+        var handlers: [any ReadinessHandler] = []
         while !stopping.load(ordering: .relaxed) {
             jobs.withLock { jobs in swap(&batch, &jobs.queue) }
             // Jobs come for the store (as its serial executor) and for the connections' tasks
@@ -213,6 +253,15 @@ final class EventLoop: SerialExecutor, @unchecked Sendable {
                 }
             }
             batch.removeAll(keepingCapacity: true)
+            jobs.withLock { jobs in swap(&reads, &jobs.reads) }
+            if !reads.isEmpty {
+                waiters.withLock { all in
+                    for raw in reads { if let handler = all[raw]?.handler { handlers.append(handler) } }
+                }
+                reads.removeAll(keepingCapacity: true)
+                for handler in handlers { handler.readable() }
+                handlers.removeAll(keepingCapacity: true)
+            }
             // Once no job is left, the replies of this round go out, one write per client.
             let idle: Bool = jobs.withLock { jobs in
                 guard jobs.queue.isEmpty else { return false }
@@ -224,7 +273,7 @@ final class EventLoop: SerialExecutor, @unchecked Sendable {
             let sleep: Bool =
                 idle
                 && jobs.withLock { jobs in
-                    guard jobs.queue.isEmpty, jobs.flushes.isEmpty else { return false }
+                    guard jobs.queue.isEmpty, jobs.flushes.isEmpty, jobs.reads.isEmpty else { return false }
                     jobs.sleeping = true
                     return true
                 }
@@ -244,7 +293,9 @@ final class EventLoop: SerialExecutor, @unchecked Sendable {
                     let broken = !events.isDisjoint(with: [.error, .hangUp])
                     if broken || events.contains(.peerClosed) { entry.peerClosed = true }
                     if broken || !events.isDisjoint(with: [.readable, .peerClosed]) {
-                        if let read = entry.read {
+                        if let handler = entry.handler {
+                            handlers.append(handler)
+                        } else if let read = entry.read {
                             resumed.append(read)
                             entry.read = nil
                         } else {
@@ -266,15 +317,20 @@ final class EventLoop: SerialExecutor, @unchecked Sendable {
                 }
             }
             if !writable.isEmpty { jobs.withLock { $0.flushes += writable } }
+            // Served here, in arrival order: their replies go out before the loop next sleeps.
+            for handler in handlers { handler.readable() }
+            handlers.removeAll(keepingCapacity: true)
             // Each resumed task is queued on its executor: this loop, for connections, so
             // they run in the next pass without waking anyone.
             for continuation in resumed { continuation.resume(returning: true) }
         }
-        let remaining: [UnsafeContinuation<Bool, Never>] = waiters.withLock { all in
+        let (remaining, attached): ([UnsafeContinuation<Bool, Never>], [any ReadinessHandler]) = waiters.withLock {
+            all in
             defer { all = [:] }
-            return all.values.flatMap { [$0.read, $0.write].compactMap { $0 } }
+            return (all.values.flatMap { [$0.read, $0.write].compactMap { $0 } }, all.values.compactMap(\.handler))
         }
         for continuation in remaining { continuation.resume(returning: false) }
+        for handler in attached { handler.loopStopped() }
     }
 
     /// The descriptors are closed only when nothing can use the loop any more: closed
@@ -283,6 +339,14 @@ final class EventLoop: SerialExecutor, @unchecked Sendable {
         try? epoll.close()
         try? wakeup.close()
     }
+}
+
+/// What ``EventLoop/attach(_:_:)`` calls, on the loop's thread.
+protocol ReadinessHandler: AnyObject, Sendable {
+    /// The descriptor became readable, its peer hung up, or ``EventLoop/readAgain(_:)`` asked for it.
+    func readable()
+    /// The loop stopped: no readiness will come any more.
+    func loopStopped()
 }
 
 /// ``EventLoop`` as a task executor (a separate object: a job's entry point tells the

@@ -364,7 +364,7 @@ extension JSONValue {
             var runStart = 0
             for (index, byte) in bytes.enumerated()
             where byte < 0x20 || byte == UInt8(ascii: "\"") || byte == UInt8(ascii: "\\") {
-                out.append(contentsOf: bytes[runStart..<index])
+                out.append(contentsOf: UnsafeBufferPointer(rebasing: bytes[runStart..<index]))
                 switch byte {
                 case UInt8(ascii: "\""): out.append(contentsOf: [92, 34])
                 case UInt8(ascii: "\\"): out.append(contentsOf: [92, 92])
@@ -377,7 +377,7 @@ extension JSONValue {
                 }
                 runStart = index + 1
             }
-            out.append(contentsOf: bytes[runStart...])
+            out.append(contentsOf: UnsafeBufferPointer(rebasing: bytes[runStart...]))
         }
         out.append(UInt8(ascii: "\""))
     }
@@ -472,6 +472,24 @@ public struct JSONWriter {
 
     public init(capacity: Int = 256) { bytes.reserveCapacity(capacity) }
 
+    /// A writer that appends to `bytes` (which may hold earlier lines).
+    public init(appendingTo bytes: consuming [UInt8]) { self.bytes = bytes }
+
+    /// The bytes written, leaving the writer empty.
+    public mutating func take() -> [UInt8] {
+        defer {
+            bytes = []
+            first = true
+        }
+        return bytes
+    }
+
+    /// Ends a line of JSON text: what follows is a new value, not a next element.
+    public mutating func endLine() {
+        bytes.append(10)
+        first = true
+    }
+
     private mutating func separate() {
         if !first { bytes.append(UInt8(ascii: ",")) }
         first = false
@@ -499,10 +517,12 @@ public struct JSONWriter {
         first = false
     }
 
-    /// A member's key; its value is written next.
-    public mutating func key(_ key: String) {
+    /// A member's key, a literal that needs no escaping; its value is written next.
+    public mutating func key(_ key: StaticString) {
         separate()
-        JSONValue.writeString(key, to: &bytes)
+        bytes.append(UInt8(ascii: "\""))
+        key.withUTF8Buffer { bytes.append(contentsOf: $0) }
+        bytes.append(UInt8(ascii: "\""))
         bytes.append(UInt8(ascii: ":"))
         first = true
     }
@@ -512,9 +532,32 @@ public struct JSONWriter {
         JSONValue.writeString(value, to: &bytes)
     }
 
-    public mutating func integer(_ value: some BinaryInteger) {
+    /// A string whose bytes need no escaping (ASCII without quotes, backslashes or controls).
+    public mutating func plainString(_ text: UnsafeBufferPointer<UInt8>) {
         separate()
-        bytes.append(contentsOf: String(value).utf8)
+        bytes.append(UInt8(ascii: "\""))
+        bytes.append(contentsOf: text)
+        bytes.append(UInt8(ascii: "\""))
+    }
+
+    public mutating func integer(_ value: Int) { integer(magnitude: UInt64(value.magnitude), negative: value < 0) }
+
+    public mutating func integer(_ value: UInt64) { integer(magnitude: value, negative: false) }
+
+    private mutating func integer(magnitude: UInt64, negative: Bool) {
+        separate()
+        var magnitude = magnitude
+        // 20 digits hold any UInt64; the sign comes first.
+        withUnsafeTemporaryAllocation(of: UInt8.self, capacity: 20) { digits in
+            var start = 20
+            repeat {
+                start -= 1
+                digits[start] = UInt8(ascii: "0") + UInt8(magnitude % 10)
+                magnitude /= 10
+            } while magnitude > 0
+            if negative { bytes.append(UInt8(ascii: "-")) }
+            bytes.append(contentsOf: UnsafeBufferPointer(rebasing: digits[start..<20]))
+        }
     }
 
     public mutating func bool(_ value: Bool) {
@@ -530,5 +573,11 @@ public struct JSONWriter {
     public mutating func value(_ value: JSONValue) {
         separate()
         value.write(to: &bytes, pretty: false, indent: 0)
+    }
+
+    /// A value given as its JSON text, written as it is.
+    public mutating func json(_ text: [UInt8]) {
+        separate()
+        bytes.append(contentsOf: text)
     }
 }

@@ -1,0 +1,136 @@
+import Control
+import Posix
+
+/// A connection's requests, read and answered by the event loop as they arrive, the way
+/// Redis serves its clients: when the socket becomes readable the loop reads it, splits
+/// the lines, and answers every request that needs no waiting (edits, `open`, `list`, …)
+/// right there, on the store's thread, without resuming a task. A request that has to
+/// wait (`save` with `wait`, `sync`, `status`, `export`, …) is handed to the
+/// connection's task together with everything read after it, and the loop stops
+/// reading the connection until the task has answered them: replies keep the order of
+/// the requests.
+///
+/// `@unchecked Sendable`: its state is used only on the loop's thread (by the loop, and
+/// by the connection's task, which is isolated to the store and so runs there too).
+final class ConnectionReader: ReadinessHandler, @unchecked Sendable {
+    /// What the connection's task has to do next.
+    enum Work {
+        /// Requests to handle in order: the first needs waiting.
+        case requests([Pending])
+        /// The client hung up, the connection broke, or the server stops.
+        case end
+    }
+
+    enum Pending {
+        case request(JSONValue)
+        case line([UInt8])
+        case tooLarge(Int)
+    }
+
+    private let fd: FileDescriptor
+    private let store: DocumentStore
+    private let session: ControlSession
+    private let connection: Connection
+    private let maxRequestSize: Int
+    private var reader: LineReader
+    private var buffer = [UInt8](repeating: 0, count: 64 * 1024)
+    /// The connection's task, parked until there is work for it.
+    private var waiting: UnsafeContinuation<Work, Never>?
+    private var ended = false
+
+    init(fd: FileDescriptor, store: DocumentStore, session: ControlSession, maxRequestSize: Int) {
+        self.fd = fd
+        self.store = store
+        self.session = session
+        self.connection = session.connection
+        self.maxRequestSize = maxRequestSize
+        self.reader = LineReader(limit: maxRequestSize)
+    }
+
+    /// Serves the connection until it ends. Runs as the connection's task, isolated to the store.
+    func run(store: isolated DocumentStore) async {
+        guard store.loop.attach(fd, self) else { return }
+        while true {
+            let work: Work
+            if let ready = pump(store: store) {
+                work = ready
+            } else {
+                work = await withUnsafeContinuation(isolation: store) { waiting = $0 }
+            }
+            guard case .requests(let pending) = work else { return }
+            for item in pending {
+                switch item {
+                case .request(let request): await session.handle(request)
+                case .line(let line): await session.handle(line)
+                case .tooLarge(let size): tooLarge(size)
+                }
+            }
+        }
+    }
+
+    func readable() {
+        // The task is busy with requests that wait: it reads again once it is done.
+        guard let waiting else { return }
+        let work = store.onLoopThread { store in pump(store: store) }
+        guard let work else { return }
+        self.waiting = nil
+        waiting.resume(returning: work)
+    }
+
+    func loopStopped() {
+        ended = true
+        waiting?.resume(returning: .end)
+        waiting = nil
+    }
+
+    /// Reads once and answers the requests that need no waiting. Returns work for the
+    /// task, or `nil` to wait for the next readiness.
+    private func pump(store: isolated DocumentStore) -> Work? {
+        if ended || connection.isBroken { return .end }
+        let count: Int
+        do {
+            count = try buffer.withUnsafeMutableBytes { raw in
+                Result { () throws(Errno) in try fd.read(into: raw) }
+            }.get()
+        } catch .wouldBlock {
+            return nil
+        } catch {
+            ended = true
+            return .end
+        }
+        if count == 0 {
+            ended = true
+            return .end
+        }
+        // Requests are answered as they are split off; once one has to wait, it and every
+        // line after it go to the task, in order.
+        var pending: [Pending] = []
+        buffer.withUnsafeBytes { buffer in
+            reader.feed(UnsafeRawBufferPointer(rebasing: buffer[..<count])) { item in
+                switch item {
+                case .line(let line):
+                    if !pending.isEmpty {
+                        pending.append(.line(Array(line)))
+                    } else if let request = session.handleNow(line, store: store) {
+                        pending.append(.request(request))
+                    }
+                case .tooLarge(let size):
+                    if pending.isEmpty { tooLarge(size) } else { pending.append(.tooLarge(size)) }
+                }
+            }
+        }
+        if !pending.isEmpty { return .requests(pending) }
+        // A full buffer may have left more behind, and edge-triggered readiness will not
+        // say so again: come back after the other clients have had their turn.
+        if count == buffer.count { store.loop.readAgain(fd) }
+        return nil
+    }
+
+    private func tooLarge(_ size: Int) {
+        connection.send(
+            ControlProtocol.errorReply(
+                id: nil, code: .tooLarge,
+                message: "the request line has \(size) bytes or more; the limit is \(maxRequestSize) (MaxRequestSize=)"
+            ))
+    }
+}
