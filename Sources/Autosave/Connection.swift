@@ -40,6 +40,23 @@ final class Connection: Sendable {
         send { writer in writer.json(json) }
     }
 
+    /// Queues a complete line (newline included).
+    func send(line: UnsafeRawBufferPointer) {
+        let schedule: Bool = output.withLock { state in
+            if state.broken { return false }
+            if state.pending.capacity == 0 { state.pending.reserveCapacity(512) }
+            state.pending.append(contentsOf: line)
+            if state.pending.count > limit {
+                state.broken = true
+                return false
+            }
+            if state.scheduled { return false }
+            state.scheduled = true
+            return true
+        }
+        if schedule { loop.scheduleFlush(self) }
+    }
+
     /// Queues one line of JSON text written by `body` straight into the output buffer.
     func send(writing body: (inout JSONWriter) -> Void) {
         let schedule: Bool = output.withLock { state in

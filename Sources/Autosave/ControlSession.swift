@@ -82,7 +82,7 @@ final class ControlSession: Sendable {
         if let edit = EditRequest.scan(line) {
             do {
                 let info = try applyEdit(edit, store: store)
-                connection.send { Self.writeDocumentReply(id: edit.id, info, into: &$0) }
+                EditReply.withBytes(id: edit.id, info) { connection.send(line: $0) }
             } catch {
                 connection.send(Self.failure(edit.id, error))
             }
@@ -120,11 +120,14 @@ final class ControlSession: Sendable {
 
     /// Whether `path` ends in `.json`, in any case: `set` with `text` parses such a document's text as JSON.
     static func isJSONPath(_ path: String) -> Bool {
-        let suffix = path.utf8.suffix(5)
-        return suffix.count == 5
-            && zip(suffix, ".json".utf8).allSatisfy { byte, expected in
-                (byte >= UInt8(ascii: "A") && byte <= UInt8(ascii: "Z") ? byte + 32 : byte) == expected
-            }
+        var path = path
+        return path.withUTF8 { bytes in
+            guard bytes.count >= 5 else { return false }
+            let suffix = UnsafeBufferPointer(rebasing: bytes[(bytes.count - 5)...])
+            return suffix[0] == UInt8(ascii: ".") && suffix[1] | 0x20 == UInt8(ascii: "j")
+                && suffix[2] | 0x20 == UInt8(ascii: "s") && suffix[3] | 0x20 == UInt8(ascii: "o")
+                && suffix[4] | 0x20 == UInt8(ascii: "n")
+        }
     }
 
     /// Handles one request line, whatever its command.
@@ -521,41 +524,11 @@ final class ControlSession: Sendable {
         withTimestamp(date) { String(decoding: $0, as: UTF8.self) }
     }
 
-    /// Calls `body` with the bytes of `date`'s timestamp, computed without Foundation's
-    /// formatters or the C library's `gmtime` (the civil date from the day number, as in
-    /// Howard Hinnant's `civil_from_days`): replies carry one or two, and edits are frequent.
+    /// Calls `body` with the bytes of `date`'s timestamp (see ``EditReply/formatTimestamp(_:into:)``).
     static func withTimestamp<R>(_ date: Date, _ body: (UnsafeBufferPointer<UInt8>) -> R) -> R {
-        let milliseconds = Int((date.timeIntervalSince1970 * 1000).rounded(.down))
-        let (days, dayMilliseconds) = milliseconds.quotientAndRemainder(dividingBy: 86_400_000)
-        let (day, msOfDay) = dayMilliseconds < 0 ? (days - 1, dayMilliseconds + 86_400_000) : (days, dayMilliseconds)
-        let z = day + 719_468
-        let era = (z >= 0 ? z : z - 146_096) / 146_097
-        let dayOfEra = z - era * 146_097
-        let yearOfEra = (dayOfEra - dayOfEra / 1460 + dayOfEra / 36524 - dayOfEra / 146_096) / 365
-        let dayOfYear = dayOfEra - (365 * yearOfEra + yearOfEra / 4 - yearOfEra / 100)
-        let shiftedMonth = (5 * dayOfYear + 2) / 153
-        let monthDay = dayOfYear - (153 * shiftedMonth + 2) / 5 + 1
-        let month = shiftedMonth < 10 ? shiftedMonth + 3 : shiftedMonth - 9
-        let year = yearOfEra + era * 400 + (month <= 2 ? 1 : 0)
-        return withUnsafeTemporaryAllocation(of: UInt8.self, capacity: 24) { buffer in
-            var offset = 0
-            func put(_ value: Int, width: Int, then separator: UInt8) {
-                var value = value
-                for position in stride(from: offset + width - 1, through: offset, by: -1) {
-                    buffer[position] = UInt8(ascii: "0") + UInt8(value % 10)
-                    value /= 10
-                }
-                buffer[offset + width] = separator
-                offset += width + 1
-            }
-            put(year, width: 4, then: UInt8(ascii: "-"))
-            put(month, width: 2, then: UInt8(ascii: "-"))
-            put(monthDay, width: 2, then: UInt8(ascii: "T"))
-            put(msOfDay / 3_600_000, width: 2, then: UInt8(ascii: ":"))
-            put(msOfDay / 60_000 % 60, width: 2, then: UInt8(ascii: ":"))
-            put(msOfDay / 1000 % 60, width: 2, then: UInt8(ascii: "."))
-            put(msOfDay % 1000, width: 3, then: UInt8(ascii: "Z"))
-            return body(UnsafeBufferPointer(rebasing: buffer[..<offset]))
+        withUnsafeTemporaryAllocation(of: UInt8.self, capacity: 24) { buffer in
+            let count = EditReply.formatTimestamp(date, into: buffer.baseAddress!)
+            return body(UnsafeBufferPointer(rebasing: buffer[..<count]))
         }
     }
 

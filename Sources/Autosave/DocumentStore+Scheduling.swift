@@ -4,15 +4,45 @@ import Foundation
 import Logging
 import Posix
 
+/// A point on the store's clock, in nanoseconds of `CLOCK_BOOTTIME` (the clock
+/// `ContinuousClock` reads on Linux): a plain integer, so the deadline arithmetic of
+/// every edit needs no generic code (`ContinuousClock.Instant` is opaque to the compiler
+/// outside the standard library, and its optionals go through value witnesses).
+struct Moment: Comparable, Hashable, Sendable {
+    var nanoseconds: Int64
+
+    static var now: Moment {
+        var time = timespec()
+        clock_gettime(CLOCK_BOOTTIME, &time)
+        return Moment(nanoseconds: Int64(time.tv_sec) * 1_000_000_000 + Int64(time.tv_nsec))
+    }
+
+    static func < (a: Moment, b: Moment) -> Bool { a.nanoseconds < b.nanoseconds }
+
+    /// Saturates instead of overflowing: a very long delay is "never" in practice.
+    static func + (moment: Moment, duration: Duration) -> Moment {
+        let (seconds, attoseconds) = duration.components
+        let (scaled, overflow) = seconds.multipliedReportingOverflow(by: 1_000_000_000)
+        let (sum, overflow2) = moment.nanoseconds.addingReportingOverflow(
+            overflow ? (seconds < 0 ? Int64.min / 2 : Int64.max / 2) : scaled + attoseconds / 1_000_000_000)
+        return Moment(nanoseconds: overflow2 ? (seconds < 0 ? Int64.min / 2 : Int64.max / 2) : sum)
+    }
+
+    static func - (a: Moment, b: Moment) -> Duration { .nanoseconds(a.nanoseconds - b.nanoseconds) }
+
+    /// The same moment on `ContinuousClock`, to sleep until it.
+    var instant: ContinuousClock.Instant { ContinuousClock.now.advanced(by: self - .now) }
+}
+
 /// A min-heap of (deadline, document) pairs. Entries may be stale: the scheduler checks
 /// each popped entry against the document's current deadline.
 struct DeadlineHeap {
-    private var items: [(ContinuousClock.Instant, String)] = []
+    private var items: [(Moment, String)] = []
 
     var isEmpty: Bool { items.isEmpty }
-    var first: ContinuousClock.Instant? { items.first?.0 }
+    var first: Moment? { items.first?.0 }
 
-    mutating func push(_ time: ContinuousClock.Instant, _ path: String) {
+    mutating func push(_ time: Moment, _ path: String) {
         items.append((time, path))
         var child = items.count - 1
         while child > 0 {
@@ -23,7 +53,7 @@ struct DeadlineHeap {
         }
     }
 
-    mutating func pop() -> (ContinuousClock.Instant, String)? {
+    mutating func pop() -> (Moment, String)? {
         guard !items.isEmpty else { return nil }
         items.swapAt(0, items.count - 1)
         let top = items.removeLast()
@@ -52,7 +82,7 @@ extension DocumentStore {
     }
 
     func noteEdit(_ path: String, at index: [String: Entry].Index) {
-        let now = clock.now
+        let now = Moment.now
         modifyEntry(at: index) { entry in
             entry.lastEdit = now
             if entry.firstUnsavedEdit == nil { entry.firstUnsavedEdit = now }
@@ -71,15 +101,15 @@ extension DocumentStore {
     /// first unsaved edit, now for an explicit save, and never before a pending retry.
     func schedule(_ path: String) {
         guard let index = entries.index(forKey: path) else { return }
-        schedule(path, at: index, now: clock.now)
+        schedule(path, at: index, now: .now)
     }
 
-    private func schedule(_ path: String, at index: [String: Entry].Index, now: ContinuousClock.Instant) {
+    private func schedule(_ path: String, at index: [String: Entry].Index, now: Moment) {
         let quietPeriod = configuration.quietPeriod
         let maxDelay = configuration.maxDelay
-        let decision: (deadline: ContinuousClock.Instant, push: Bool)? = modifyEntry(at: index) { entry in
+        let decision: (deadline: Moment, push: Bool)? = modifyEntry(at: index) { entry in
             guard entry.isDirty else { return nil }
-            var deadline: ContinuousClock.Instant
+            var deadline: Moment
             if let forced = entry.forcedToken, forced > entry.savedChangeCount {
                 deadline = now
             } else {
@@ -112,7 +142,7 @@ extension DocumentStore {
         }
     }
 
-    private func sleep(until deadline: ContinuousClock.Instant?) async {
+    private func sleep(until deadline: Moment?) async {
         await withTaskCancellationHandler {
             await withCheckedContinuation { (continuation: CheckedContinuation<Void, Never>) in
                 if Task.isCancelled {
@@ -123,7 +153,7 @@ extension DocumentStore {
                 sleepTarget = deadline
                 if let deadline {
                     timer = Task { [weak self, clock] in
-                        try? await clock.sleep(until: deadline)
+                        try? await clock.sleep(until: deadline.instant)
                         await self?.wake()
                     }
                 }
@@ -146,7 +176,7 @@ extension DocumentStore {
 
     /// Starts every save that is due, within the concurrency cap.
     func processDue() {
-        let now = clock.now
+        let now = Moment.now
         while let first = heap.first, first <= now, let (_, path) = heap.pop() {
             guard let entry = entries[path] else { continue }
             // A stale entry: the document was queued again for an earlier time.
@@ -289,11 +319,11 @@ extension DocumentStore {
             var entry = entries[path]!
             let attempts = (entry.failure?.attempts ?? 0) + 1
             let backoff = backoff(after: attempts)
-            let retryAt = clock.now + backoff
+            let retryAt = Moment.now + backoff
             let failure = Self.describe(error, document: path, attempts: attempts, retryAt: date(of: retryAt))
             entry.failure = failure
             entry.retryAt = retryAt
-            if entry.firstUnsavedEdit == nil { entry.firstUnsavedEdit = clock.now }
+            if entry.firstUnsavedEdit == nil { entry.firstUnsavedEdit = .now }
             let failed = entry.waiters.filter { $0.token <= token }
             entry.waiters.removeAll { $0.token <= token }
             entries[path] = entry

@@ -197,7 +197,7 @@ extension DocumentStore {
             entries[document]!.existingFile = nil
             entries[document]!.fingerprint = nil
             entries[document]!.forcedToken = entries[document]!.changeCount
-            if entries[document]!.firstUnsavedEdit == nil { entries[document]!.firstUnsavedEdit = clock.now }
+            if entries[document]!.firstUnsavedEdit == nil { entries[document]!.firstUnsavedEdit = .now }
             schedule(document)
             log.warning(
                 "\(document) was removed by another program; writing it again from memory",

@@ -36,13 +36,13 @@ public actor DocumentStore {
         var savingToken: UInt64?
         /// A save requested explicitly up to this token: due at once.
         var forcedToken: UInt64?
-        var firstUnsavedEdit: ContinuousClock.Instant?
-        var lastEdit: ContinuousClock.Instant?
-        var deadline: ContinuousClock.Instant?
+        var firstUnsavedEdit: Moment?
+        var lastEdit: Moment?
+        var deadline: Moment?
         /// The earliest time the heap holds for this document.
-        var queuedAt: ContinuousClock.Instant?
+        var queuedAt: Moment?
         var failure: SaveFailure?
-        var retryAt: ContinuousClock.Instant?
+        var retryAt: Moment?
         var waiters: [(token: UInt64, continuation: CheckedContinuation<Void, any Error>)] = []
         var saves = 0
         var lastSaved: Date?
@@ -58,7 +58,7 @@ public actor DocumentStore {
     var savesInFlight = 0
     var accepting = true
     var sleeper: CheckedContinuation<Void, Never>?
-    var sleepTarget: ContinuousClock.Instant?
+    var sleepTarget: Moment?
     var timer: Task<Void, Never>?
     var subscribers: [UUID: AsyncStream<StoreEvent>.Continuation] = [:]
     var watcher: FileWatcher?
@@ -497,10 +497,8 @@ public actor DocumentStore {
         return .dirty
     }
 
-    func date(of instant: ContinuousClock.Instant) -> Date {
-        let offset = instant - clock.now
-        let (seconds, attoseconds) = offset.components
-        return Date().addingTimeInterval(Double(seconds) + Double(attoseconds) / 1e18)
+    func date(of moment: Moment) -> Date {
+        Date(timeIntervalSinceNow: Double(moment.nanoseconds - Moment.now.nanoseconds) / 1e9)
     }
 
     /// The fingerprint of the document's file as last read or saved, `nil` before its first save.

@@ -33,6 +33,36 @@ final class EventLoop: SerialExecutor, @unchecked Sendable {
         /// so a client reading its replies does not queue an event here for each one.
         var watchingWrites = false
 
+        /// Hands `events` to whoever waits for them, or remembers them.
+        mutating func take(
+            _ events: Epoll.Events, handlers: inout [any ReadinessHandler],
+            resumed: inout [UnsafeContinuation<Bool, Never>], writable: inout [Connection]
+        ) {
+            let broken = !events.isDisjoint(with: [.error, .hangUp])
+            if broken || events.contains(.peerClosed) { peerClosed = true }
+            if broken || !events.isDisjoint(with: [.readable, .peerClosed]) {
+                if let handler {
+                    handlers.append(handler)
+                } else if let read {
+                    resumed.append(read)
+                    self.read = nil
+                } else {
+                    readReady = true
+                }
+            }
+            if broken || events.contains(.writable) {
+                if let write {
+                    resumed.append(write)
+                    self.write = nil
+                } else if let blockedWriter {
+                    writable.append(blockedWriter)
+                    self.blockedWriter = nil
+                } else {
+                    writeReady = true
+                }
+            }
+        }
+
         /// Takes readiness seen while nobody waited: `true` if a wait need not block.
         mutating func takeReadiness(write: Bool) -> Bool {
             if write {
@@ -288,32 +318,9 @@ final class EventLoop: SerialExecutor, @unchecked Sendable {
                         _ = withUnsafeMutableBytes(of: &value) { try? wakeup.read(into: $0) }
                         continue
                     }
-                    let raw = Int32(truncatingIfNeeded: tag)
-                    guard var entry = all[raw] else { continue }
-                    let broken = !events.isDisjoint(with: [.error, .hangUp])
-                    if broken || events.contains(.peerClosed) { entry.peerClosed = true }
-                    if broken || !events.isDisjoint(with: [.readable, .peerClosed]) {
-                        if let handler = entry.handler {
-                            handlers.append(handler)
-                        } else if let read = entry.read {
-                            resumed.append(read)
-                            entry.read = nil
-                        } else {
-                            entry.readReady = true
-                        }
-                    }
-                    if broken || events.contains(.writable) {
-                        if let write = entry.write {
-                            resumed.append(write)
-                            entry.write = nil
-                        } else if let connection = entry.blockedWriter {
-                            writable.append(connection)
-                            entry.blockedWriter = nil
-                        } else {
-                            entry.writeReady = true
-                        }
-                    }
-                    all[raw] = entry
+                    // Changed in place: a copy out and back would retain and release its references.
+                    all[Int32(truncatingIfNeeded: tag)]?.take(
+                        events, handlers: &handlers, resumed: &resumed, writable: &writable)
                 }
             }
             if !writable.isEmpty { jobs.withLock { $0.flushes += writable } }

@@ -42,10 +42,12 @@ public struct EditRequest: Sendable {
                     id = value
                 case .cmd:
                     guard command == nil, let value = string() else { return nil }
-                    switch value {
-                    case "set": command = .set
-                    case "append": command = .append
-                    default: return nil
+                    if value == "set" {
+                        command = .set
+                    } else if value == "append" {
+                        command = .append
+                    } else {
+                        return nil
                     }
                 case .doc:
                     guard document == nil, let value = string() else { return nil }
@@ -74,11 +76,13 @@ public struct EditRequest: Sendable {
             let name = UnsafeRawBufferPointer(rebasing: bytes[start..<end])
             index = end + 1
             guard take(UInt8(ascii: ":")) else { return nil }
-            switch name.count {
-            case 2 where name[0] == UInt8(ascii: "i") && name[1] == UInt8(ascii: "d"): return .id
-            case 3 where name.elementsEqual("cmd".utf8): return .cmd
-            case 3 where name.elementsEqual("doc".utf8): return .doc
-            case 4 where name.elementsEqual("text".utf8): return .text
+            switch (name.count, name.first) {
+            case (2, UInt8(ascii: "i")) where name[1] == UInt8(ascii: "d"): return .id
+            case (3, UInt8(ascii: "c")) where name[1] == UInt8(ascii: "m") && name[2] == UInt8(ascii: "d"): return .cmd
+            case (3, UInt8(ascii: "d")) where name[1] == UInt8(ascii: "o") && name[2] == UInt8(ascii: "c"): return .doc
+            case (4, UInt8(ascii: "t"))
+            where name[1] == UInt8(ascii: "e") && name[2] == UInt8(ascii: "x") && name[3] == UInt8(ascii: "t"):
+                return .text
             default: return nil
             }
         }

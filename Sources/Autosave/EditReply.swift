@@ -1,0 +1,183 @@
+import Control
+import Documents
+import Foundation
+
+/// The reply to an edit — `{"id":…,"ok":true,"document":{…}}` and its newline — written
+/// with plain stores into a buffer sized for the worst case, then queued with one copy.
+/// The same bytes as ``ControlSession/writeDocumentReply(id:_:into:)``; this is the path
+/// of the most frequent requests, where the checks of appending byte by byte to an array
+/// were a measurable part of the cost.
+struct EditReply {
+    private var base: UnsafeMutablePointer<UInt8>
+    private(set) var count = 0
+
+    /// Writes the reply to `info` for a request with `id` (a number, string, boolean or
+    /// null, as ``EditRequest`` reads it) and calls `body` with its bytes.
+    static func withBytes<R>(id: JSONValue?, _ info: DocumentInfo, _ body: (UnsafeRawBufferPointer) -> R) -> R {
+        // Every string may grow sixfold when escaped (`\u00XX`); the rest is bounded.
+        let idBytes: Int
+        switch id {
+        case .string(let text): idBytes = text.utf8.count * 6 + 2
+        case .number(let text): idBytes = text.utf8.count
+        default: idBytes = 5
+        }
+        let capacity = 320 + idBytes + 6 * (info.path.utf8.count + info.contentType.identifier.utf8.count)
+        return withUnsafeTemporaryAllocation(of: UInt8.self, capacity: capacity) { buffer in
+            var reply = EditReply(base: buffer.baseAddress!)
+            reply.put("{")
+            if let id {
+                reply.put("\"id\":")
+                switch id {
+                case .string(let text): reply.putString(text)
+                case .number(let text): reply.putPlain(text)
+                case .bool(let flag): reply.put(flag ? "true" : "false")
+                default: reply.put("null")
+                }
+                reply.put(",")
+            }
+            reply.put("\"ok\":true,\"document\":{\"doc\":")
+            reply.putString(info.path)
+            reply.put(",\"type\":")
+            reply.putString(info.contentType.identifier)
+            reply.put(",\"state\":\"")
+            reply.putPlain(info.state.name)
+            reply.put("\",\"changes\":")
+            reply.putInteger(info.changeCount)
+            reply.put(",\"saved_changes\":")
+            reply.putInteger(info.savedChangeCount)
+            reply.put(",\"saves\":")
+            reply.putInteger(UInt64(info.saves))
+            reply.put(",\"last_saved\":")
+            if let saved = info.lastSaved { reply.putTimestamp(saved) } else { reply.put("null") }
+            switch info.state {
+            case .scheduled(let at):
+                reply.put(",\"save_at\":")
+                reply.putTimestamp(at)
+            case .failed(let failure):
+                reply.put(",\"failure\":")
+                var writer = JSONWriter()
+                writer.value(ControlSession.describe(failure))
+                precondition(reply.count + writer.bytes.count + 3 <= capacity)
+                writer.bytes.withUnsafeBufferPointer { reply.putBytes($0) }
+            default: break
+            }
+            reply.put("}}\n")
+            precondition(reply.count <= capacity, "an edit reply outgrew its buffer")
+            return body(UnsafeRawBufferPointer(start: buffer.baseAddress, count: reply.count))
+        }
+    }
+
+    private init(base: UnsafeMutablePointer<UInt8>) { self.base = base }
+
+    private mutating func put(_ text: StaticString) {
+        (base + count).update(from: text.utf8Start, count: text.utf8CodeUnitCount)
+        count += text.utf8CodeUnitCount
+    }
+
+    private mutating func putBytes(_ bytes: UnsafeBufferPointer<UInt8>) {
+        guard let start = bytes.baseAddress else { return }
+        (base + count).update(from: start, count: bytes.count)
+        count += bytes.count
+    }
+
+    /// Text that needs no escaping, as it is.
+    private mutating func putPlain(_ text: String) {
+        var text = text
+        text.withUTF8 { putBytes($0) }
+    }
+
+    /// A JSON string: quotes, and escapes where needed.
+    private mutating func putString(_ text: String) {
+        var text = text
+        text.withUTF8 { bytes in
+            base[count] = UInt8(ascii: "\"")
+            count += 1
+            var plain = true
+            for byte in bytes where byte < 0x20 || byte == UInt8(ascii: "\"") || byte == UInt8(ascii: "\\") {
+                plain = false
+                break
+            }
+            if plain {
+                putBytes(bytes)
+            } else {
+                var writer = JSONWriter()
+                writer.string(String(decoding: bytes, as: UTF8.self))
+                // Without the quotes the writer adds.
+                writer.bytes.withUnsafeBufferPointer {
+                    putBytes(UnsafeBufferPointer(rebasing: $0.dropFirst().dropLast()))
+                }
+            }
+            base[count] = UInt8(ascii: "\"")
+            count += 1
+        }
+    }
+
+    private mutating func putInteger(_ value: UInt64) {
+        var digits = 1
+        var rest = value / 10
+        while rest > 0 {
+            digits += 1
+            rest /= 10
+        }
+        var value = value
+        for position in stride(from: count + digits - 1, through: count, by: -1) {
+            base[position] = UInt8(ascii: "0") + UInt8(value % 10)
+            value /= 10
+        }
+        count += digits
+    }
+
+    /// `"2026-11-29T18:11:15.662Z"`, quotes included.
+    private mutating func putTimestamp(_ date: Date) {
+        base[count] = UInt8(ascii: "\"")
+        count += 1
+        count += Self.formatTimestamp(date, into: base + count)
+        base[count] = UInt8(ascii: "\"")
+        count += 1
+    }
+
+    /// Writes `date` as `2026-11-29T18:11:15.662Z` (UTC, milliseconds; 24 bytes) at
+    /// `out`, computed without Foundation's formatters or the C library's `gmtime` (the
+    /// civil date from the day number, as in Howard Hinnant's `civil_from_days`).
+    static func formatTimestamp(_ date: Date, into out: UnsafeMutablePointer<UInt8>) -> Int {
+        let milliseconds = Int((date.timeIntervalSince1970 * 1000).rounded(.down))
+        var (day, msOfDay) = milliseconds.quotientAndRemainder(dividingBy: 86_400_000)
+        if msOfDay < 0 {
+            day -= 1
+            msOfDay += 86_400_000
+        }
+        let z = day + 719_468
+        let era = (z >= 0 ? z : z - 146_096) / 146_097
+        let dayOfEra = z - era * 146_097
+        let yearOfEra = (dayOfEra - dayOfEra / 1460 + dayOfEra / 36524 - dayOfEra / 146_096) / 365
+        let dayOfYear = dayOfEra - (365 * yearOfEra + yearOfEra / 4 - yearOfEra / 100)
+        let shiftedMonth = (5 * dayOfYear + 2) / 153
+        let monthDay = dayOfYear - (153 * shiftedMonth + 2) / 5 + 1
+        let month = shiftedMonth < 10 ? shiftedMonth + 3 : shiftedMonth - 9
+        let year = yearOfEra + era * 400 + (month <= 2 ? 1 : 0)
+        @inline(__always) func digits(_ value: Int, _ width: Int, at offset: Int) {
+            var value = value
+            var position = offset + width - 1
+            while position >= offset {
+                out[position] = UInt8(ascii: "0") + UInt8(truncatingIfNeeded: value % 10)
+                value /= 10
+                position -= 1
+            }
+        }
+        digits(year, 4, at: 0)
+        out[4] = UInt8(ascii: "-")
+        digits(month, 2, at: 5)
+        out[7] = UInt8(ascii: "-")
+        digits(monthDay, 2, at: 8)
+        out[10] = UInt8(ascii: "T")
+        digits(msOfDay / 3_600_000, 2, at: 11)
+        out[13] = UInt8(ascii: ":")
+        digits(msOfDay / 60_000 % 60, 2, at: 14)
+        out[16] = UInt8(ascii: ":")
+        digits(msOfDay / 1000 % 60, 2, at: 17)
+        out[19] = UInt8(ascii: ".")
+        digits(msOfDay % 1000, 3, at: 20)
+        out[23] = UInt8(ascii: "Z")
+        return 24
+    }
+}
