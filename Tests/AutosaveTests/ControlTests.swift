@@ -229,6 +229,44 @@ struct ControlSocketTests {
     }
 
     @Test(
+        "Pipelined requests that are answered at once and requests that wait (save --wait, sync, status) are answered in order",
+        .timeLimit(.minutes(1)))
+    func pipelinedOrder() async throws {
+        let daemon = try await RunningDaemon()
+        let raw = try Raw(daemon.socket)
+        let requests = [
+            #"{"id":1,"cmd":"set","doc":"o.txt","text":"a"}"#,
+            #"{"id":2,"cmd":"save","doc":"o.txt","wait":true}"#,
+            #"{"id":3,"cmd":"append","doc":"o.txt","text":"b"}"#,
+            #"{"id":4,"cmd":"sync"}"#,
+            #"{"id":5,"cmd":"append","doc":"o.txt","text":"c"}"#,
+            #"{"id":6,"cmd":"get","doc":"o.txt"}"#,
+            #"{"id":7,"cmd":"set","doc":"../x.txt","text":"no"}"#,
+            #"{"id":8,"cmd":"status"}"#,
+            #"{"id":9,"cmd":"list"}"#,
+        ]
+        // Every request in one write, and again one byte at a time.
+        for chunked in [false, true] {
+            let text = requests.joined(separator: "\n") + "\n"
+            if chunked {
+                for byte in text.utf8 { try raw.fd.writeAll([byte]) }
+            } else {
+                try raw.send(text)
+            }
+            var replies: [JSONValue] = []
+            for _ in requests { replies.append(try #require(try raw.line())) }
+            #expect(replies.map { $0["id"]?.intValue } == Array(1...9), "replies in request order")
+            #expect(replies[1]["document"]?["state"]?.stringValue == "clean", "save --wait answered once durable")
+            #expect(replies[5]["text"]?.stringValue == "abc")
+            #expect(replies[6]["error"]?["code"]?.stringValue == "invalid-path")
+            #expect(replies[7]["ok"] == true && replies[8]["documents"]?.arrayValue?.count == 1)
+        }
+        // The durable save wrote "a"; the autosave after it may have written "abc" since.
+        #expect(["a", "abc"].contains(try daemon.onDisk("o.txt")))
+        #expect(await daemon.stop() == 0)
+    }
+
+    @Test(
         "Malformed JSON, unknown commands, missing fields, a 10 MB line: each gets its error and the daemon serves on")
     func malformed() async throws {
         let daemon = try await RunningDaemon()
