@@ -102,7 +102,9 @@ struct FastPathTests {
             .scheduled(Date(timeIntervalSince1970: 951_782_400)),  // 2000-02-29
             .failed(failure),
         ]
-        let ids: [JSONValue?] = [nil, .number("7"), .number("-123456789012"), .string("id \"quoted\"\n"), .bool(true), .null]
+        let ids: [JSONValue?] = [
+            nil, .number("7"), .number("-123456789012"), .string("id \"quoted\"\n"), .bool(true), .null,
+        ]
         let paths = ["bench/c1.txt", "a \"b\"\\c\t.txt", "dé/日本.json"]
         for state in states {
             for id in ids {
