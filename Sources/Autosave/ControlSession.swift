@@ -107,14 +107,15 @@ final class ControlSession: Sendable {
     }
 
     private func applyEdit(_ request: EditRequest, store: isolated DocumentStore) throws -> DocumentInfo {
-        let path = request.document
-        if !store.isOpen(path) { try server.checkBeneathRoot(path) }
+        // A document the store holds needs no look at the disk (saves refuse symbolic links).
+        let check = { (path: String) throws in try self.server.checkBeneathRoot(path) }
         switch request.command {
         case .set:
+            let path = request.document
             let edit: DocumentEdit = Self.isJSONPath(path) ? .setJSON(request.text) : .setText(request.text)
-            return try store.apply(edit, to: path, create: true)
+            return try store.apply(edit, to: path, create: true, checkUnopened: check)
         case .append:
-            return try store.apply(.append(request.text), to: path)
+            return try store.apply(.append(request.text), to: request.document, create: false, checkUnopened: check)
         }
     }
 

@@ -34,6 +34,13 @@ struct Moment: Comparable, Hashable, Sendable {
     var instant: ContinuousClock.Instant { ContinuousClock.now.advanced(by: self - .now) }
 }
 
+extension Int64 {
+    func addingSaturated(_ other: Int64) -> Int64 {
+        let (sum, overflow) = addingReportingOverflow(other)
+        return overflow ? (other < 0 ? .min : .max) : sum
+    }
+}
+
 /// A min-heap of (deadline, document) pairs. Entries may be stale: the scheduler checks
 /// each popped entry against the document's current deadline.
 struct DeadlineHeap {
@@ -105,25 +112,45 @@ extension DocumentStore {
     }
 
     private func schedule(_ path: String, at index: [String: Entry].Index, now: Moment) {
-        let quietPeriod = configuration.quietPeriod
-        let maxDelay = configuration.maxDelay
-        let decision: (deadline: Moment, push: Bool)? = modifyEntry(at: index) { entry in
-            guard entry.isDirty else { return nil }
-            var deadline: Moment
-            if let forced = entry.forcedToken, forced > entry.savedChangeCount {
-                deadline = now
-            } else {
-                let lastEdit = entry.lastEdit ?? now
-                let firstEdit = entry.firstUnsavedEdit ?? lastEdit
-                deadline = min(lastEdit + quietPeriod, firstEdit + maxDelay)
-            }
-            if let retryAt = entry.retryAt, retryAt > deadline { deadline = retryAt }
-            entry.deadline = deadline
-            let push = entry.queuedAt.map({ deadline < $0 }) ?? true
-            if push { entry.queuedAt = deadline }
-            return (deadline, push)
+        let delays = scheduleDelays
+        let decision = modifyEntry(at: index) { entry in Self.reschedule(&entry, now: now, delays: delays) }
+        if let decision { queue(path, decision) }
+    }
+
+    /// The quiet period and the maximum delay of `configuration`, in nanoseconds.
+    static func delays(of configuration: Configuration) -> (quiet: Int64, max: Int64) {
+        (
+            (Moment(nanoseconds: 0) + configuration.quietPeriod).nanoseconds,
+            (Moment(nanoseconds: 0) + configuration.maxDelay).nanoseconds
+        )
+    }
+
+    /// Sets a dirty entry's deadline (see ``schedule(_:)``); returns it, and whether the
+    /// heap must get it, or `nil` for a clean entry.
+    static func reschedule(
+        _ entry: inout Entry, now: Moment, delays: (quiet: Int64, max: Int64)
+    ) -> (deadline: Moment, push: Bool)? {
+        guard entry.isDirty else { return nil }
+        var deadline: Moment
+        if let forced = entry.forcedToken, forced > entry.savedChangeCount {
+            deadline = now
+        } else {
+            let lastEdit = entry.lastEdit ?? now
+            let firstEdit = entry.firstUnsavedEdit ?? lastEdit
+            deadline = Moment(
+                nanoseconds: min(
+                    lastEdit.nanoseconds.addingSaturated(delays.quiet),
+                    firstEdit.nanoseconds.addingSaturated(delays.max)))
         }
-        guard let decision else { return }
+        if let retryAt = entry.retryAt, retryAt > deadline { deadline = retryAt }
+        entry.deadline = deadline
+        let push = entry.queuedAt.map({ deadline < $0 }) ?? true
+        if push { entry.queuedAt = deadline }
+        return (deadline, push)
+    }
+
+    /// Puts a new deadline in the heap if needed, and wakes the scheduler if it sleeps past it.
+    func queue(_ path: String, _ decision: (deadline: Moment, push: Bool)) {
         if decision.push { heap.push(decision.deadline, path) }
         if let target = sleepTarget, decision.deadline < target {
             wake()

@@ -17,7 +17,13 @@ import Posix
 /// exponential backoff until it succeeds.
 public actor DocumentStore {
     public nonisolated let root: String
-    public private(set) var configuration: Configuration
+    public private(set) var configuration: Configuration {
+        didSet { scheduleDelays = Self.delays(of: configuration) }
+    }
+    /// The last ``wallClockOffset()``, and when it was measured.
+    var clockOffset: (measuredAt: Moment, seconds: Double) = (Moment(nanoseconds: 0), 0)
+    /// `QuietPeriod=` and `MaxDelay=` in nanoseconds, for the deadline of every edit.
+    var scheduleDelays: (quiet: Int64, max: Int64)
     public let registry: DocumentTypeRegistry
     /// Symbolic links at a document's place are refused (they could lead out of the
     /// root); written bytes are not kept twice in memory.
@@ -107,6 +113,7 @@ public actor DocumentStore {
             fatalError("cannot create the store's event loop (epoll and eventfd): \(error)")
         }
         self.configuration = configuration
+        scheduleDelays = Self.delays(of: configuration)
         root = configuration.root
         self.registry = registry ?? DocumentTypeRegistry(packageExtensions: configuration.packageExtensions)
         self.log = log
@@ -302,16 +309,46 @@ public actor DocumentStore {
     public func apply(_ edit: DocumentEdit, to path: String, create: Bool = false) throws(StoreError) -> DocumentInfo {
         let path = try DocumentPath.validate(path)
         guard accepting else { throw .shuttingDown }
-        if entries.index(forKey: path) == nil {
-            do { try load(path) } catch .notFound(let missing) {
-                guard create else { throw .notFound(missing) }
-                try makeNew(path)
-            }
+        return try apply(edit, at: index(forEditing: path, create: create), path: path)
+    }
+
+    /// ``apply(_:to:create:)``, with `checkUnopened` called first for a document the
+    /// store does not hold yet (the control socket checks the path on disk then).
+    func apply(
+        _ edit: DocumentEdit, to path: String, create: Bool, checkUnopened: (String) throws -> Void
+    ) throws -> DocumentInfo {
+        let path = try DocumentPath.validate(path)
+        guard accepting else { throw StoreError.shuttingDown }
+        let index: [String: Entry].Index
+        if let existing = entries.index(forKey: path) {
+            index = existing
+        } else {
+            try checkUnopened(path)
+            index = try self.index(forEditing: path, create: create)
         }
-        // One lookup: the entry is changed in place through its index.
-        let index = entries.index(forKey: path)!
+        return try apply(edit, at: index, path: path)
+    }
+
+    /// The entry of `path`, read from disk (or, with `create`, made new) if the store does not hold it.
+    private func index(forEditing path: String, create: Bool) throws(StoreError) -> [String: Entry].Index {
+        if let existing = entries.index(forKey: path) { return existing }
+        do { try load(path) } catch .notFound(let missing) {
+            guard create else { throw .notFound(missing) }
+            try makeNew(path)
+        }
+        return entries.index(forKey: path)!
+    }
+
+    /// Applies `edit` to the entry at `index` and schedules its save: one access to the
+    /// entry for the whole edit, the path every edit takes.
+    private func apply(
+        _ edit: DocumentEdit, at index: [String: Entry].Index, path: String
+    ) throws(StoreError) -> DocumentInfo {
         let refuse = configuration.refuseEditsWhenSaveFails
-        let outcome: Result<Void, StoreError> = modifyEntry(at: index) { entry in
+        let delays = scheduleDelays
+        let now = Moment.now
+        let outcome: Result<(DocumentInfo, (deadline: Moment, push: Bool)?), StoreError> = modifyEntry(at: index) {
+            entry in
             if refuse, let failure = entry.failure { return .failure(.refusedWhileSaveFails(failure)) }
             do {
                 try entry.document.apply(edit, existingFile: entry.existingFile)
@@ -319,11 +356,14 @@ public actor DocumentStore {
                 return .failure(Self.storeError(error, path: path))
             }
             entry.changeCount += 1
-            return .success(())
+            entry.lastEdit = now
+            if entry.firstUnsavedEdit == nil { entry.firstUnsavedEdit = now }
+            let decision = Self.reschedule(&entry, now: now, delays: delays)
+            return .success((info(path, entry, now: now), decision))
         }
-        try outcome.get()
-        noteEdit(path, at: index)
-        return info(path, at: index)
+        let (described, decision) = try outcome.get()
+        if let decision { queue(path, decision) }
+        return described
     }
 
     /// What a document's refusal of an edit or query means for the store's callers.
@@ -483,22 +523,35 @@ public actor DocumentStore {
         modifyEntry(at: index) { entry in info(path, entry) }
     }
 
-    func info(_ path: String, _ entry: Entry) -> DocumentInfo {
+    func info(_ path: String, _ entry: Entry, now: Moment = .now) -> DocumentInfo {
         DocumentInfo(
-            path: path, contentType: entry.contentType, state: state(of: entry), changeCount: entry.changeCount,
+            path: path, contentType: entry.contentType, state: state(of: entry, now: now),
+            changeCount: entry.changeCount,
             savedChangeCount: entry.savedChangeCount, lastSaved: entry.lastSaved, saves: entry.saves)
     }
 
-    func state(of entry: Entry) -> SaveState {
+    func state(of entry: Entry, now: Moment = .now) -> SaveState {
         if entry.savingToken != nil { return .saving }
         guard entry.isDirty else { return .clean }
         if let failure = entry.failure { return .failed(failure) }
-        if let deadline = entry.deadline { return .scheduled(date(of: deadline)) }
+        if let deadline = entry.deadline { return .scheduled(date(of: deadline, now: now)) }
         return .dirty
     }
 
-    func date(of moment: Moment) -> Date {
-        Date(timeIntervalSinceNow: Double(moment.nanoseconds - Moment.now.nanoseconds) / 1e9)
+    func date(of moment: Moment, now: Moment = .now) -> Date {
+        Date(timeIntervalSince1970: Double(moment.nanoseconds) / 1e9 + wallClockOffset(now: now))
+    }
+
+    /// Seconds from the store's clock to the wall clock (`Date`), measured again when
+    /// older than a second: a description needs it for its `save_at`, and reading both
+    /// clocks for every edit cost more than the rest of the scheduling.
+    func wallClockOffset(now: Moment) -> Double {
+        if now.nanoseconds - clockOffset.measuredAt.nanoseconds > 1_000_000_000
+            || clockOffset.measuredAt.nanoseconds == 0
+        {
+            clockOffset = (now, Date().timeIntervalSince1970 - Double(Moment.now.nanoseconds) / 1e9)
+        }
+        return clockOffset.seconds
     }
 
     /// The fingerprint of the document's file as last read or saved, `nil` before its first save.

@@ -99,7 +99,7 @@ final class EventLoop: SerialExecutor, @unchecked Sendable {
         epoll = try Epoll()
         wakeup = try FileDescriptor.eventFD()
         try epoll.add(wakeup, events: .readable, tag: Self.wakeupTag)
-        taskExecutor.loop = self
+        taskExecutor.loop.withLock { $0 = self }
         let thread = Thread { [self] in self.run() }
         thread.name = name
         thread.start()
@@ -338,6 +338,7 @@ final class EventLoop: SerialExecutor, @unchecked Sendable {
         }
         for continuation in remaining { continuation.resume(returning: false) }
         for handler in attached { handler.loopStopped() }
+        self.taskExecutor.loop.withLock { $0 = nil }
     }
 
     /// The descriptors are closed only when nothing can use the loop any more: closed
@@ -358,9 +359,15 @@ protocol ReadinessHandler: AnyObject, Sendable {
 
 /// ``EventLoop`` as a task executor (a separate object: a job's entry point tells the
 /// loop which role it came through).
-final class LoopTaskExecutor: TaskExecutor, @unchecked Sendable {
-    // @unchecked: `loop` is set once, before the loop's thread starts; the loop owns this object.
-    fileprivate weak var loop: EventLoop?
+final class LoopTaskExecutor: TaskExecutor {
+    /// Strong, not `weak` (a weak reference would give the loop a side table, and every
+    /// retain and release of the loop would take the runtime's slow path): the loop
+    /// clears it when its thread ends, which breaks the cycle. Jobs that come later are
+    /// dropped, as for a stopped loop.
+    fileprivate let loop = Mutex<EventLoop?>(nil)
 
-    func enqueue(_ job: consuming ExecutorJob) { loop?.enqueue(UnownedJob(job), forTask: true) }
+    func enqueue(_ job: consuming ExecutorJob) {
+        let job = UnownedJob(job)
+        loop.withLock { $0 }?.enqueue(job, forTask: true)
+    }
 }

@@ -41,14 +41,8 @@ public struct EditRequest: Sendable {
                     guard id == nil, let value = scalar() else { return nil }
                     id = value
                 case .cmd:
-                    guard command == nil, let value = string() else { return nil }
-                    if value == "set" {
-                        command = .set
-                    } else if value == "append" {
-                        command = .append
-                    } else {
-                        return nil
-                    }
+                    guard command == nil, let value = commandName() else { return nil }
+                    command = value
                 case .doc:
                     guard document == nil, let value = string() else { return nil }
                     document = value
@@ -87,6 +81,22 @@ public struct EditRequest: Sendable {
             }
         }
 
+        /// `"set"` or `"append"`, compared as bytes.
+        mutating func commandName() -> Command? {
+            skipWhitespace()
+            guard index < bytes.count, bytes[index] == UInt8(ascii: "\"") else { return nil }
+            let start = index + 1
+            guard let end = bytes[start...].firstIndex(of: UInt8(ascii: "\"")) else { return nil }
+            let name = UnsafeRawBufferPointer(rebasing: bytes[start..<end])
+            index = end + 1
+            if name.count == 3, name[0] == UInt8(ascii: "s"), name[1] == UInt8(ascii: "e"), name[2] == UInt8(ascii: "t")
+            {
+                return .set
+            }
+            if name.count == 6, name[0] == UInt8(ascii: "a"), name.elementsEqual("append".utf8) { return .append }
+            return nil
+        }
+
         /// A string, a number, `true`, `false` or `null` (the forms an `id` takes here).
         mutating func scalar() -> JSONValue? {
             skipWhitespace()
@@ -100,9 +110,12 @@ public struct EditRequest: Sendable {
                 index += 1
             }
             let token = UnsafeRawBufferPointer(rebasing: bytes[start..<index])
-            if token.elementsEqual("true".utf8) { return .bool(true) }
-            if token.elementsEqual("false".utf8) { return .bool(false) }
-            if token.elementsEqual("null".utf8) { return .null }
+            switch first {
+            case UInt8(ascii: "t"): return token.elementsEqual("true".utf8) ? .bool(true) : nil
+            case UInt8(ascii: "f"): return token.elementsEqual("false".utf8) ? .bool(false) : nil
+            case UInt8(ascii: "n"): return token.elementsEqual("null".utf8) ? .null : nil
+            default: break
+            }
             // A plain integer; other numbers go to the full parser, which checks their form.
             guard !token.isEmpty, token.count <= 18 else { return nil }
             let digits = token[token.startIndex] == UInt8(ascii: "-") ? token.dropFirst() : token[...]
