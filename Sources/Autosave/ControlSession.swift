@@ -69,9 +69,9 @@ final class ControlSession: Sendable {
         return request
     }
 
-    /// The commands answered without waiting for anything: edits, opening, listing.
+    /// The commands answered without waiting for anything: edits, opening, reading, listing.
     static let immediateCommands: Set<String> = [
-        "set", "append", "replace", "patch", "put-member", "remove-member", "open", "create", "revert", "list",
+        "set", "append", "replace", "patch", "put-member", "remove-member", "open", "create", "revert", "list", "get",
     ]
 
     /// Answers the request on `line` at once, on the store's thread, when its command
@@ -95,6 +95,12 @@ final class ControlSession: Sendable {
         let id = request["id"]
         if command == "list" {
             connection.send(json: Self.listReply(id: id, store.list()))
+            return nil
+        }
+        if command == "get" {
+            let reply: JSONValue
+            do { reply = Self.success(id, try get(request, store: store)) } catch { reply = Self.failure(id, error) }
+            connection.send(reply)
             return nil
         }
         do {
@@ -342,7 +348,7 @@ final class ControlSession: Sendable {
         case "status":
             return try await status()
         case "get":
-            return try await get(request)
+            return try await get(request, store: store)
         case "save-all":
             let wait = try flag(request, "wait")
             try await store.saveAll(wait: wait)
@@ -416,9 +422,7 @@ final class ControlSession: Sendable {
         return fields
     }
 
-    private func get(
-        _ request: JSONValue, isolation: isolated (any Actor)? = #isolation
-    ) async throws -> [(key: String, value: JSONValue)] {
+    private func get(_ request: JSONValue, store: isolated DocumentStore) throws -> [(key: String, value: JSONValue)] {
         let path = try document(request)
         let query: DocumentQuery
         if let pointer = try optionalString(request, "pointer") {
@@ -430,11 +434,11 @@ final class ControlSession: Sendable {
         } else {
             query = .contents
         }
-        let info = try await store.info(path)
+        let info = try store.info(path)
         var fields: [(key: String, value: JSONValue)] = [
             ("doc", .string(path)), ("type", .string(info.contentType.identifier)),
         ]
-        switch try await store.read(path, query) {
+        switch try store.read(path, query) {
         case .text(let text):
             fields.append(("text", .string(text)))
         case .json(let value):
