@@ -20,6 +20,8 @@ final class Connection: Sendable {
         var broken = false
     }
     private let output = Mutex(Output())
+    /// `Output.broken`, readable without the lock (the loop asks before every read).
+    private let brokenFlag = Atomic<Bool>(false)
 
     init(raw: Int32, loop: EventLoop, peer: PeerCredentials?, limit: Int) {
         self.raw = raw
@@ -28,9 +30,12 @@ final class Connection: Sendable {
         self.limit = limit
     }
 
-    var isBroken: Bool { output.withLock { $0.broken } }
+    var isBroken: Bool { brokenFlag.load(ordering: .acquiring) }
 
-    func markBroken() { output.withLock { $0.broken = true } }
+    func markBroken() {
+        output.withLock { $0.broken = true }
+        brokenFlag.store(true, ordering: .releasing)
+    }
 
     /// Queues one line (the compact JSON of `message`); the loop writes it.
     func send(_ message: JSONValue) { send(json: message.serializedBytes()) }
@@ -48,6 +53,7 @@ final class Connection: Sendable {
             state.pending.append(contentsOf: line)
             if state.pending.count > limit {
                 state.broken = true
+                brokenFlag.store(true, ordering: .releasing)
                 return false
             }
             if state.scheduled { return false }
@@ -70,6 +76,7 @@ final class Connection: Sendable {
             state.pending = writer.take()
             if state.pending.count > limit {
                 state.broken = true
+                brokenFlag.store(true, ordering: .releasing)
                 return false
             }
             if state.scheduled { return false }
@@ -110,6 +117,7 @@ final class Connection: Sendable {
                         $0.broken = true
                         $0.scheduled = false
                     }
+                    brokenFlag.store(true, ordering: .releasing)
                     return true
                 }
             }
@@ -155,7 +163,7 @@ struct LineReader {
         var start = 0
         let count = bytes.count
         while start < count {
-            guard let newline = bytes[start...].firstIndex(of: 10) else {
+            guard let newline = Self.newline(in: bytes, from: start) else {
                 let rest = count - start
                 if discarding {
                     discarded += rest
@@ -185,6 +193,14 @@ struct LineReader {
             }
             start = newline + 1
         }
+    }
+
+    /// The offset of the next `\n` at or after `start` (`memchr`: the bytes of a line are scanned once more by the parser anyway).
+    private static func newline(in bytes: UnsafeRawBufferPointer, from start: Int) -> Int? {
+        guard let base = bytes.baseAddress, start < bytes.count,
+            let found = memchr(base + start, 10, bytes.count - start)
+        else { return nil }
+        return base.distance(to: UnsafeRawPointer(found))
     }
 
     /// Hands out a line without its carriage return; empty lines are skipped.
