@@ -1,6 +1,7 @@
 import Control
 import Documents
 import Foundation
+import Synchronization
 
 /// The reply to an edit — `{"id":…,"ok":true,"document":{…}}` and its newline — written
 /// with plain stores into a buffer sized for the worst case, then queued with one copy.
@@ -141,10 +142,44 @@ struct EditReply {
     /// civil date from the day number, as in Howard Hinnant's `civil_from_days`).
     static func formatTimestamp(_ date: Date, into out: UnsafeMutablePointer<UInt8>) -> Int {
         let milliseconds = Int((date.timeIntervalSince1970 * 1000).rounded(.down))
-        var (day, msOfDay) = milliseconds.quotientAndRemainder(dividingBy: 86_400_000)
-        if msOfDay < 0 {
+        var (second, millisecond) = milliseconds.quotientAndRemainder(dividingBy: 1000)
+        if millisecond < 0 {
+            second -= 1
+            millisecond += 1000
+        }
+        // The date and time to the second change once a second: kept from the last call.
+        let cached = lastSecond.withLock { last -> Bool in
+            guard last.second == second else { return false }
+            withUnsafeBytes(of: last.text) { out.update(from: $0.bindMemory(to: UInt8.self).baseAddress!, count: 20) }
+            return true
+        }
+        if !cached {
+            formatSecond(second, into: out)
+            var text: Text20 = (0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0)
+            withUnsafeMutableBytes(of: &text) { $0.copyMemory(from: UnsafeRawBufferPointer(start: out, count: 20)) }
+            lastSecond.withLock { $0 = (second, text) }
+        }
+        out[20] = UInt8(ascii: "0") + UInt8(truncatingIfNeeded: millisecond / 100)
+        out[21] = UInt8(ascii: "0") + UInt8(truncatingIfNeeded: millisecond / 10 % 10)
+        out[22] = UInt8(ascii: "0") + UInt8(truncatingIfNeeded: millisecond % 10)
+        out[23] = UInt8(ascii: "Z")
+        return 24
+    }
+
+    private typealias Text20 = (
+        UInt8, UInt8, UInt8, UInt8, UInt8, UInt8, UInt8, UInt8, UInt8, UInt8,
+        UInt8, UInt8, UInt8, UInt8, UInt8, UInt8, UInt8, UInt8, UInt8, UInt8
+    )
+    /// The second last formatted and its first 20 bytes (`2026-11-29T18:11:15.`).
+    private static let lastSecond = Mutex<(second: Int, text: Text20)>(
+        (Int.min, (0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0)))
+
+    /// `2026-11-29T18:11:15.` for `second` since 1970 (the civil date from the day number).
+    private static func formatSecond(_ second: Int, into out: UnsafeMutablePointer<UInt8>) {
+        var (day, secondOfDay) = second.quotientAndRemainder(dividingBy: 86_400)
+        if secondOfDay < 0 {
             day -= 1
-            msOfDay += 86_400_000
+            secondOfDay += 86_400
         }
         let z = day + 719_468
         let era = (z >= 0 ? z : z - 146_096) / 146_097
@@ -155,7 +190,7 @@ struct EditReply {
         let monthDay = dayOfYear - (153 * shiftedMonth + 2) / 5 + 1
         let month = shiftedMonth < 10 ? shiftedMonth + 3 : shiftedMonth - 9
         let year = yearOfEra + era * 400 + (month <= 2 ? 1 : 0)
-        @inline(__always) func digits(_ value: Int, _ width: Int, at offset: Int) {
+        func digits(_ value: Int, _ width: Int, at offset: Int) {
             var value = value
             var position = offset + width - 1
             while position >= offset {
@@ -170,14 +205,11 @@ struct EditReply {
         out[7] = UInt8(ascii: "-")
         digits(monthDay, 2, at: 8)
         out[10] = UInt8(ascii: "T")
-        digits(msOfDay / 3_600_000, 2, at: 11)
+        digits(secondOfDay / 3600, 2, at: 11)
         out[13] = UInt8(ascii: ":")
-        digits(msOfDay / 60_000 % 60, 2, at: 14)
+        digits(secondOfDay / 60 % 60, 2, at: 14)
         out[16] = UInt8(ascii: ":")
-        digits(msOfDay / 1000 % 60, 2, at: 17)
+        digits(secondOfDay % 60, 2, at: 17)
         out[19] = UInt8(ascii: ".")
-        digits(msOfDay % 1000, 3, at: 20)
-        out[23] = UInt8(ascii: "Z")
-        return 24
     }
 }

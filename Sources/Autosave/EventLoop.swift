@@ -124,7 +124,17 @@ final class EventLoop: SerialExecutor, @unchecked Sendable {
     func asUnownedSerialExecutor() -> UnownedSerialExecutor { UnownedSerialExecutor(ordinary: self) }
 
     /// Has `connection`'s queued output written before the loop next sleeps.
-    func scheduleFlush(_ connection: Connection) { addWork { $0.flushes.append(connection) } }
+    func scheduleFlush(_ connection: Connection) {
+        if isCurrent {
+            localFlushes.append(connection)
+        } else {
+            addWork { $0.flushes.append(connection) }
+        }
+    }
+
+    /// Flushes scheduled on the loop's own thread (most of them: replies are written
+    /// there), kept without a lock. Touched only on the loop's thread.
+    private var localFlushes: [Connection] = []
 
     /// Has the handler of `fd` called again in the next pass, after everyone else's
     /// readiness: a handler that reads a bounded amount per call asks for this when more
@@ -293,15 +303,23 @@ final class EventLoop: SerialExecutor, @unchecked Sendable {
                 handlers.removeAll(keepingCapacity: true)
             }
             // Once no job is left, the replies of this round go out, one write per client.
-            let idle: Bool = jobs.withLock { jobs in
+            let queueEmpty: Bool = jobs.withLock { jobs in
                 guard jobs.queue.isEmpty else { return false }
                 swap(&flushes, &jobs.flushes)
-                return flushes.isEmpty
+                return true
             }
+            if queueEmpty, !localFlushes.isEmpty {
+                flushes += localFlushes
+                localFlushes.removeAll(keepingCapacity: true)
+            }
+            // A pass that sent replies polls once more before sleeping: under load the
+            // clients' next requests are usually there already, and a sleeping loop would
+            // have to be woken for them.
+            let idle = queueEmpty && flushes.isEmpty
             for connection in flushes where !connection.flush() { blockWriter(connection) }
             flushes.removeAll(keepingCapacity: true)
             let sleep: Bool =
-                idle
+                idle && localFlushes.isEmpty
                 && jobs.withLock { jobs in
                     guard jobs.queue.isEmpty, jobs.flushes.isEmpty, jobs.reads.isEmpty else { return false }
                     jobs.sleeping = true
