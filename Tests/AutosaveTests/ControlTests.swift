@@ -186,6 +186,9 @@ struct ControlSocketTests {
         init(_ path: String) throws {
             fd = try FileDescriptor.unixSocket()
             try fd.connect(toPath: path)
+            // A reply that never comes fails the test (the read says EAGAIN) instead of hanging it.
+            var timeout = timeval(tv_sec: 30, tv_usec: 0)
+            setsockopt(fd.rawValue, SOL_SOCKET, SO_RCVTIMEO, &timeout, socklen_t(MemoryLayout<timeval>.size))
         }
         deinit { try? fd.close() }
         func send(_ text: String) throws { try fd.writeAll(Array(text.utf8)) }
@@ -263,6 +266,44 @@ struct ControlSocketTests {
         }
         // The durable save wrote "a"; the autosave after it may have written "abc" since.
         #expect(["a", "abc"].contains(try daemon.onDisk("o.txt")))
+        #expect(await daemon.stop() == 0)
+    }
+
+    @Test(
+        "A client that pipelines 3,000 edits (several reads' worth, all queued while it waits for a durable save) gets every reply in order; another client is served meanwhile",
+        .timeLimit(.minutes(1)))
+    func longPipeline() async throws {
+        let daemon = try await RunningDaemon()
+        let heavy = try Raw(daemon.socket)
+        let other = try Raw(daemon.socket)
+        // A document large enough that its durable save takes a while.
+        let chunk = String(repeating: "x", count: 1 << 20)
+        for index in 0..<8 {
+            try other.send(
+                #"{"cmd":"append","doc":"big.txt","text":"\#(chunk)"}"#.replacingOccurrences(
+                    of: "append", with: index == 0 ? "set" : "append") + "\n")
+            #expect(try other.line()?["ok"] == true)
+        }
+        var text = #"{"id":0,"cmd":"save","doc":"big.txt","wait":true}"# + "\n"
+        text += #"{"id":1,"cmd":"set","doc":"long.txt","text":""}"# + "\n"
+        for index in 2...3001 {
+            text += #"{"id":\#(index),"cmd":"append","doc":"long.txt","text":"line \#(index - 1)\n"}"# + "\n"
+        }
+        #expect(text.utf8.count > 2 * 64 * 1024, "several reads' worth")
+        // One write: while the save is written the connection is not read, so everything
+        // after it is already in the socket when reading resumes — more than one read
+        // takes, with no new readiness to come.
+        try heavy.send(text)
+        try other.send(#"{"id":"x","cmd":"set","doc":"other.txt","text":"served"}"# + "\n")
+        #expect(try other.line()?["id"]?.stringValue == "x")
+        for index in 0...3001 {
+            let reply = try #require(try heavy.line())
+            #expect(reply["id"]?.intValue == index && reply["ok"] == true)
+            if reply["id"]?.intValue != index { break }
+        }
+        try heavy.send(#"{"id":"get","cmd":"get","doc":"long.txt"}"# + "\n")
+        let lines = try heavy.line()?["text"]?.stringValue?.split(separator: "\n")
+        #expect(lines?.count == 3000 && lines?.first == "line 1" && lines?.last == "line 3000")
         #expect(await daemon.stop() == 0)
     }
 
