@@ -99,8 +99,9 @@ extension DocumentStore {
 
     /// Runs `body` on the entry in place. Reading `entries.values[index].field` would copy
     /// the whole entry out first; an `inout` access does not.
-    func modifyEntry<R>(at index: [String: Entry].Index, _ body: (inout Entry) -> R) -> R {
-        body(&entries.values[index])
+    func modifyEntry<R, E: Error>(at index: [String: Entry].Index, _ body: (inout Entry) throws(E) -> R) throws(E) -> R
+    {
+        try body(&entries.values[index])
     }
 
     /// Sets the deadline of a dirty document and makes sure the heap holds it: the

@@ -347,21 +347,20 @@ public actor DocumentStore {
         let refuse = configuration.refuseEditsWhenSaveFails
         let delays = scheduleDelays
         let now = Moment.now
-        let outcome: Result<(DocumentInfo, (deadline: Moment, push: Bool)?), StoreError> = modifyEntry(at: index) {
-            entry in
-            if refuse, let failure = entry.failure { return .failure(.refusedWhileSaveFails(failure)) }
+        let (described, decision) = try modifyEntry(at: index) {
+            (entry) throws(StoreError) -> (DocumentInfo, (deadline: Moment, push: Bool)?) in
+            if refuse, let failure = entry.failure { throw .refusedWhileSaveFails(failure) }
             do {
                 try entry.document.apply(edit, existingFile: entry.existingFile)
             } catch {
-                return .failure(Self.storeError(error, path: path))
+                throw Self.storeError(error, path: path)
             }
             entry.changeCount += 1
             entry.lastEdit = now
             if entry.firstUnsavedEdit == nil { entry.firstUnsavedEdit = now }
             let decision = Self.reschedule(&entry, now: now, delays: delays)
-            return .success((info(path, entry, now: now), decision))
+            return (info(path, entry, now: now), decision)
         }
-        let (described, decision) = try outcome.get()
         if let decision { queue(path, decision) }
         return described
     }

@@ -13,7 +13,8 @@ public enum SaveState: Sendable, Equatable {
     /// A save is being written.
     case saving
     /// The last save failed; the edits are kept in memory and the save is retried.
-    case failed(SaveFailure)
+    // Boxed: a failure is rare and large, and every description carries a state.
+    indirect case failed(SaveFailure)
 
     /// The state's name: `clean`, `dirty`, `scheduled`, `saving` or `failed`.
     public var name: String {
