@@ -47,33 +47,31 @@ final class Connection: Sendable {
 
     /// Queues a complete line (newline included).
     func send(line: UnsafeRawBufferPointer) {
-        let schedule: Bool = output.withLock { state in
-            if state.broken { return false }
-            if state.pending.capacity == 0 { state.pending.reserveCapacity(512) }
-            state.pending.append(contentsOf: line)
-            if state.pending.count > limit {
-                state.broken = true
-                brokenFlag.store(true, ordering: .releasing)
-                return false
-            }
-            if state.scheduled { return false }
-            state.scheduled = true
-            return true
+        enqueue { pending in
+            if pending.capacity == 0 { pending.reserveCapacity(512) }
+            pending.append(contentsOf: line)
         }
-        if schedule { loop.scheduleFlush(self) }
     }
 
     /// Queues one line of JSON text written by `body` straight into the output buffer.
     func send(writing body: (inout JSONWriter) -> Void) {
-        let schedule: Bool = output.withLock { state in
-            if state.broken { return false }
+        enqueue { pending in
             var buffer: [UInt8] = []
-            swap(&buffer, &state.pending)
+            swap(&buffer, &pending)
             if buffer.capacity < 512 { buffer.reserveCapacity(512) }
             var writer = JSONWriter(appendingTo: buffer)
             body(&writer)
             writer.endLine()
-            state.pending = writer.take()
+            pending = writer.take()
+        }
+    }
+
+    /// Adds to the queued output with `append`, marks the connection broken past the
+    /// limit, and has the loop flush it (once until it has).
+    private func enqueue(_ append: (inout [UInt8]) -> Void) {
+        let schedule: Bool = output.withLock { state in
+            if state.broken { return false }
+            append(&state.pending)
             if state.pending.count > limit {
                 state.broken = true
                 brokenFlag.store(true, ordering: .releasing)

@@ -573,6 +573,11 @@ final class ControlSession: Sendable {
     /// A writer with `{"id": …, "ok": true` written (the reply's own fields follow), as ``success(_:_:)`` begins.
     private static func successWriter(id: JSONValue?, capacity: Int = 256) -> JSONWriter {
         var writer = JSONWriter(capacity: capacity)
+        beginSuccess(id: id, into: &writer)
+        return writer
+    }
+
+    private static func beginSuccess(id: JSONValue?, into writer: inout JSONWriter) {
         writer.beginObject()
         if let id {
             writer.key("id")
@@ -580,7 +585,6 @@ final class ControlSession: Sendable {
         }
         writer.key("ok")
         writer.bool(true)
-        return writer
     }
 
     /// `{"id": …, "ok": true, "documents": [{…}, …]}`.
@@ -603,13 +607,7 @@ final class ControlSession: Sendable {
 
     /// `{"id": …, "ok": true, "document": {…}}`, written into `writer`.
     static func writeDocumentReply(id: JSONValue?, _ info: DocumentInfo, into writer: inout JSONWriter) {
-        writer.beginObject()
-        if let id {
-            writer.key("id")
-            writer.value(id)
-        }
-        writer.key("ok")
-        writer.bool(true)
+        beginSuccess(id: id, into: &writer)
         writer.key("document")
         describe(info, into: &writer)
         writer.endObject()

@@ -61,15 +61,19 @@ public struct EditRequest: Sendable {
 
         enum Key { case id, cmd, doc, text }
 
-        /// A member name and its colon.
-        mutating func key() -> Key? {
+        /// The bytes between a pair of quotes, taken as they are (for names that need no escapes).
+        mutating func quoted() -> UnsafeRawBufferPointer? {
             skipWhitespace()
             guard index < bytes.count, bytes[index] == UInt8(ascii: "\"") else { return nil }
             let start = index + 1
             guard let end = bytes[start...].firstIndex(of: UInt8(ascii: "\"")) else { return nil }
-            let name = UnsafeRawBufferPointer(rebasing: bytes[start..<end])
             index = end + 1
-            guard take(UInt8(ascii: ":")) else { return nil }
+            return UnsafeRawBufferPointer(rebasing: bytes[start..<end])
+        }
+
+        /// A member name and its colon.
+        mutating func key() -> Key? {
+            guard let name = quoted(), take(UInt8(ascii: ":")) else { return nil }
             switch (name.count, name.first) {
             case (2, UInt8(ascii: "i")) where name[1] == UInt8(ascii: "d"): return .id
             case (3, UInt8(ascii: "c")) where name[1] == UInt8(ascii: "m") && name[2] == UInt8(ascii: "d"): return .cmd
@@ -83,12 +87,7 @@ public struct EditRequest: Sendable {
 
         /// `"set"` or `"append"`, compared as bytes.
         mutating func commandName() -> Command? {
-            skipWhitespace()
-            guard index < bytes.count, bytes[index] == UInt8(ascii: "\"") else { return nil }
-            let start = index + 1
-            guard let end = bytes[start...].firstIndex(of: UInt8(ascii: "\"")) else { return nil }
-            let name = UnsafeRawBufferPointer(rebasing: bytes[start..<end])
-            index = end + 1
+            guard let name = quoted() else { return nil }
             if name.count == 3, name[0] == UInt8(ascii: "s"), name[1] == UInt8(ascii: "e"), name[2] == UInt8(ascii: "t")
             {
                 return .set
