@@ -3,20 +3,23 @@ import Posix
 import Synchronization
 
 /// One thread that is both the store's executor (and the preferred task executor of the
-/// connections' tasks) and the control socket's I/O loop, the
-/// way Redis serves every client from one thread: it runs the jobs of the tasks
-/// isolated to the store (edits, the scheduler, the connections being served) and, when
-/// it has none, blocks in `epoll_wait` and resumes the tasks waiting for a descriptor
-/// to become readable or writable. A request then costs its `read` and `send` and no
-/// hand-off between threads: the connection's task, the store and the reply all run here.
+/// connections' tasks) and the control socket's I/O loop, the way Redis serves every
+/// client from one thread: it runs the jobs of the tasks isolated to the store (edits
+/// from embedding code, the scheduler, the connections' waiting requests) and, when it
+/// has none, blocks in `epoll_wait`. A readable connection is handed to its
+/// ``ReadinessHandler`` right here (see ``ConnectionReader``), which reads it and answers
+/// what needs no waiting on the spot; other descriptors resume the task waiting for
+/// them. A request then costs its `read` and `send` and no hand-off between threads, and
+/// the replies of one pass go out with one `send` per client before the loop polls again.
 ///
-/// Descriptors are registered once, edge-triggered; readiness that arrives while nobody
-/// waits is remembered, so a wait after `EAGAIN` needs no system call when data came
-/// in meanwhile.
+/// Descriptors are registered once, edge-triggered, for reading, and for writing only
+/// once a write had to wait; readiness that arrives while nobody waits is remembered, so
+/// a wait after `EAGAIN` needs no system call when data came in meanwhile.
 ///
 /// `@unchecked Sendable`: the epoll and eventfd descriptors are owned by the loop and
 /// closed when it is deallocated; the kernel serialises `epoll_ctl` and
-/// `epoll_wait` across threads; the job queue and the waiter table are behind mutexes.
+/// `epoll_wait` across threads; the job queue and the waiter table are behind mutexes,
+/// and `localFlushes` is touched only on the loop's thread.
 final class EventLoop: SerialExecutor, @unchecked Sendable {
     private struct Waiters {
         var read: UnsafeContinuation<Bool, Never>?
