@@ -37,6 +37,9 @@ final class ConnectionReader: ReadinessHandler, @unchecked Sendable {
     /// The connection's task, parked until there is work for it.
     private var waiting: UnsafeContinuation<Work, Never>?
     private var ended = false
+    /// The client closed its side: after a short read, read on to the end of file rather
+    /// than wait for readiness, which will not come again.
+    private var peerClosed = false
 
     init(fd: FileDescriptor, store: DocumentStore, session: ControlSession, maxRequestSize: Int) {
         self.fd = fd
@@ -68,7 +71,8 @@ final class ConnectionReader: ReadinessHandler, @unchecked Sendable {
         }
     }
 
-    func readable() {
+    func readable(peerClosed: Bool) {
+        if peerClosed { self.peerClosed = true }
         // The task is busy with requests that wait: it reads again once it is done.
         guard let waiting else { return }
         let work = store.onLoopThread { store in pump(store: store) }
@@ -83,47 +87,55 @@ final class ConnectionReader: ReadinessHandler, @unchecked Sendable {
         waiting = nil
     }
 
-    /// Reads once and answers the requests that need no waiting. Returns work for the
-    /// task, or `nil` to wait for the next readiness.
+    /// Reads once (until the end of file once the peer has closed its side) and answers
+    /// the requests that need no waiting. Returns work for the task, or `nil` to wait for
+    /// the next readiness.
     private func pump(store: isolated DocumentStore) -> Work? {
-        if ended || connection.isBroken { return .end }
-        let count: Int
-        do {
-            count = try buffer.withUnsafeMutableBytes { raw in
-                Result { () throws(Errno) in try fd.read(into: raw) }
-            }.get()
-        } catch .wouldBlock {
-            return nil
-        } catch {
-            ended = true
-            return .end
-        }
-        if count == 0 {
-            ended = true
-            return .end
-        }
-        // Requests are answered as they are split off; once one has to wait, it and every
-        // line after it go to the task, in order.
-        var pending: [Pending] = []
-        buffer.withUnsafeBytes { buffer in
-            reader.feed(UnsafeRawBufferPointer(rebasing: buffer[..<count])) { item in
-                switch item {
-                case .line(let line):
-                    if !pending.isEmpty {
-                        pending.append(.line(Array(line)))
-                    } else if let request = session.handleNow(line, store: store) {
-                        pending.append(.request(request))
+        while true {
+            if ended || connection.isBroken { return .end }
+            let count: Int
+            do {
+                count = try buffer.withUnsafeMutableBytes { raw in
+                    Result { () throws(Errno) in try fd.read(into: raw) }
+                }.get()
+            } catch .wouldBlock {
+                return nil
+            } catch {
+                ended = true
+                return .end
+            }
+            if count == 0 {
+                ended = true
+                return .end
+            }
+            // Requests are answered as they are split off; once one has to wait, it and every
+            // line after it go to the task, in order.
+            var pending: [Pending] = []
+            buffer.withUnsafeBytes { buffer in
+                reader.feed(UnsafeRawBufferPointer(rebasing: buffer[..<count])) { item in
+                    switch item {
+                    case .line(let line):
+                        if !pending.isEmpty {
+                            pending.append(.line(Array(line)))
+                        } else if let request = session.handleNow(line, store: store) {
+                            pending.append(.request(request))
+                        }
+                    case .tooLarge(let size):
+                        if pending.isEmpty { tooLarge(size) } else { pending.append(.tooLarge(size)) }
                     }
-                case .tooLarge(let size):
-                    if pending.isEmpty { tooLarge(size) } else { pending.append(.tooLarge(size)) }
                 }
             }
+            if !pending.isEmpty { return .requests(pending) }
+            // A full buffer may have left more behind, and edge-triggered readiness will not
+            // say so again: come back after the other clients have had their turn.
+            if count == buffer.count {
+                store.loop.readAgain(fd)
+                return nil
+            }
+            // A short read took all there was; the next data brings new readiness, unless
+            // the peer has closed its side, whose end of file is read now.
+            if !peerClosed { return nil }
         }
-        if !pending.isEmpty { return .requests(pending) }
-        // A full buffer may have left more behind, and edge-triggered readiness will not
-        // say so again: come back after the other clients have had their turn.
-        if count == buffer.count { store.loop.readAgain(fd) }
-        return nil
     }
 
     private func tooLarge(_ size: Int) {

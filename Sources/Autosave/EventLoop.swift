@@ -38,14 +38,14 @@ final class EventLoop: SerialExecutor, @unchecked Sendable {
 
         /// Hands `events` to whoever waits for them, or remembers them.
         mutating func take(
-            _ events: Epoll.Events, handlers: inout [any ReadinessHandler],
+            _ events: Epoll.Events, handlers: inout [(handler: any ReadinessHandler, peerClosed: Bool)],
             resumed: inout [UnsafeContinuation<Bool, Never>], writable: inout [Connection]
         ) {
             let broken = !events.isDisjoint(with: [.error, .hangUp])
             if broken || events.contains(.peerClosed) { peerClosed = true }
             if broken || !events.isDisjoint(with: [.readable, .peerClosed]) {
                 if let handler {
-                    handlers.append(handler)
+                    handlers.append((handler, peerClosed))
                 } else if let read {
                     resumed.append(read)
                     self.read = nil
@@ -281,7 +281,7 @@ final class EventLoop: SerialExecutor, @unchecked Sendable {
         var batch: [(job: UnownedJob, forTask: Bool)] = []
         var flushes: [Connection] = []
         var reads: [Int32] = []
-        var handlers: [any ReadinessHandler] = []
+        var handlers: [(handler: any ReadinessHandler, peerClosed: Bool)] = []
         while !stopping.load(ordering: .relaxed) {
             jobs.withLock { jobs in swap(&batch, &jobs.queue) }
             // Jobs come for the store (as its serial executor) and for the connections' tasks
@@ -299,10 +299,14 @@ final class EventLoop: SerialExecutor, @unchecked Sendable {
             jobs.withLock { jobs in swap(&reads, &jobs.reads) }
             if !reads.isEmpty {
                 waiters.withLock { all in
-                    for raw in reads { if let handler = all[raw]?.handler { handlers.append(handler) } }
+                    for raw in reads {
+                        if let entry = all[raw], let handler = entry.handler {
+                            handlers.append((handler, entry.peerClosed))
+                        }
+                    }
                 }
                 reads.removeAll(keepingCapacity: true)
-                for handler in handlers { handler.readable() }
+                for (handler, peerClosed) in handlers { handler.readable(peerClosed: peerClosed) }
                 handlers.removeAll(keepingCapacity: true)
             }
             // Once no job is left, the replies of this round go out, one write per client.
@@ -346,7 +350,7 @@ final class EventLoop: SerialExecutor, @unchecked Sendable {
             }
             if !writable.isEmpty { jobs.withLock { $0.flushes += writable } }
             // Served here, in arrival order: their replies go out before the loop next sleeps.
-            for handler in handlers { handler.readable() }
+            for (handler, peerClosed) in handlers { handler.readable(peerClosed: peerClosed) }
             handlers.removeAll(keepingCapacity: true)
             // Each resumed task is queued on its executor: this loop, for connections, so
             // they run in the next pass without waking anyone.
@@ -372,8 +376,10 @@ final class EventLoop: SerialExecutor, @unchecked Sendable {
 
 /// What ``EventLoop/attach(_:_:)`` calls, on the loop's thread.
 protocol ReadinessHandler: AnyObject, Sendable {
-    /// The descriptor became readable, its peer hung up, or ``EventLoop/readAgain(_:)`` asked for it.
-    func readable()
+    /// The descriptor became readable, its peer hung up, or ``EventLoop/readAgain(_:)``
+    /// asked for it. `peerClosed`: the peer has closed its side (or the socket broke),
+    /// so no further readiness will come — read on to the end of file.
+    func readable(peerClosed: Bool)
     /// The loop stopped: no readiness will come any more.
     func loopStopped()
 }

@@ -232,6 +232,36 @@ struct ControlSocketTests {
     }
 
     @Test(
+        "A client that half-closes while its connection waits for a durable save gets every reply, then end of file",
+        .timeLimit(.minutes(1)))
+    func halfCloseWhileWaiting() async throws {
+        let daemon = try await RunningDaemon()
+        let other = try Raw(daemon.socket)
+        let chunk = String(repeating: "y", count: 1 << 20)
+        for index in 0..<8 {
+            let command = index == 0 ? "set" : "append"
+            try other.send(#"{"cmd":"\#(command)","doc":"big.txt","text":"\#(chunk)"}"# + "\n")
+            #expect(try other.line()?["ok"] == true)
+        }
+        let raw = try Raw(daemon.socket)
+        try raw.send(#"{"id":0,"cmd":"save","doc":"big.txt","wait":true}"# + "\n")
+        // Once another client's reply is back, the loop has read the save request (replies
+        // go out at the end of the pass that read them) and handed it to the connection's
+        // task, which writes 8 MB durably: what follows, and the end of the client's side,
+        // arrive while the connection is not read, and must still be seen afterwards.
+        try other.send(#"{"id":"o","cmd":"set","doc":"o.txt","text":"o"}"# + "\n")
+        #expect(try other.line()?["id"]?.stringValue == "o")
+        try raw.send(
+            #"{"id":1,"cmd":"set","doc":"h.txt","text":"half"}"# + "\n" + #"{"id":2,"cmd":"get","doc":"h.txt"}"# + "\n")
+        try raw.fd.shutdownWriting()
+        #expect(try raw.line()?["id"] == 0)
+        #expect(try raw.line()?["id"] == 1)
+        #expect(try raw.line()?["text"]?.stringValue == "half")
+        #expect(try raw.line() == nil, "then end of file")
+        #expect(await daemon.stop() == 0)
+    }
+
+    @Test(
         "Pipelined requests that are answered at once and requests that wait (save --wait, sync, status) are answered in order",
         .timeLimit(.minutes(1)))
     func pipelinedOrder() async throws {
