@@ -22,7 +22,15 @@ struct EditReply {
         case .number(let text): idBytes = text.utf8.count
         default: idBytes = 5
         }
-        let capacity = 320 + idBytes + 6 * (info.path.utf8.count + info.contentType.identifier.utf8.count)
+        // A failure (rare) is written by the general writer, and its size counted here.
+        var failure: [UInt8] = []
+        if case .failed(let saveFailure) = info.state {
+            var writer = JSONWriter()
+            writer.value(ControlSession.describe(saveFailure))
+            failure = writer.bytes
+        }
+        let capacity =
+            320 + idBytes + failure.count + 6 * (info.path.utf8.count + info.contentType.identifier.utf8.count)
         return withUnsafeTemporaryAllocation(of: UInt8.self, capacity: capacity) { buffer in
             var reply = EditReply(base: buffer.baseAddress!)
             reply.put("{")
@@ -54,12 +62,9 @@ struct EditReply {
             case .scheduled(let at):
                 reply.put(",\"save_at\":")
                 reply.putTimestamp(at)
-            case .failed(let failure):
+            case .failed:
                 reply.put(",\"failure\":")
-                var writer = JSONWriter()
-                writer.value(ControlSession.describe(failure))
-                precondition(reply.count + writer.bytes.count + 3 <= capacity)
-                writer.bytes.withUnsafeBufferPointer { reply.putBytes($0) }
+                failure.withUnsafeBufferPointer { reply.putBytes($0) }
             default: break
             }
             reply.put("}}\n")

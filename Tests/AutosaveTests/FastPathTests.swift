@@ -121,6 +121,17 @@ struct FastPathTests {
                 }
             }
         }
+        // A failure far longer than the rest of a reply (a deep root, a long message).
+        var long = failure
+        long.path = "/" + String(repeating: "deep/", count: 400) + "a.txt"
+        long.message = String(repeating: "the disk said no; ", count: 100)
+        let info = DocumentInfo(
+            path: "a.txt", contentType: .plainText, state: .failed(long), changeCount: 1, savedChangeCount: 0,
+            lastSaved: nil, saves: 0)
+        var writer = JSONWriter()
+        ControlSession.writeDocumentReply(id: .number("1"), info, into: &writer)
+        writer.endLine()
+        #expect(EditReply.withBytes(id: .number("1"), info) { Array($0) } == writer.bytes)
         #expect(ControlSession.timestamp(Date(timeIntervalSince1970: 1_798_761_599.999)) == "2026-12-31T23:59:59.999Z")
         #expect(ControlSession.timestamp(Date(timeIntervalSince1970: -0.5)) == "1969-12-31T23:59:59.500Z")
     }
