@@ -63,8 +63,8 @@ final class ConnectionReader: ReadinessHandler, @unchecked Sendable {
             guard case .requests(let pending) = work else { return }
             for item in pending {
                 switch item {
-                case .request(let request): await session.handle(request)
-                case .line(let line): await session.handle(line)
+                case .request(let request): await session.handle(request, store: store)
+                case .line(let line): await session.handle(line, store: store)
                 case .tooLarge(let size): tooLarge(size)
                 }
             }

@@ -76,7 +76,7 @@ final class ControlSession: Sendable {
 
     /// Answers the request on `line` at once, on the store's thread, when its command
     /// needs no waiting (``immediateCommands``); otherwise returns the parsed request,
-    /// to be handled by ``handle(_:isolation:)``.
+    /// to be handled by ``handle(_:store:)``.
     func handleNow(_ line: UnsafeRawBufferPointer, store: isolated DocumentStore) -> JSONValue? {
         // The most frequent requests, read without a value tree.
         if let edit = EditRequest.scan(line) {
@@ -92,37 +92,48 @@ final class ControlSession: Sendable {
         guard let command = request["cmd"]?.stringValue, Self.immediateCommands.contains(command) else {
             return request
         }
-        let id = request["id"]
-        if command == "list" {
-            connection.send(json: Self.listReply(id: id, store.list()))
-            return nil
-        }
-        if command == "get" {
-            let reply: JSONValue
-            do { reply = Self.success(id, try get(request, store: store)) } catch { reply = Self.failure(id, error) }
-            connection.send(reply)
-            return nil
-        }
-        do {
-            let info = try immediateDocumentCommand(command, request, store: store)
-            connection.send { Self.writeDocumentReply(id: id, info, into: &$0) }
-        } catch {
-            connection.send(Self.failure(id, error))
-        }
+        answerNow(command, request, store: store)
         return nil
     }
 
+    /// Answers a request whose command is one of ``immediateCommands``.
+    private func answerNow(_ command: String, _ request: JSONValue, store: isolated DocumentStore) {
+        let id = request["id"]
+        switch command {
+        case "list":
+            connection.send(json: Self.listReply(id: id, store.list()))
+        case "get":
+            let reply: JSONValue
+            do { reply = Self.success(id, try get(request, store: store)) } catch { reply = Self.failure(id, error) }
+            connection.send(reply)
+        default:
+            do {
+                let info = try immediateDocumentCommand(command, request, store: store)
+                connection.send { Self.writeDocumentReply(id: id, info, into: &$0) }
+            } catch {
+                connection.send(Self.failure(id, error))
+            }
+        }
+    }
+
     private func applyEdit(_ request: EditRequest, store: isolated DocumentStore) throws -> DocumentInfo {
-        // A document the store holds needs no look at the disk (saves refuse symbolic links).
-        let check = { (path: String) throws in try self.server.checkBeneathRoot(path) }
+        let path = request.document
         switch request.command {
         case .set:
-            let path = request.document
             let edit: DocumentEdit = Self.isJSONPath(path) ? .setJSON(request.text) : .setText(request.text)
-            return try store.apply(edit, to: path, create: true, checkUnopened: check)
+            return try apply(edit, to: path, create: true, store: store)
         case .append:
-            return try store.apply(.append(request.text), to: request.document, create: false, checkUnopened: check)
+            return try apply(.append(request.text), to: path, store: store)
         }
+    }
+
+    /// Applies an edit from a request. A document the store holds needs no look at the
+    /// disk (the store checks the path's form; saves refuse symbolic links); any other is
+    /// checked beneath the root like every request's.
+    private func apply(
+        _ edit: DocumentEdit, to path: String, create: Bool = false, store: isolated DocumentStore
+    ) throws -> DocumentInfo {
+        try store.apply(edit, to: path, create: create) { path in try server.checkBeneathRoot(path) }
     }
 
     /// Whether `path` ends in `.json`, in any case: `set` with `text` parses such a document's text as JSON.
@@ -138,17 +149,21 @@ final class ControlSession: Sendable {
     }
 
     /// Handles one request line, whatever its command.
-    func handle(_ line: [UInt8], isolation: isolated (any Actor)? = #isolation) async {
+    func handle(_ line: [UInt8], store: isolated DocumentStore) async {
         guard let request = parse(line) else { return }
-        await handle(request)
+        await handle(request, store: store)
     }
 
     /// Handles one parsed request (a JSON object), whatever its command.
-    func handle(_ request: JSONValue, isolation: isolated (any Actor)? = #isolation) async {
+    func handle(_ request: JSONValue, store: isolated DocumentStore) async {
         let id = request["id"]
         guard let command = request["cmd"]?.stringValue else {
             connection.send(
                 ControlProtocol.errorReply(id: id, code: .badRequest, message: "the request has no \"cmd\" string"))
+            return
+        }
+        if Self.immediateCommands.contains(command) {
+            answerNow(command, request, store: store)
             return
         }
         if command == "export" {
@@ -164,19 +179,13 @@ final class ControlSession: Sendable {
             exports.withLock { $0[key] = task }
             return
         }
-        // Replies that describe documents are written without building a value first:
-        // edits are the most frequent requests.
-        if Self.documentCommands.contains(command) {
+        if command == "save" {
             do {
-                connection.send(
-                    json: Self.documentReply(id: id, try await documentCommand(command, request, store: store)))
+                let info = try await save(request, store: store)
+                connection.send { Self.writeDocumentReply(id: id, info, into: &$0) }
             } catch {
                 connection.send(Self.failure(id, error))
             }
-            return
-        }
-        if command == "list" {
-            connection.send(json: Self.listReply(id: id, await store.list()))
             return
         }
         // Inline, not through a closure: a closure would run off the caller's (the store's) thread.
@@ -267,22 +276,14 @@ final class ControlSession: Sendable {
         throw RequestError(.badRequest, "give the contents as \"text\" or \"base64\"")
     }
 
-    static let documentCommands: Set<String> = [
-        "set", "append", "replace", "patch", "put-member", "remove-member", "open", "create", "save", "revert",
-    ]
-
-    /// The commands that answer with one document's description. Runs isolated to the
-    /// store: the path check and an edit are plain calls.
-    private func documentCommand(
-        _ command: String, _ request: JSONValue, store: isolated DocumentStore
-    ) async throws -> DocumentInfo {
-        guard command == "save" else { return try immediateDocumentCommand(command, request, store: store) }
+    /// `save`, answered once the save has started or, with `wait`, once it is durable.
+    private func save(_ request: JSONValue, store: isolated DocumentStore) async throws -> DocumentInfo {
         let path = try document(request)
         try await store.save(path, wait: try flag(request, "wait"))
         return try store.info(path)
     }
 
-    /// The document commands that need no waiting: all but `save`.
+    /// The commands that answer with one document's description and need no waiting.
     private func immediateDocumentCommand(
         _ command: String, _ request: JSONValue, store: isolated DocumentStore
     ) throws -> DocumentInfo {
@@ -294,7 +295,7 @@ final class ControlSession: Sendable {
         case "revert":
             return try store.revert(try document(request))
         case "set":
-            let path = try editedDocument(request, store: store)
+            let path = try string(request, "doc")
             let edit: DocumentEdit
             if let json = request["json"] {
                 edit = .setJSON(json.serialized() + "\n")
@@ -303,40 +304,31 @@ final class ControlSession: Sendable {
             } else {
                 edit = .setData(try bytes(request))
             }
-            return try store.apply(edit, to: path, create: true)
+            return try apply(edit, to: path, create: true, store: store)
         case "append":
-            let path = try editedDocument(request, store: store)
-            return try store.apply(.append(try string(request, "text")), to: path)
+            let path = try string(request, "doc")
+            return try apply(.append(try string(request, "text")), to: path, store: store)
         case "replace":
-            let path = try editedDocument(request, store: store)
+            let path = try string(request, "doc")
             let edit = DocumentEdit.replace(
                 offset: try integer(request, "offset"), length: try integer(request, "length"),
                 with: try string(request, "text"))
-            return try store.apply(edit, to: path)
+            return try apply(edit, to: path, store: store)
         case "patch":
-            let path = try editedDocument(request, store: store)
+            let path = try string(request, "doc")
             guard let patch = request["patch"] else { throw RequestError(.badRequest, "missing field \"patch\"") }
             let text = patch.stringValue ?? patch.serialized()
-            return try store.apply(.mergePatch(text), to: path)
+            return try apply(.mergePatch(text), to: path, store: store)
         case "put-member":
-            let path = try editedDocument(request, store: store)
+            let path = try string(request, "doc")
             let member = try string(request, "member")
-            return try store.apply(.putMember(member, try bytes(request)), to: path)
+            return try apply(.putMember(member, try bytes(request)), to: path, store: store)
         case "remove-member":
-            let path = try editedDocument(request, store: store)
-            return try store.apply(.removeMember(try string(request, "member")), to: path)
+            let path = try string(request, "doc")
+            return try apply(.removeMember(try string(request, "member")), to: path, store: store)
         default:
             throw RequestError(.unknownCommand, "unknown document command \"\(command)\"")
         }
-    }
-
-    /// The document an edit names: a document the store holds needs no look at the disk
-    /// (the store checks the path's form; saves refuse symbolic links); any other is
-    /// checked beneath the root like every request's.
-    private func editedDocument(_ request: JSONValue, store: isolated DocumentStore) throws -> String {
-        let path = try string(request, "doc")
-        if !store.isOpen(path) { try server.checkBeneathRoot(path) }
-        return path
     }
 
     // MARK: Commands
@@ -347,8 +339,6 @@ final class ControlSession: Sendable {
         switch command {
         case "status":
             return try await status()
-        case "get":
-            return try await get(request, store: store)
         case "save-all":
             let wait = try flag(request, "wait")
             try await store.saveAll(wait: wait)
@@ -595,13 +585,6 @@ final class ControlSession: Sendable {
         for info in documents { describe(info, into: &writer) }
         writer.endArray()
         writer.endObject()
-        return writer.bytes
-    }
-
-    /// `{"id": …, "ok": true, "document": {…}}`.
-    static func documentReply(id: JSONValue?, _ info: DocumentInfo) -> [UInt8] {
-        var writer = JSONWriter()
-        writeDocumentReply(id: id, info, into: &writer)
         return writer.bytes
     }
 

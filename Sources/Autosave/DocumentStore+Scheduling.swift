@@ -90,11 +90,18 @@ extension DocumentStore {
 
     func noteEdit(_ path: String, at index: [String: Entry].Index) {
         let now = Moment.now
-        modifyEntry(at: index) { entry in
-            entry.lastEdit = now
-            if entry.firstUnsavedEdit == nil { entry.firstUnsavedEdit = now }
-        }
-        schedule(path, at: index, now: now)
+        let delays = scheduleDelays
+        let decision = modifyEntry(at: index) { entry in Self.recordEdit(&entry, now: now, delays: delays) }
+        if let decision { queue(path, decision) }
+    }
+
+    /// Records an edit made `now` in `entry` and sets its deadline (see ``reschedule(_:now:delays:)``).
+    static func recordEdit(
+        _ entry: inout Entry, now: Moment, delays: (quiet: Int64, max: Int64)
+    ) -> (deadline: Moment, push: Bool)? {
+        entry.lastEdit = now
+        if entry.firstUnsavedEdit == nil { entry.firstUnsavedEdit = now }
+        return reschedule(&entry, now: now, delays: delays)
     }
 
     /// Runs `body` on the entry in place. Reading `entries.values[index].field` would copy

@@ -20,7 +20,7 @@ public actor DocumentStore {
     public private(set) var configuration: Configuration {
         didSet { scheduleDelays = Self.delays(of: configuration) }
     }
-    /// The last ``wallClockOffset()``, and when it was measured.
+    /// The last ``wallClockOffset(now:)``, and when it was measured.
     var clockOffset: (measuredAt: Moment, seconds: Double) = (Moment(nanoseconds: 0), 0)
     /// `QuietPeriod=` and `MaxDelay=` in nanoseconds, for the deadline of every edit.
     var scheduleDelays: (quiet: Int64, max: Int64)
@@ -356,9 +356,7 @@ public actor DocumentStore {
                 throw Self.storeError(error, path: path)
             }
             entry.changeCount += 1
-            entry.lastEdit = now
-            if entry.firstUnsavedEdit == nil { entry.firstUnsavedEdit = now }
-            let decision = Self.reschedule(&entry, now: now, delays: delays)
+            let decision = Self.recordEdit(&entry, now: now, delays: delays)
             return (info(path, entry, now: now), decision)
         }
         if let decision { queue(path, decision) }
@@ -548,7 +546,7 @@ public actor DocumentStore {
         if now.nanoseconds - clockOffset.measuredAt.nanoseconds > 1_000_000_000
             || clockOffset.measuredAt.nanoseconds == 0
         {
-            clockOffset = (now, Date().timeIntervalSince1970 - Double(Moment.now.nanoseconds) / 1e9)
+            clockOffset = (now, Date().timeIntervalSince1970 - Double(now.nanoseconds) / 1e9)
         }
         return clockOffset.seconds
     }
