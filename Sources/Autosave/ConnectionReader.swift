@@ -33,7 +33,6 @@ final class ConnectionReader: ReadinessHandler, @unchecked Sendable {
     private let connection: Connection
     private let maxRequestSize: Int
     private var reader: LineReader
-    private var buffer = [UInt8](repeating: 0, count: 64 * 1024)
     /// The connection's task, parked until there is work for it.
     private var waiting: UnsafeContinuation<Work, Never>?
     private var ended = false
@@ -93,11 +92,12 @@ final class ConnectionReader: ReadinessHandler, @unchecked Sendable {
     private func pump(store: isolated DocumentStore) -> Work? {
         while true {
             if ended || connection.isBroken { return .end }
+            // Every connection reads into the loop's one buffer: what a read brings is
+            // answered, or copied for the task, before the next connection's turn.
+            let buffer = store.loop.readBuffer
             let count: Int
             do {
-                count = try buffer.withUnsafeMutableBytes { raw in
-                    Result { () throws(Errno) in try fd.read(into: raw) }
-                }.get()
+                count = try fd.read(into: buffer)
             } catch .wouldBlock {
                 return nil
             } catch {
@@ -111,18 +111,16 @@ final class ConnectionReader: ReadinessHandler, @unchecked Sendable {
             // Requests are answered as they are split off; once one has to wait, it and every
             // line after it go to the task, in order.
             var pending: [Pending] = []
-            buffer.withUnsafeBytes { buffer in
-                reader.feed(UnsafeRawBufferPointer(rebasing: buffer[..<count])) { item in
-                    switch item {
-                    case .line(let line):
-                        if !pending.isEmpty {
-                            pending.append(.line(Array(line)))
-                        } else if let request = session.handleNow(line, store: store) {
-                            pending.append(.request(request))
-                        }
-                    case .tooLarge(let size):
-                        if pending.isEmpty { tooLarge(size) } else { pending.append(.tooLarge(size)) }
+            reader.feed(UnsafeRawBufferPointer(rebasing: buffer[..<count])) { item in
+                switch item {
+                case .line(let line):
+                    if !pending.isEmpty {
+                        pending.append(.line(Array(line)))
+                    } else if let request = session.handleNow(line, store: store) {
+                        pending.append(.request(request))
                     }
+                case .tooLarge(let size):
+                    if pending.isEmpty { tooLarge(size) } else { pending.append(.tooLarge(size)) }
                 }
             }
             if !pending.isEmpty { return .requests(pending) }

@@ -57,11 +57,11 @@ struct EditReply {
             reply.put(",\"saves\":")
             reply.putInteger(UInt64(info.saves))
             reply.put(",\"last_saved\":")
-            if let saved = info.lastSaved { reply.putTimestamp(saved) } else { reply.put("null") }
+            if let saved = info.lastSaved { reply.putTimestamp(saved, slot: .lastSaved) } else { reply.put("null") }
             switch info.state {
             case .scheduled(let at):
                 reply.put(",\"save_at\":")
-                reply.putTimestamp(at)
+                reply.putTimestamp(at, slot: .saveAt)
             case .failed:
                 reply.put(",\"failure\":")
                 failure.withUnsafeBufferPointer { reply.putBytes($0) }
@@ -134,10 +134,10 @@ struct EditReply {
     }
 
     /// `"2026-11-29T18:11:15.662Z"`, quotes included.
-    private mutating func putTimestamp(_ date: Date) {
+    private mutating func putTimestamp(_ date: Date, slot: TimestampSlot) {
         base[count] = UInt8(ascii: "\"")
         count += 1
-        count += Self.formatTimestamp(date, into: base + count)
+        count += Self.formatTimestamp(date, into: base + count, slot: slot)
         base[count] = UInt8(ascii: "\"")
         count += 1
     }
@@ -145,24 +145,31 @@ struct EditReply {
     /// Writes `date` as `2026-11-29T18:11:15.662Z` (UTC, milliseconds; 24 bytes) at
     /// `out`, computed without Foundation's formatters or the C library's `gmtime` (the
     /// civil date from the day number, as in Howard Hinnant's `civil_from_days`).
-    static func formatTimestamp(_ date: Date, into out: UnsafeMutablePointer<UInt8>) -> Int {
+    static func formatTimestamp(
+        _ date: Date, into out: UnsafeMutablePointer<UInt8>, slot: TimestampSlot = .lastSaved
+    ) -> Int {
         let milliseconds = Int((date.timeIntervalSince1970 * 1000).rounded(.down))
         var (second, millisecond) = milliseconds.quotientAndRemainder(dividingBy: 1000)
         if millisecond < 0 {
             second -= 1
             millisecond += 1000
         }
-        // The date and time to the second change once a second: kept from the last call.
-        let cached = lastSecond.withLock { last -> Bool in
-            guard last.second == second else { return false }
-            withUnsafeBytes(of: last.text) { out.update(from: $0.bindMemory(to: UInt8.self).baseAddress!, count: 20) }
+        // The date and time to the second change once a second: kept from the last call
+        // for the same slot (an edit's reply has two timestamps, its last save and its
+        // next, usually seconds apart).
+        let cached = lastSeconds.withLock { last -> Bool in
+            let kept = slot == .lastSaved ? last.lastSaved : last.saveAt
+            guard kept.second == second else { return false }
+            withUnsafeBytes(of: kept.text) { out.update(from: $0.bindMemory(to: UInt8.self).baseAddress!, count: 20) }
             return true
         }
         if !cached {
             formatSecond(second, into: out)
             var text: Text20 = (0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0)
             withUnsafeMutableBytes(of: &text) { $0.copyMemory(from: UnsafeRawBufferPointer(start: out, count: 20)) }
-            lastSecond.withLock { $0 = (second, text) }
+            lastSeconds.withLock { last in
+                if slot == .lastSaved { last.lastSaved = (second, text) } else { last.saveAt = (second, text) }
+            }
         }
         out[20] = UInt8(ascii: "0") + UInt8(truncatingIfNeeded: millisecond / 100)
         out[21] = UInt8(ascii: "0") + UInt8(truncatingIfNeeded: millisecond / 10 % 10)
@@ -175,9 +182,15 @@ struct EditReply {
         UInt8, UInt8, UInt8, UInt8, UInt8, UInt8, UInt8, UInt8, UInt8, UInt8,
         UInt8, UInt8, UInt8, UInt8, UInt8, UInt8, UInt8, UInt8, UInt8, UInt8
     )
-    /// The second last formatted and its first 20 bytes (`2026-11-29T18:11:15.`).
-    private static let lastSecond = Mutex<(second: Int, text: Text20)>(
-        (Int.min, (0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0)))
+    private typealias FormattedSecond = (second: Int, text: Text20)
+    private static let unformatted: FormattedSecond = (
+        Int.min, (0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0)
+    )
+    /// Which kind of timestamp is written: each keeps its own last second.
+    enum TimestampSlot { case lastSaved, saveAt }
+    /// The second last formatted for each slot, with its first 20 bytes (`2026-11-29T18:11:15.`).
+    private static let lastSeconds = Mutex<(lastSaved: FormattedSecond, saveAt: FormattedSecond)>(
+        (unformatted, unformatted))
 
     /// `2026-11-29T18:11:15.` for `second` since 1970 (the civil date from the day number).
     private static func formatSecond(_ second: Int, into out: UnsafeMutablePointer<UInt8>) {

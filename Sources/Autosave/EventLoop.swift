@@ -78,6 +78,31 @@ final class EventLoop: SerialExecutor, @unchecked Sendable {
         }
     }
 
+    /// The waiters by descriptor number, in an array: descriptor numbers are small and
+    /// dense, and every readiness event looks one up.
+    private struct WaiterTable {
+        private var slots: [Waiters?] = []
+
+        subscript(raw: Int32) -> Waiters? {
+            get { Int(raw) < slots.count ? slots[Int(raw)] : nil }
+            _modify {
+                let index = Int(raw)
+                if index >= slots.count {
+                    slots.append(contentsOf: repeatElement(nil, count: max(index + 1, 2 * slots.count) - slots.count))
+                }
+                yield &slots[index]
+            }
+        }
+
+        mutating func removeValue(forKey raw: Int32) -> Waiters? {
+            guard Int(raw) < slots.count else { return nil }
+            defer { slots[Int(raw)] = nil }
+            return slots[Int(raw)]
+        }
+
+        var values: [Waiters] { slots.compactMap { $0 } }
+    }
+
     private struct Jobs {
         /// Jobs and whether each came through ``taskExecutor``.
         var queue: [(job: UnownedJob, forTask: Bool)] = []
@@ -91,7 +116,11 @@ final class EventLoop: SerialExecutor, @unchecked Sendable {
 
     private let epoll: Epoll
     private let wakeup: FileDescriptor
-    private let waiters = Mutex<[Int32: Waiters]>([:])
+    /// Where connections read their requests, on the loop's thread only (see
+    /// ``ConnectionReader``): one buffer for all, so memory does not grow with the number
+    /// of clients and the reads of a pass stay in the same cache lines.
+    let readBuffer = UnsafeMutableRawBufferPointer.allocate(byteCount: 64 * 1024, alignment: 64)
+    private let waiters = Mutex(WaiterTable())
     private let jobs = Mutex(Jobs())
     private let stopping = Atomic<Bool>(false)
     /// The loop thread's `pthread_t`, once it runs.
@@ -160,7 +189,7 @@ final class EventLoop: SerialExecutor, @unchecked Sendable {
     private static let readEvents: Epoll.Events = [.readable, .peerClosed, .edgeTriggered]
 
     /// Registers `raw` with epoll (once: edge-triggered, for reading); `false` if it cannot be.
-    private func register(_ raw: Int32, in all: inout [Int32: Waiters]) -> Bool {
+    private func register(_ raw: Int32, in all: inout WaiterTable) -> Bool {
         if all[raw] != nil { return true }
         do {
             try epoll.add(FileDescriptor(rawValue: raw), events: Self.readEvents, tag: UInt64(raw))
@@ -173,7 +202,7 @@ final class EventLoop: SerialExecutor, @unchecked Sendable {
 
     /// Adds writability to a registered descriptor's events (once). A socket that is
     /// writable already reports so at once.
-    private func watchWrites(_ raw: Int32, in all: inout [Int32: Waiters]) -> Bool {
+    private func watchWrites(_ raw: Int32, in all: inout WaiterTable) -> Bool {
         if all[raw]!.watchingWrites { return true }
         do {
             try epoll.modify(
@@ -358,7 +387,7 @@ final class EventLoop: SerialExecutor, @unchecked Sendable {
         }
         let (remaining, attached): ([UnsafeContinuation<Bool, Never>], [any ReadinessHandler]) = waiters.withLock {
             all in
-            defer { all = [:] }
+            defer { all = WaiterTable() }
             return (all.values.flatMap { [$0.read, $0.write].compactMap { $0 } }, all.values.compactMap(\.handler))
         }
         for continuation in remaining { continuation.resume(returning: false) }
@@ -371,6 +400,7 @@ final class EventLoop: SerialExecutor, @unchecked Sendable {
     deinit {
         try? epoll.close()
         try? wakeup.close()
+        readBuffer.deallocate()
     }
 }
 

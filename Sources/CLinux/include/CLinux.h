@@ -6,7 +6,19 @@
 // macro for every target.
 
 #include <stdint.h>
+#include <sys/syscall.h>
 #include <sys/types.h>
+#include <unistd.h>
+
+/// read(2) and sendto(2) as plain system calls: glibc's wrappers are cancellation points
+/// and switch the thread's cancellation state around every call, which nothing here uses
+/// (no thread is ever cancelled) and which costs on the control socket's busiest path.
+static inline long clinux_read(int fd, void *buffer, size_t count) {
+    return syscall(SYS_read, fd, buffer, count);
+}
+static inline long clinux_send(int fd, const void *buffer, size_t count, int flags) {
+    return syscall(SYS_sendto, fd, buffer, count, flags, (void *)0, 0);
+}
 
 int clinux_renameat2(int olddirfd, const char *oldpath, int newdirfd, const char *newpath,
                      unsigned int flags);

@@ -24,7 +24,7 @@ internal func system_openat_beneath(
 internal func system_close(_ fd: CInt) -> CInt { Glibc.close(fd) }
 
 internal func system_read(_ fd: CInt, _ buffer: UnsafeMutableRawPointer?, _ count: Int) -> Int {
-    Glibc.read(fd, buffer, count)
+    clinux_read(fd, buffer, count)
 }
 
 internal func system_pread(_ fd: CInt, _ buffer: UnsafeMutableRawPointer?, _ count: Int, _ offset: off_t) -> Int {
@@ -126,7 +126,7 @@ internal func system_set_nonblocking(_ fd: CInt) -> CInt {
     return Glibc.fcntl(fd, F_SETFL, flags | O_NONBLOCK)
 }
 internal func system_send(_ fd: CInt, _ buffer: UnsafeRawPointer?, _ count: Int) -> Int {
-    Glibc.send(fd, buffer, count, CInt(MSG_NOSIGNAL))
+    clinux_send(fd, buffer, count, CInt(MSG_NOSIGNAL))
 }
 
 internal func system_epoll_create() -> CInt { clinux_epoll_create() }
