@@ -33,6 +33,9 @@ final class ConnectionReader: ReadinessHandler, @unchecked Sendable {
     private let connection: Connection
     private let maxRequestSize: Int
     private var reader: LineReader
+    private var memo = ControlSession.EditMemo()
+    /// The loop's read buffer (see ``EventLoop/readBuffer``).
+    private let readBuffer: UnsafeMutableRawBufferPointer
     /// The connection's task, parked until there is work for it.
     private var waiting: UnsafeContinuation<Work, Never>?
     private var ended = false
@@ -47,6 +50,7 @@ final class ConnectionReader: ReadinessHandler, @unchecked Sendable {
         self.connection = session.connection
         self.maxRequestSize = maxRequestSize
         self.reader = LineReader(limit: maxRequestSize)
+        self.readBuffer = store.loop.readBuffer
     }
 
     /// Serves the connection until it ends. Runs as the connection's task, isolated to the store.
@@ -74,11 +78,22 @@ final class ConnectionReader: ReadinessHandler, @unchecked Sendable {
         if peerClosed { self.peerClosed = true }
         // The task is busy with requests that wait: it reads again once it is done.
         guard let waiting else { return }
-        let work = store.onLoopThread { store in pump(store: store) }
+        precondition(store.loop.isCurrent, "a connection read off the store's thread")
+        let work = Self.pumpOnLoop(self, store)
         guard let work else { return }
         self.waiting = nil
         waiting.resume(returning: work)
     }
+
+    /// ``pump(store:)`` entered from the loop's readiness call, which runs on the store's
+    /// thread between jobs: sound, since the loop is the store's serial executor. (Asking
+    /// the runtime with `assumeIsolated` would cost a round trip through the executor on
+    /// every readiness event; a closure capturing the reader, an allocation.) The
+    /// isolated parameter is an ordinary one in the calling convention.
+    private static let pumpOnLoop = unsafeBitCast(
+        { (reader: ConnectionReader, store: isolated DocumentStore) in reader.pump(store: store) }
+            as @Sendable (ConnectionReader, isolated DocumentStore) -> Work?,
+        to: (@Sendable (ConnectionReader, DocumentStore) -> Work?).self)
 
     func loopStopped() {
         ended = true
@@ -94,7 +109,7 @@ final class ConnectionReader: ReadinessHandler, @unchecked Sendable {
             if ended || connection.isBroken { return .end }
             // Every connection reads into the loop's one buffer: what a read brings is
             // answered, or copied for the task, before the next connection's turn.
-            let buffer = store.loop.readBuffer
+            let buffer = readBuffer
             let count: Int
             do {
                 count = try fd.read(into: buffer)
@@ -116,7 +131,7 @@ final class ConnectionReader: ReadinessHandler, @unchecked Sendable {
                 case .line(let line):
                     if !pending.isEmpty {
                         pending.append(.line(Array(line)))
-                    } else if let request = session.handleNow(line, store: store) {
+                    } else if let request = session.handleNow(line, memo: &memo, store: store) {
                         pending.append(.request(request))
                     }
                 case .tooLarge(let size):

@@ -77,8 +77,15 @@ final class ControlSession: Sendable {
     /// Answers the request on `line` at once, on the store's thread, when its command
     /// needs no waiting (``immediateCommands``); otherwise returns the parsed request,
     /// to be handled by ``handle(_:store:)``.
-    func handleNow(_ line: UnsafeRawBufferPointer, store: isolated DocumentStore) -> JSONValue? {
-        // The most frequent requests, read without a value tree.
+    func handleNow(
+        _ line: UnsafeRawBufferPointer, memo: inout EditMemo, store: isolated DocumentStore
+    ) -> JSONValue? {
+        // The most frequent requests, read without a value tree: in place when their id
+        // and path are plain, else with strings made for them.
+        if let edit = EditRequest.scanRaw(line) {
+            applyEdit(edit, memo: &memo, store: store)
+            return nil
+        }
         if let edit = EditRequest.scan(line) {
             do {
                 let info = try applyEdit(edit, store: store)
@@ -94,6 +101,55 @@ final class ControlSession: Sendable {
         }
         answerNow(command, request, store: store)
         return nil
+    }
+
+    /// What a connection keeps of the document its last plain edit named, so that the
+    /// next edit of the same document — the usual case — needs no new path string, no
+    /// check of it, and no new reply prefix. Kept by ``ConnectionReader``.
+    struct EditMemo {
+        /// The `doc` of the request as sent.
+        var document: [UInt8] = []
+        /// `document` once checked (``DocumentPath/validate(_:)``).
+        var path = ""
+        var isJSON = false
+        /// The type `prefix` was written for.
+        var type: UTType?
+        /// ``EditReply/documentPrefix(path:type:)``.
+        var prefix: [UInt8] = []
+    }
+
+    private func applyEdit(_ edit: EditRequest.Raw, memo: inout EditMemo, store: isolated DocumentStore) {
+        if !memo.document.withUnsafeBytes({ $0.elementsEqual(edit.document) }) {
+            let path: String
+            do {
+                path = try DocumentPath.validate(String(decoding: edit.document, as: UTF8.self))
+            } catch {
+                connection.send(Self.failure(edit.idValue, error))
+                return
+            }
+            memo = EditMemo(document: Array(edit.document), path: path, isJSON: Self.isJSONPath(path))
+        }
+        let documentEdit: DocumentEdit
+        switch edit.command {
+        case .set: documentEdit = memo.isJSON ? .setJSON(edit.text) : .setText(edit.text)
+        case .append: documentEdit = .append(edit.text)
+        }
+        let outcome: EditOutcome
+        do {
+            outcome = try store.apply(documentEdit, toValid: memo.path, create: edit.command == .set) { path in
+                try server.checkBeneathRoot(path)
+            }
+        } catch {
+            connection.send(Self.failure(edit.idValue, error))
+            return
+        }
+        if memo.type != outcome.contentType {
+            memo.type = outcome.contentType
+            memo.prefix = EditReply.documentPrefix(path: memo.path, type: outcome.contentType)
+        }
+        memo.prefix.withUnsafeBytes { prefix in
+            EditReply.withBytes(idText: edit.id, prefix: prefix, outcome) { connection.send(line: $0) }
+        }
     }
 
     /// Answers a request whose command is one of ``immediateCommands``.
@@ -133,7 +189,9 @@ final class ControlSession: Sendable {
     private func apply(
         _ edit: DocumentEdit, to path: String, create: Bool = false, store: isolated DocumentStore
     ) throws -> DocumentInfo {
-        try store.apply(edit, to: path, create: create) { path in try server.checkBeneathRoot(path) }
+        let path = try DocumentPath.validate(path)
+        return try store.apply(edit, toValid: path, create: create) { path in try server.checkBeneathRoot(path) }
+            .info(path: path)
     }
 
     /// Whether `path` ends in `.json`, in any case: `set` with `text` parses such a document's text as JSON.

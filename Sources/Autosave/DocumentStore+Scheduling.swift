@@ -160,9 +160,11 @@ extension DocumentStore {
     /// Puts a new deadline in the heap if needed, and wakes the scheduler if it sleeps past it.
     func queue(_ path: String, _ decision: (deadline: Moment, push: Bool)) {
         if decision.push { heap.push(decision.deadline, path) }
-        if let target = sleepTarget, decision.deadline < target {
-            wake()
-        } else if sleeper != nil && sleepTarget == nil {
+        // The sleeper is looked at only when it sleeps without a target (rare): reading
+        // the optional continuation copies it.
+        if let target = sleepTarget {
+            if decision.deadline < target { wake() }
+        } else if sleeper != nil {
             wake()
         }
     }

@@ -90,17 +90,6 @@ public actor DocumentStore {
     /// thread each call hops to the store's thread and back.
     public nonisolated var taskExecutor: any TaskExecutor { loop.taskExecutor }
 
-    /// Runs `body` isolated to the store from the loop's own code (readiness handlers),
-    /// which runs on the store's thread between jobs. `assumeIsolated` would ask the
-    /// runtime, which cannot know and asks the executor back, on every readiness event.
-    nonisolated func onLoopThread<T>(_ body: (isolated DocumentStore) -> T) -> T {
-        precondition(loop.isCurrent, "the store's loop-thread entry used off the loop thread")
-        return withoutActuallyEscaping(body) { body in
-            // Sound: the loop is the store's serial executor, and it runs no job meanwhile.
-            unsafeBitCast(body, to: ((DocumentStore) -> T).self)(self)
-        }
-    }
-
     deinit {
         watcher?.stop()
         loop.stop()
@@ -309,15 +298,16 @@ public actor DocumentStore {
     public func apply(_ edit: DocumentEdit, to path: String, create: Bool = false) throws(StoreError) -> DocumentInfo {
         let path = try DocumentPath.validate(path)
         guard accepting else { throw .shuttingDown }
-        return try apply(edit, at: index(forEditing: path, create: create), path: path)
+        return try apply(edit, at: index(forEditing: path, create: create), path: path).info(path: path)
     }
 
-    /// ``apply(_:to:create:)``, with `checkUnopened` called first for a document the
-    /// store does not hold yet (the control socket checks the path on disk then).
+    /// ``apply(_:to:create:)`` for a path ``DocumentPath/validate(_:)`` has accepted,
+    /// with `checkUnopened` called first for a document the store does not hold yet (the
+    /// control socket checks the path on disk then). Returns what the reply to an edit
+    /// tells, without the path.
     func apply(
-        _ edit: DocumentEdit, to path: String, create: Bool, checkUnopened: (String) throws -> Void
-    ) throws -> DocumentInfo {
-        let path = try DocumentPath.validate(path)
+        _ edit: DocumentEdit, toValid path: String, create: Bool, checkUnopened: (String) throws -> Void
+    ) throws -> EditOutcome {
         guard accepting else { throw StoreError.shuttingDown }
         let index: [String: Entry].Index
         if let existing = entries.index(forKey: path) {
@@ -343,12 +333,12 @@ public actor DocumentStore {
     /// entry for the whole edit, the path every edit takes.
     private func apply(
         _ edit: DocumentEdit, at index: [String: Entry].Index, path: String
-    ) throws(StoreError) -> DocumentInfo {
+    ) throws(StoreError) -> EditOutcome {
         let refuse = configuration.refuseEditsWhenSaveFails
         let delays = scheduleDelays
         let now = Moment.now
         let (described, decision) = try modifyEntry(at: index) {
-            (entry) throws(StoreError) -> (DocumentInfo, (deadline: Moment, push: Bool)?) in
+            (entry) throws(StoreError) -> (EditOutcome, (deadline: Moment, push: Bool)?) in
             if refuse, let failure = entry.failure { throw .refusedWhileSaveFails(failure) }
             do {
                 try entry.document.apply(edit, existingFile: entry.existingFile)
@@ -357,7 +347,7 @@ public actor DocumentStore {
             }
             entry.changeCount += 1
             let decision = Self.recordEdit(&entry, now: now, delays: delays)
-            return (info(path, entry, now: now), decision)
+            return (self.outcome(entry, now: now), decision)
         }
         if let decision { queue(path, decision) }
         return described
@@ -524,6 +514,12 @@ public actor DocumentStore {
         DocumentInfo(
             path: path, contentType: entry.contentType, state: state(of: entry, now: now),
             changeCount: entry.changeCount,
+            savedChangeCount: entry.savedChangeCount, lastSaved: entry.lastSaved, saves: entry.saves)
+    }
+
+    func outcome(_ entry: Entry, now: Moment) -> EditOutcome {
+        EditOutcome(
+            contentType: entry.contentType, state: state(of: entry, now: now), changeCount: entry.changeCount,
             savedChangeCount: entry.savedChangeCount, lastSaved: entry.lastSaved, saves: entry.saves)
     }
 

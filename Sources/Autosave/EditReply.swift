@@ -15,56 +15,80 @@ struct EditReply {
     /// Writes the reply to `info` for a request with `id` (a number, string, boolean or
     /// null, as ``EditRequest`` reads it) and calls `body` with its bytes.
     static func withBytes<R>(id: JSONValue?, _ info: DocumentInfo, _ body: (UnsafeRawBufferPointer) -> R) -> R {
-        // Every string may grow sixfold when escaped (`\u00XX`); the rest is bounded.
-        let idBytes: Int
-        switch id {
-        case .string(let text): idBytes = text.utf8.count * 6 + 2
-        case .number(let text): idBytes = text.utf8.count
-        default: idBytes = 5
+        let idText: [UInt8]? = id.map { id in
+            var writer = JSONWriter()
+            writer.value(id)
+            return writer.bytes
         }
+        let prefix = documentPrefix(path: info.path, type: info.contentType)
+        let outcome = EditOutcome(
+            contentType: info.contentType, state: info.state, changeCount: info.changeCount,
+            savedChangeCount: info.savedChangeCount, lastSaved: info.lastSaved, saves: info.saves)
+        return prefix.withUnsafeBytes { prefix in
+            guard let idText else { return withBytes(idText: nil, prefix: prefix, outcome, body) }
+            return idText.withUnsafeBytes { withBytes(idText: $0, prefix: prefix, outcome, body) }
+        }
+    }
+
+    /// The part of an edit's reply that stays the same for a document:
+    /// `"ok":true,"document":{"doc":…,"type":…,"state":"` (kept by the caller for the
+    /// next edit of the same document).
+    static func documentPrefix(path: String, type: UTType) -> [UInt8] {
+        // Every string may grow sixfold when escaped (`\u00XX`); the rest is bounded.
+        let capacity = 64 + 6 * (path.utf8.count + type.identifier.utf8.count)
+        return [UInt8](unsafeUninitializedCapacity: capacity) { buffer, initialized in
+            var reply = EditReply(base: buffer.baseAddress!)
+            reply.put("\"ok\":true,\"document\":{\"doc\":")
+            reply.putString(path)
+            reply.put(",\"type\":")
+            reply.putString(type.identifier)
+            reply.put(",\"state\":\"")
+            precondition(reply.count <= capacity, "an edit reply's prefix outgrew its buffer")
+            initialized = reply.count
+        }
+    }
+
+    /// Writes the reply to an edit that left the document as `outcome` says, for a
+    /// request whose `id` has the JSON text `idText`, with the document's
+    /// ``documentPrefix(path:type:)``, and calls `body` with its bytes.
+    static func withBytes<R>(
+        idText: UnsafeRawBufferPointer?, prefix: UnsafeRawBufferPointer, _ outcome: EditOutcome,
+        _ body: (UnsafeRawBufferPointer) -> R
+    ) -> R {
         // A failure (rare) is written by the general writer, and its size counted here.
         var failure: [UInt8] = []
-        if case .failed(let saveFailure) = info.state {
+        if case .failed(let saveFailure) = outcome.state {
             var writer = JSONWriter()
             writer.value(ControlSession.describe(saveFailure))
             failure = writer.bytes
         }
-        let capacity =
-            320 + idBytes + failure.count + 6 * (info.path.utf8.count + info.contentType.identifier.utf8.count)
+        // The rest is bounded: `{"id":,`, a state's name, three integers, two timestamps, their keys, `}}\n`.
+        let capacity = 256 + (idText?.count ?? 0) + prefix.count + failure.count
         return withUnsafeTemporaryAllocation(of: UInt8.self, capacity: capacity) { buffer in
             var reply = EditReply(base: buffer.baseAddress!)
             reply.put("{")
-            if let id {
+            if let idText {
                 reply.put("\"id\":")
-                switch id {
-                case .string(let text): reply.putString(text)
-                case .number(let text): reply.putPlain(text)
-                case .bool(let flag): reply.put(flag ? "true" : "false")
-                default: reply.put("null")
-                }
+                reply.putBytes(idText)
                 reply.put(",")
             }
-            reply.put("\"ok\":true,\"document\":{\"doc\":")
-            reply.putString(info.path)
-            reply.put(",\"type\":")
-            reply.putString(info.contentType.identifier)
-            reply.put(",\"state\":\"")
-            reply.putPlain(info.state.name)
+            reply.putBytes(prefix)
+            reply.put(outcome.state.staticName)
             reply.put("\",\"changes\":")
-            reply.putInteger(info.changeCount)
+            reply.putInteger(outcome.changeCount)
             reply.put(",\"saved_changes\":")
-            reply.putInteger(info.savedChangeCount)
+            reply.putInteger(outcome.savedChangeCount)
             reply.put(",\"saves\":")
-            reply.putInteger(UInt64(info.saves))
+            reply.putInteger(UInt64(outcome.saves))
             reply.put(",\"last_saved\":")
-            if let saved = info.lastSaved { reply.putTimestamp(saved, slot: .lastSaved) } else { reply.put("null") }
-            switch info.state {
+            if let saved = outcome.lastSaved { reply.putTimestamp(saved, slot: .lastSaved) } else { reply.put("null") }
+            switch outcome.state {
             case .scheduled(let at):
                 reply.put(",\"save_at\":")
                 reply.putTimestamp(at, slot: .saveAt)
             case .failed:
                 reply.put(",\"failure\":")
-                failure.withUnsafeBufferPointer { reply.putBytes($0) }
+                failure.withUnsafeBytes { reply.putBytes($0) }
             default: break
             }
             reply.put("}}\n")
@@ -86,36 +110,47 @@ struct EditReply {
         count += bytes.count
     }
 
+    private mutating func putBytes(_ bytes: UnsafeRawBufferPointer) {
+        guard let start = bytes.baseAddress else { return }
+        UnsafeMutableRawPointer(base + count).copyMemory(from: start, byteCount: bytes.count)
+        count += bytes.count
+    }
+
     /// Text that needs no escaping, as it is.
     private mutating func putPlain(_ text: String) {
+        if let done: Void = text.utf8.withContiguousStorageIfAvailable({ putBytes($0) }) { return done }
         var text = text
         text.withUTF8 { putBytes($0) }
     }
 
     /// A JSON string: quotes, and escapes where needed.
     private mutating func putString(_ text: String) {
+        // Read in place (a native string always is); a copy made contiguous otherwise.
+        if let done: Void = text.utf8.withContiguousStorageIfAvailable({ putString(utf8: $0) }) { return done }
         var text = text
-        text.withUTF8 { bytes in
-            base[count] = UInt8(ascii: "\"")
-            count += 1
-            var plain = true
-            for byte in bytes where byte < 0x20 || byte == UInt8(ascii: "\"") || byte == UInt8(ascii: "\\") {
-                plain = false
-                break
-            }
-            if plain {
-                putBytes(bytes)
-            } else {
-                var writer = JSONWriter()
-                writer.string(String(decoding: bytes, as: UTF8.self))
-                // Without the quotes the writer adds.
-                writer.bytes.withUnsafeBufferPointer {
-                    putBytes(UnsafeBufferPointer(rebasing: $0.dropFirst().dropLast()))
-                }
-            }
-            base[count] = UInt8(ascii: "\"")
-            count += 1
+        text.withUTF8 { putString(utf8: $0) }
+    }
+
+    private mutating func putString(utf8 bytes: UnsafeBufferPointer<UInt8>) {
+        base[count] = UInt8(ascii: "\"")
+        count += 1
+        var plain = true
+        for byte in bytes where byte < 0x20 || byte == UInt8(ascii: "\"") || byte == UInt8(ascii: "\\") {
+            plain = false
+            break
         }
+        if plain {
+            putBytes(bytes)
+        } else {
+            var writer = JSONWriter()
+            writer.string(String(decoding: bytes, as: UTF8.self))
+            // Without the quotes the writer adds.
+            writer.bytes.withUnsafeBufferPointer {
+                putBytes(UnsafeBufferPointer(rebasing: $0.dropFirst().dropLast()))
+            }
+        }
+        base[count] = UInt8(ascii: "\"")
+        count += 1
     }
 
     private mutating func putInteger(_ value: UInt64) {

@@ -345,8 +345,13 @@ final class EventLoop: SerialExecutor, @unchecked Sendable {
                 return true
             }
             if queueEmpty, !localFlushes.isEmpty {
-                flushes += localFlushes
-                localFlushes.removeAll(keepingCapacity: true)
+                // Swapped, not copied: a copy would retain every connection once more.
+                if flushes.isEmpty {
+                    swap(&flushes, &localFlushes)
+                } else {
+                    flushes += localFlushes
+                    localFlushes.removeAll(keepingCapacity: true)
+                }
             }
             // A pass that sent replies polls once more before sleeping: under load the
             // clients' next requests are usually there already, and a sleeping loop would

@@ -17,7 +17,10 @@ public enum SaveState: Sendable, Equatable {
     indirect case failed(SaveFailure)
 
     /// The state's name: `clean`, `dirty`, `scheduled`, `saving` or `failed`.
-    public var name: String {
+    public var name: String { staticName.description }
+
+    /// ``name`` as static text (written into replies without making a string).
+    var staticName: StaticString {
         switch self {
         case .clean: "clean"
         case .dirty: "dirty"
@@ -58,6 +61,23 @@ public struct DocumentInfo: Sendable, Equatable {
     public var savedChangeCount: UInt64
     public var lastSaved: Date?
     public var saves: Int
+}
+
+/// A document's description after an edit, without its path (the caller has it): what
+/// an edit's reply tells.
+struct EditOutcome {
+    var contentType: UTType
+    var state: SaveState
+    var changeCount: UInt64
+    var savedChangeCount: UInt64
+    var lastSaved: Date?
+    var saves: Int
+
+    func info(path: String) -> DocumentInfo {
+        DocumentInfo(
+            path: path, contentType: contentType, state: state, changeCount: changeCount,
+            savedChangeCount: savedChangeCount, lastSaved: lastSaved, saves: saves)
+    }
 }
 
 /// The store's counters, for `status`.

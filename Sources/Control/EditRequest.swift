@@ -18,15 +18,48 @@ public struct EditRequest: Sendable {
     public var text: String
 
     public static func scan(_ line: UnsafeRawBufferPointer) -> EditRequest? {
-        var scanner = Scanner(bytes: line)
+        guard let base = line.baseAddress else { return nil }
+        var scanner = Scanner(at: base, end: base + line.count)
         return scanner.request()
     }
 
-    private struct Scanner {
-        let bytes: UnsafeRawBufferPointer
-        var index = 0
+    /// A plain edit whose `id` and `doc` are left as the bytes of the line, for a caller
+    /// that echoes the id and remembers the last document by its bytes: no string is made
+    /// for either. Declines (`nil`) what ``scan(_:)`` declines, and also an `id` or `doc`
+    /// string with escapes or bytes outside ASCII (``scan(_:)`` reads those).
+    public struct Raw {
+        public var command: Command
+        /// The id's JSON text as sent — a plain integer, `true`, `false`, `null`, or a
+        /// string with its quotes — or `nil` without an id. Valid while the line is.
+        public var id: UnsafeRawBufferPointer?
+        /// The document's path between its quotes. Valid while the line is.
+        public var document: UnsafeRawBufferPointer
+        public var text: String
 
-        init(bytes: UnsafeRawBufferPointer) { self.bytes = bytes }
+        /// The id as a value (as ``EditRequest/id``).
+        public var idValue: JSONValue? {
+            guard let id else { return nil }
+            return try? JSONValue(parsing: Array(id))
+        }
+    }
+
+    public static func scanRaw(_ line: UnsafeRawBufferPointer) -> Raw? {
+        guard let base = line.baseAddress else { return nil }
+        var scanner = Scanner(at: base, end: base + line.count)
+        return scanner.rawRequest()
+    }
+
+    /// Reads through a raw pointer, one byte load at a time (no bounds checks beyond its own).
+    private struct Scanner {
+        var position: UnsafeRawPointer
+        let end: UnsafeRawPointer
+
+        init(at position: UnsafeRawPointer, end: UnsafeRawPointer) {
+            self.position = position
+            self.end = end
+        }
+
+        @inline(__always) func byte(_ at: UnsafeRawPointer) -> UInt8 { at.load(as: UInt8.self) }
 
         mutating func request() -> EditRequest? {
             guard take(UInt8(ascii: "{")) else { return nil }
@@ -55,31 +88,93 @@ public struct EditRequest: Sendable {
                 break
             }
             skipWhitespace()
-            guard index == bytes.count, let command, let document, let text else { return nil }
+            guard position == end, let command, let document, let text else { return nil }
             return EditRequest(id: id, command: command, document: document, text: text)
+        }
+
+        mutating func rawRequest() -> Raw? {
+            guard take(UInt8(ascii: "{")) else { return nil }
+            var id: UnsafeRawBufferPointer?
+            var command: Command?
+            var document: UnsafeRawBufferPointer?
+            var text: String?
+            while true {
+                guard let key = key() else { return nil }
+                switch key {
+                case .id:
+                    guard id == nil, let value = rawScalar() else { return nil }
+                    id = value
+                case .cmd:
+                    guard command == nil, let value = commandName() else { return nil }
+                    command = value
+                case .doc:
+                    skipWhitespace()
+                    guard document == nil, let value = plainASCII() else { return nil }
+                    document = UnsafeRawBufferPointer(rebasing: value.dropFirst().dropLast())
+                case .text:
+                    guard text == nil, let value = string() else { return nil }
+                    text = value
+                }
+                if take(UInt8(ascii: ",")) { continue }
+                guard take(UInt8(ascii: "}")) else { return nil }
+                break
+            }
+            skipWhitespace()
+            guard position == end, let command, let document, let text else { return nil }
+            return Raw(command: command, id: id, document: document, text: text)
+        }
+
+        /// An id's JSON text, in the forms ``scalar()`` reads, strings only in ``plainASCII()``'s form.
+        mutating func rawScalar() -> UnsafeRawBufferPointer? {
+            skipWhitespace()
+            guard position < end else { return nil }
+            if byte(position) == UInt8(ascii: "\"") { return plainASCII() }
+            let start = position
+            guard scalar() != nil else { return nil }
+            return UnsafeRawBufferPointer(start: start, count: position - start)
+        }
+
+        /// A string of printable ASCII without escapes, quotes included: its bytes are its JSON text as any writer gives it.
+        mutating func plainASCII() -> UnsafeRawBufferPointer? {
+            guard position < end, byte(position) == UInt8(ascii: "\"") else { return nil }
+            let start = position
+            var at = position + 1
+            while at < end {
+                let byte = byte(at)
+                if byte == UInt8(ascii: "\"") {
+                    position = at + 1
+                    return UnsafeRawBufferPointer(start: start, count: position - start)
+                }
+                if byte == UInt8(ascii: "\\") || byte < 0x20 || byte >= 0x7F { return nil }
+                at += 1
+            }
+            return nil
         }
 
         enum Key { case id, cmd, doc, text }
 
-        /// The bytes between a pair of quotes, taken as they are (for names that need no escapes).
-        mutating func quoted() -> UnsafeRawBufferPointer? {
-            skipWhitespace()
-            guard index < bytes.count, bytes[index] == UInt8(ascii: "\"") else { return nil }
-            let start = index + 1
-            guard let end = bytes[start...].firstIndex(of: UInt8(ascii: "\"")) else { return nil }
-            index = end + 1
-            return UnsafeRawBufferPointer(rebasing: bytes[start..<end])
-        }
-
-        /// A member name and its colon.
+        /// A member name and its colon: the name's bytes compared as they are (these names need no escapes).
         mutating func key() -> Key? {
-            guard let name = quoted(), take(UInt8(ascii: ":")) else { return nil }
-            switch (name.count, name.first) {
-            case (2, UInt8(ascii: "i")) where name[1] == UInt8(ascii: "d"): return .id
-            case (3, UInt8(ascii: "c")) where name[1] == UInt8(ascii: "m") && name[2] == UInt8(ascii: "d"): return .cmd
-            case (3, UInt8(ascii: "d")) where name[1] == UInt8(ascii: "o") && name[2] == UInt8(ascii: "c"): return .doc
+            skipWhitespace()
+            guard position < end, byte(position) == UInt8(ascii: "\"") else { return nil }
+            let name = position + 1
+            var close = name
+            while close < end, byte(close) != UInt8(ascii: "\"") { close += 1 }
+            guard close < end else { return nil }
+            position = close + 1
+            guard take(UInt8(ascii: ":")) else { return nil }
+            switch (close - name, byte(name)) {
+            case (2, UInt8(ascii: "i")) where byte(name + 1) == UInt8(ascii: "d"):
+                return .id
+            case (3, UInt8(ascii: "c"))
+            where byte(name + 1) == UInt8(ascii: "m") && byte(name + 2) == UInt8(ascii: "d"):
+                return .cmd
+            case (3, UInt8(ascii: "d"))
+            where byte(name + 1) == UInt8(ascii: "o") && byte(name + 2) == UInt8(ascii: "c"):
+                return .doc
             case (4, UInt8(ascii: "t"))
-            where name[1] == UInt8(ascii: "e") && name[2] == UInt8(ascii: "x") && name[3] == UInt8(ascii: "t"):
+            where byte(name + 1) == UInt8(ascii: "e") && byte(name + 2) == UInt8(ascii: "x")
+                && byte(name + 3) == UInt8(ascii: "t"):
                 return .text
             default: return nil
             }
@@ -87,28 +182,35 @@ public struct EditRequest: Sendable {
 
         /// `"set"` or `"append"`, compared as bytes.
         mutating func commandName() -> Command? {
-            guard let name = quoted() else { return nil }
-            if name.count == 3, name[0] == UInt8(ascii: "s"), name[1] == UInt8(ascii: "e"), name[2] == UInt8(ascii: "t")
+            skipWhitespace()
+            guard position < end, byte(position) == UInt8(ascii: "\"") else { return nil }
+            let name = position + 1
+            if end - name >= 4, byte(name) == UInt8(ascii: "s"), byte(name + 1) == UInt8(ascii: "e"),
+                byte(name + 2) == UInt8(ascii: "t"), byte(name + 3) == UInt8(ascii: "\"")
             {
+                position = name + 4
                 return .set
             }
-            if name.count == 6, name[0] == UInt8(ascii: "a"), name.elementsEqual("append".utf8) { return .append }
+            if end - name >= 7, UnsafeRawBufferPointer(start: name, count: 7).elementsEqual("append\"".utf8) {
+                position = name + 7
+                return .append
+            }
             return nil
         }
 
         /// A string, a number, `true`, `false` or `null` (the forms an `id` takes here).
         mutating func scalar() -> JSONValue? {
             skipWhitespace()
-            guard index < bytes.count else { return nil }
-            let first = bytes[index]
+            guard position < end else { return nil }
+            let first = byte(position)
             if first == UInt8(ascii: "\"") { return string().map(JSONValue.string) }
-            let start = index
-            while index < bytes.count {
-                let byte = bytes[index]
+            let start = position
+            while position < end {
+                let byte = byte(position)
                 if byte == UInt8(ascii: ",") || byte == UInt8(ascii: "}") || byte == 0x20 || byte == 0x09 { break }
-                index += 1
+                position += 1
             }
-            let token = UnsafeRawBufferPointer(rebasing: bytes[start..<index])
+            let token = UnsafeRawBufferPointer(start: start, count: position - start)
             switch first {
             case UInt8(ascii: "t"): return token.elementsEqual("true".utf8) ? .bool(true) : nil
             case UInt8(ascii: "f"): return token.elementsEqual("false".utf8) ? .bool(false) : nil
@@ -127,40 +229,40 @@ public struct EditRequest: Sendable {
         /// A string value; `nil` for anything but a string, and for `\u` escapes.
         mutating func string() -> String? {
             skipWhitespace()
-            guard index < bytes.count, bytes[index] == UInt8(ascii: "\"") else { return nil }
-            index += 1
-            let start = index
+            guard position < end, byte(position) == UInt8(ascii: "\"") else { return nil }
+            position += 1
+            let start = position
             var ascii = true
-            while index < bytes.count {
-                let byte = bytes[index]
+            while position < end {
+                let byte = byte(position)
                 if byte == UInt8(ascii: "\"") {
-                    let run = UnsafeRawBufferPointer(rebasing: bytes[start..<index])
-                    index += 1
+                    let run = UnsafeRawBufferPointer(start: start, count: position - start)
+                    position += 1
                     return ascii ? String(decoding: run, as: UTF8.self) : String(validating: run, as: UTF8.self)
                 }
                 if byte == UInt8(ascii: "\\") { return escapedString(from: start) }
                 if byte < 0x20 { return nil }
                 if byte >= 0x80 { ascii = false }
-                index += 1
+                position += 1
             }
             return nil
         }
 
         /// The rest of a string that has escapes, from its first byte at `start`.
-        mutating func escapedString(from start: Int) -> String? {
+        mutating func escapedString(from start: UnsafeRawPointer) -> String? {
             var decoded: [UInt8] = []
-            decoded.reserveCapacity(index - start + 64)
-            decoded.append(contentsOf: UnsafeRawBufferPointer(rebasing: bytes[start..<index]))
-            while index < bytes.count {
-                let byte = bytes[index]
-                index += 1
+            decoded.reserveCapacity(position - start + 64)
+            decoded.append(contentsOf: UnsafeRawBufferPointer(start: start, count: position - start))
+            while position < end {
+                let byte = byte(position)
+                position += 1
                 switch byte {
                 case UInt8(ascii: "\""):
                     return String(validating: decoded, as: UTF8.self)
                 case UInt8(ascii: "\\"):
-                    guard index < bytes.count else { return nil }
-                    let escape = bytes[index]
-                    index += 1
+                    guard position < end else { return nil }
+                    let escape = self.byte(position)
+                    position += 1
                     switch escape {
                     case UInt8(ascii: "\""), UInt8(ascii: "\\"), UInt8(ascii: "/"): decoded.append(escape)
                     case UInt8(ascii: "n"): decoded.append(10)
@@ -179,17 +281,17 @@ public struct EditRequest: Sendable {
             return nil
         }
 
-        mutating func take(_ byte: UInt8) -> Bool {
+        mutating func take(_ expected: UInt8) -> Bool {
             skipWhitespace()
-            guard index < bytes.count, bytes[index] == byte else { return false }
-            index += 1
+            guard position < end, byte(position) == expected else { return false }
+            position += 1
             return true
         }
 
         mutating func skipWhitespace() {
-            while index < bytes.count {
-                switch bytes[index] {
-                case 0x20, 0x09, 0x0A, 0x0D: index += 1
+            while position < end {
+                switch byte(position) {
+                case 0x20, 0x09, 0x0A, 0x0D: position += 1
                 default: return
                 }
             }

@@ -232,6 +232,57 @@ struct ControlSocketTests {
     }
 
     @Test(
+        "One connection editing several documents in turn: every reply names its own document, type and counts, and echoes its id",
+        .timeLimit(.minutes(1)))
+    func editsAcrossDocuments() async throws {
+        let daemon = try await RunningDaemon()
+        let raw = try Raw(daemon.socket)
+        // Each reply: (id, doc, changes) expected, or an error code (creating a document
+        // counts as its first change). The connection keeps
+        // the last document it edited: switching documents, a path written another way,
+        // another type, a refused path and a refused edit in between must not confuse it.
+        let steps: [(request: String, id: JSONValue?, doc: String?, changes: Int?, error: String?)] = [
+            (#"{"id":1,"cmd":"set","doc":"a.txt","text":"a"}"#, .number("1"), "a.txt", 2, nil),
+            (#"{"id":"s-2","cmd":"append","doc":"a.txt","text":"b"}"#, .string("s-2"), "a.txt", 3, nil),
+            (#"{"id":3,"cmd":"set","doc":"./a.txt","text":"c"}"#, .number("3"), "a.txt", 4, nil),
+            (#"{"id":null,"cmd":"set","doc":"b.json","text":"{\"k\":1}"}"#, .null, "b.json", 2, nil),
+            (#"{"id":true,"cmd":"set","doc":"b.json","text":"{oops"}"#, .bool(true), nil, nil, "bad-request"),
+            (#"{"id":-6,"cmd":"set","doc":"../x.txt","text":"x"}"#, .number("-6"), nil, nil, "invalid-path"),
+            (#"{"id":7,"cmd":"append","doc":"a.txt","text":"d"}"#, .number("7"), "a.txt", 5, nil),
+            (#"{"cmd":"set","doc":"b.json","text":"[2]"}"#, nil, "b.json", 3, nil),
+            (#"{"id":9,"cmd":"append","doc":"missing.txt","text":"m"}"#, .number("9"), nil, nil, "not-found"),
+            (#"{"id":10,"cmd":"set","doc":"d\/e.txt","text":"e"}"#, .number("10"), "d/e.txt", 2, nil),
+            (#"{"id":11,"cmd":"set","doc":"a.txt","text":"f"}"#, .number("11"), "a.txt", 6, nil),
+        ]
+        try raw.send(steps.map { $0.request + "\n" }.joined())
+        var types: [String: String] = [:]
+        for step in steps {
+            let reply = try #require(try raw.line(), "a reply to \(step.request)")
+            #expect(reply["id"] == step.id, "\(step.request)")
+            if let code = step.error {
+                #expect(reply["error"]?["code"]?.stringValue == code, "\(step.request)")
+                continue
+            }
+            let document = try #require(reply["document"], "\(step.request)")
+            #expect(document["doc"]?.stringValue == step.doc, "\(step.request)")
+            #expect(document["changes"] == .number(String(step.changes!)), "\(step.request)")
+            types[step.doc!] = document["type"]?.stringValue
+        }
+        // The types in the replies are the documents' own, as `list` gives them.
+        try raw.send(#"{"cmd":"list"}"# + "\n")
+        let listed = try #require(try raw.line()?["documents"]?.arrayValue)
+        #expect(listed.count == 3)
+        for entry in listed {
+            let doc = try #require(entry["doc"]?.stringValue)
+            #expect(types[doc] == entry["type"]?.stringValue, "\(doc)")
+        }
+        #expect(types["a.txt"] != types["b.json"])
+        #expect(await daemon.stop() == 0)
+        #expect(try daemon.onDisk("a.txt") == "f")
+        #expect(try daemon.onDisk("b.json").contains("2"))
+    }
+
+    @Test(
         "A client that half-closes while its connection waits for a durable save gets every reply, then end of file",
         .timeLimit(.minutes(1)))
     func halfCloseWhileWaiting() async throws {

@@ -15,6 +15,25 @@ struct FastPathTests {
         Array(line.utf8).withUnsafeBytes { EditRequest.scan($0) }
     }
 
+    /// What ``EditRequest/scanRaw(_:)`` makes of `bytes`, checked against ``EditRequest/scan(_:)``:
+    /// whatever it accepts, the scanner reads the same way, and its id's bytes are the
+    /// JSON text a writer gives for the id (they are echoed as they are). `nil` if declined.
+    static func checkRaw(_ bytes: [UInt8]) -> Bool? {
+        bytes.withUnsafeBytes { line -> Bool? in
+            guard let raw = EditRequest.scanRaw(line) else { return nil }
+            guard let full = EditRequest.scan(line) else { return false }
+            var idText: [UInt8]?
+            if let id = full.id {
+                var writer = JSONWriter()
+                writer.value(id)
+                idText = writer.bytes
+            }
+            return raw.command == full.command && raw.text == full.text
+                && String(decoding: raw.document, as: UTF8.self) == full.document
+                && raw.id.map(Array.init) == idText && raw.idValue == full.id
+        }
+    }
+
     @Test("Plain set and append requests are read as the full parser reads them")
     func accepted() throws {
         let lines = [
@@ -34,6 +53,14 @@ struct FastPathTests {
             #expect(fast.text == full["text"]?.stringValue, "\(line)")
             #expect((fast.command == .set ? "set" : "append") == full["cmd"]?.stringValue, "\(line)")
         }
+        // Read in place: plain ids and paths (the first, fifth, sixth and seventh lines);
+        // the others have escapes or bytes outside ASCII in their id or path.
+        let inPlace = lines.map { Self.checkRaw(Array($0.utf8)) }
+        #expect(inPlace == [true, true, nil, true, true, true, true])
+        #expect(Self.checkRaw(Array(#"{"id":"req-7","cmd":"set","doc":"x/y.txt","text":"\"\n"}"#.utf8)) == true)
+        #expect(Self.checkRaw(Array(#"{"id":"a\"b","cmd":"set","doc":"x.txt","text":""}"#.utf8)) == nil)
+        #expect(Self.checkRaw(Array(#"{"id":1,"cmd":"set","doc":"x\/y.txt","text":""}"#.utf8)) == nil)
+        #expect(Self.checkRaw(Array("{\"id\":1,\"cmd\":\"set\",\"doc\":\"x\u{7F}.txt\",\"text\":\"\"}".utf8)) == nil)
     }
 
     @Test("Anything but the plain form is left to the full parser, valid or not")
@@ -56,7 +83,10 @@ struct FastPathTests {
             #"{"cmd":"SET","doc":"a.txt","text":"a"}"#,
             "[1,2]", "", "{}",
         ]
-        for line in lines { #expect(Self.scan(line) == nil, "\(line)") }
+        for line in lines {
+            #expect(Self.scan(line) == nil, "\(line)")
+            #expect(Self.checkRaw(Array(line.utf8)) == nil, "\(line)")
+        }
         // Bytes that are not UTF-8 are declined too (the full parser names the problem).
         let invalid: [UInt8] = Array(#"{"cmd":"set","doc":"a.txt","text":""#.utf8) + [0xFF, 0xFE] + Array(#""}"#.utf8)
         #expect(invalid.withUnsafeBytes { EditRequest.scan($0) } == nil)
@@ -71,6 +101,7 @@ struct FastPathTests {
         ]
         let alphabet = Array(#"{}[]":,\ "0123456789-.abcdtexnuilr"#.utf8) + [0x09, 0x0A, 0xC3, 0xA9, 0xFF]
         var accepted = 0
+        var acceptedRaw = 0
         for _ in 0..<20_000 {
             var bytes = Array(seeds.randomElement(using: &generator)!.utf8)
             for _ in 0..<Int.random(in: 1...3, using: &generator) {
@@ -81,6 +112,10 @@ struct FastPathTests {
                 default: if bytes.count > 1 { bytes.remove(at: position) }
                 }
             }
+            if let raw = Self.checkRaw(bytes) {
+                #expect(raw, "\(String(decoding: bytes, as: UTF8.self))")
+                acceptedRaw += 1
+            }
             guard let fast = bytes.withUnsafeBytes({ EditRequest.scan($0) }) else { continue }
             accepted += 1
             let full = try JSONValue(parsing: bytes)
@@ -89,6 +124,7 @@ struct FastPathTests {
             #expect((fast.command == .set ? "set" : "append") == full["cmd"]?.stringValue)
         }
         #expect(accepted > 100, "the mutations left some requests in the plain form")
+        #expect(acceptedRaw > 50, "the mutations left some requests with a plain id and path")
     }
 
     @Test("An edit's reply has the bytes the general reply writer gives, for every state and kind of id")
