@@ -157,6 +157,20 @@ struct LineReader {
 
     init(limit: Int) { self.limit = limit }
 
+    /// The next line of `bytes` from `start`, when it can be handed out without the
+    /// reader's buffering — nothing held from an earlier read, a newline ahead, within the
+    /// limit — with `start` moved past it; `nil` when the rest must go to ``feed(_:_:)``.
+    /// The line has no carriage return and may be empty (skip it).
+    func wholeLine(in bytes: UnsafeRawBufferPointer, from start: inout Int) -> UnsafeRawBufferPointer? {
+        guard partial.isEmpty, !discarding, let newline = Self.newline(in: bytes, from: start),
+            newline - start <= limit
+        else { return nil }
+        var line = UnsafeRawBufferPointer(rebasing: bytes[start..<newline])
+        if line.last == 13 { line = UnsafeRawBufferPointer(rebasing: line.dropLast()) }
+        start = newline + 1
+        return line
+    }
+
     mutating func feed(_ bytes: UnsafeRawBufferPointer, _ body: (Item) -> Void) {
         var start = 0
         let count = bytes.count

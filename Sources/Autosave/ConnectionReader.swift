@@ -126,17 +126,18 @@ final class ConnectionReader: ReadinessHandler, @unchecked Sendable {
             // Requests are answered as they are split off; once one has to wait, it and every
             // line after it go to the task, in order.
             var pending: [Pending] = []
-            reader.feed(UnsafeRawBufferPointer(rebasing: buffer[..<count])) { item in
-                switch item {
-                case .line(let line):
-                    if !pending.isEmpty {
-                        pending.append(.line(Array(line)))
-                    } else if let request = session.handleNow(line, memo: &memo, store: store) {
-                        pending.append(.request(request))
-                    }
-                case .tooLarge(let size):
-                    if pending.isEmpty { tooLarge(size) } else { pending.append(.tooLarge(size)) }
+            let bytes = UnsafeRawBufferPointer(rebasing: buffer[..<count])
+            // Whole lines first, without the reader's buffering (the usual case: each read
+            // brings complete requests); whatever is left goes through the reader.
+            var start = 0
+            while pending.isEmpty, let line = reader.wholeLine(in: bytes, from: &start) {
+                guard !line.isEmpty else { continue }
+                if let request = session.handleNow(line, memo: &memo, store: store) {
+                    pending.append(.request(request))
                 }
+            }
+            if start < count {
+                feed(UnsafeRawBufferPointer(rebasing: bytes[start...]), into: &pending, store: store)
             }
             if !pending.isEmpty { return .requests(pending) }
             // A full buffer may have left more behind, and edge-triggered readiness will not
@@ -148,6 +149,23 @@ final class ConnectionReader: ReadinessHandler, @unchecked Sendable {
             // A short read took all there was; the next data brings new readiness, unless
             // the peer has closed its side, whose end of file is read now.
             if !peerClosed { return nil }
+        }
+    }
+
+    /// Splits `bytes` with the reader and answers or collects each request in order: once
+    /// one has to wait, it and every line after it go to `pending`.
+    private func feed(_ bytes: UnsafeRawBufferPointer, into pending: inout [Pending], store: isolated DocumentStore) {
+        reader.feed(bytes) { item in
+            switch item {
+            case .line(let line):
+                if !pending.isEmpty {
+                    pending.append(.line(Array(line)))
+                } else if let request = session.handleNow(line, memo: &memo, store: store) {
+                    pending.append(.request(request))
+                }
+            case .tooLarge(let size):
+                if pending.isEmpty { tooLarge(size) } else { pending.append(.tooLarge(size)) }
+            }
         }
     }
 

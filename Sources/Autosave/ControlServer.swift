@@ -283,3 +283,8 @@ public final class ControlServer: Sendable {
         await connection.finish()
     }
 }
+
+extension ControlServer: UnopenedPathCheck {
+    /// A document a request opens or creates must lie beneath the root (see ``checkBeneathRoot(_:)``).
+    func checkUnopened(_ path: String) throws { try checkBeneathRoot(path) }
+}

@@ -118,37 +118,38 @@ final class ControlSession: Sendable {
         var prefix: [UInt8] = []
     }
 
-    private func applyEdit(_ edit: EditRequest.Raw, memo: inout EditMemo, store: isolated DocumentStore) {
-        if !memo.document.withUnsafeBytes({ $0.elementsEqual(edit.document) }) {
+    private func applyEdit(_ edit: consuming EditRequest.Raw, memo: inout EditMemo, store: isolated DocumentStore) {
+        // Taken apart first: the text moves into the edit without a copy of the request.
+        let (command, id, document, text) = (edit.command, edit.id, edit.document, edit.text)
+        if !memo.document.withUnsafeBytes({ $0.elementsEqual(document) }) {
             let path: String
             do {
-                path = try DocumentPath.validate(String(decoding: edit.document, as: UTF8.self))
+                path = try DocumentPath.validate(String(decoding: document, as: UTF8.self))
             } catch {
-                connection.send(Self.failure(edit.idValue, error))
+                connection.send(Self.failure(EditRequest.Raw.idValue(id), error))
                 return
             }
-            memo = EditMemo(document: Array(edit.document), path: path, isJSON: Self.isJSONPath(path))
+            memo = EditMemo(document: Array(document), path: path, isJSON: Self.isJSONPath(path))
         }
         let documentEdit: DocumentEdit
-        switch edit.command {
-        case .set: documentEdit = memo.isJSON ? .setJSON(edit.text) : .setText(edit.text)
-        case .append: documentEdit = .append(edit.text)
+        switch command {
+        case .set: documentEdit = memo.isJSON ? .setJSON(text) : .setText(text)
+        case .append: documentEdit = .append(text)
         }
         let outcome: EditOutcome
         do {
-            outcome = try store.apply(documentEdit, toValid: memo.path, create: edit.command == .set) { path in
-                try server.checkBeneathRoot(path)
-            }
+            outcome = try store.apply(
+                documentEdit, toValid: memo.path, create: command == .set, unopened: server, knownType: memo.type)
         } catch {
-            connection.send(Self.failure(edit.idValue, error))
+            connection.send(Self.failure(EditRequest.Raw.idValue(id), error))
             return
         }
-        if memo.type != outcome.contentType {
-            memo.type = outcome.contentType
-            memo.prefix = EditReply.documentPrefix(path: memo.path, type: outcome.contentType)
+        if let type = outcome.contentType {
+            memo.type = type
+            memo.prefix = EditReply.documentPrefix(path: memo.path, type: type)
         }
         memo.prefix.withUnsafeBytes { prefix in
-            EditReply.withBytes(idText: edit.id, prefix: prefix, outcome) { connection.send(line: $0) }
+            EditReply.send(idText: id, prefix: prefix, outcome, to: connection)
         }
     }
 
@@ -190,8 +191,7 @@ final class ControlSession: Sendable {
         _ edit: DocumentEdit, to path: String, create: Bool = false, store: isolated DocumentStore
     ) throws -> DocumentInfo {
         let path = try DocumentPath.validate(path)
-        return try store.apply(edit, toValid: path, create: create) { path in try server.checkBeneathRoot(path) }
-            .info(path: path)
+        return try store.apply(edit, toValid: path, create: create, unopened: server).info(path: path)
     }
 
     /// Whether `path` ends in `.json`, in any case: `set` with `text` parses such a document's text as JSON.

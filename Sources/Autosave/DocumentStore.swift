@@ -298,25 +298,26 @@ public actor DocumentStore {
     public func apply(_ edit: DocumentEdit, to path: String, create: Bool = false) throws(StoreError) -> DocumentInfo {
         let path = try DocumentPath.validate(path)
         guard accepting else { throw .shuttingDown }
-        return try apply(edit, at: index(forEditing: path, create: create), path: path).info(path: path)
+        return try apply(edit, at: index(forEditing: path, create: create), path: path, knownType: nil).info(path: path)
     }
 
     /// ``apply(_:to:create:)`` for a path ``DocumentPath/validate(_:)`` has accepted,
-    /// with `checkUnopened` called first for a document the store does not hold yet (the
+    /// with `unopened` asked first about a document the store does not hold yet (the
     /// control socket checks the path on disk then). Returns what the reply to an edit
-    /// tells, without the path.
+    /// tells, without the path; its `contentType` is `nil` when it is `knownType`.
     func apply(
-        _ edit: DocumentEdit, toValid path: String, create: Bool, checkUnopened: (String) throws -> Void
+        _ edit: DocumentEdit, toValid path: String, create: Bool, unopened: some UnopenedPathCheck,
+        knownType: UTType? = nil
     ) throws -> EditOutcome {
         guard accepting else { throw StoreError.shuttingDown }
         let index: [String: Entry].Index
         if let existing = entries.index(forKey: path) {
             index = existing
         } else {
-            try checkUnopened(path)
+            try unopened.checkUnopened(path)
             index = try self.index(forEditing: path, create: create)
         }
-        return try apply(edit, at: index, path: path)
+        return try apply(edit, at: index, path: path, knownType: knownType)
     }
 
     /// The entry of `path`, read from disk (or, with `create`, made new) if the store does not hold it.
@@ -332,7 +333,7 @@ public actor DocumentStore {
     /// Applies `edit` to the entry at `index` and schedules its save: one access to the
     /// entry for the whole edit, the path every edit takes.
     private func apply(
-        _ edit: DocumentEdit, at index: [String: Entry].Index, path: String
+        _ edit: DocumentEdit, at index: [String: Entry].Index, path: String, knownType: UTType?
     ) throws(StoreError) -> EditOutcome {
         let refuse = configuration.refuseEditsWhenSaveFails
         let delays = scheduleDelays
@@ -347,7 +348,7 @@ public actor DocumentStore {
             }
             entry.changeCount += 1
             let decision = Self.recordEdit(&entry, now: now, delays: delays)
-            return (self.outcome(entry, now: now), decision)
+            return (self.outcome(entry, now: now, knownType: knownType), decision)
         }
         if let decision { queue(path, decision) }
         return described
@@ -517,9 +518,10 @@ public actor DocumentStore {
             savedChangeCount: entry.savedChangeCount, lastSaved: entry.lastSaved, saves: entry.saves)
     }
 
-    func outcome(_ entry: Entry, now: Moment) -> EditOutcome {
+    func outcome(_ entry: Entry, now: Moment, knownType: UTType?) -> EditOutcome {
         EditOutcome(
-            contentType: entry.contentType, state: state(of: entry, now: now), changeCount: entry.changeCount,
+            contentType: entry.contentType == knownType ? nil : entry.contentType, state: state(of: entry, now: now),
+            changeCount: entry.changeCount,
             savedChangeCount: entry.savedChangeCount, lastSaved: entry.lastSaved, saves: entry.saves)
     }
 

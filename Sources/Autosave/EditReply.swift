@@ -48,6 +48,21 @@ struct EditReply {
         }
     }
 
+    /// Queues ``withBytes(idText:prefix:_:_:)``'s reply on `connection` (written in
+    /// place, without a closure to hold the connection).
+    static func send(
+        idText: UnsafeRawBufferPointer?, prefix: UnsafeRawBufferPointer, _ outcome: EditOutcome,
+        to connection: Connection
+    ) {
+        let failure = failureText(outcome.state)
+        let capacity = capacity(idText: idText, prefix: prefix, failure: failure)
+        withUnsafeTemporaryAllocation(of: UInt8.self, capacity: capacity) { buffer in
+            let count = write(
+                idText: idText, prefix: prefix, outcome, failure: failure, into: buffer, capacity: capacity)
+            connection.send(line: UnsafeRawBufferPointer(start: buffer.baseAddress, count: count))
+        }
+    }
+
     /// Writes the reply to an edit that left the document as `outcome` says, for a
     /// request whose `id` has the JSON text `idText`, with the document's
     /// ``documentPrefix(path:type:)``, and calls `body` with its bytes.
@@ -55,46 +70,64 @@ struct EditReply {
         idText: UnsafeRawBufferPointer?, prefix: UnsafeRawBufferPointer, _ outcome: EditOutcome,
         _ body: (UnsafeRawBufferPointer) -> R
     ) -> R {
-        // A failure (rare) is written by the general writer, and its size counted here.
-        var failure: [UInt8] = []
-        if case .failed(let saveFailure) = outcome.state {
-            var writer = JSONWriter()
-            writer.value(ControlSession.describe(saveFailure))
-            failure = writer.bytes
-        }
-        // The rest is bounded: `{"id":,`, a state's name, three integers, two timestamps, their keys, `}}\n`.
-        let capacity = 256 + (idText?.count ?? 0) + prefix.count + failure.count
+        let failure = failureText(outcome.state)
+        let capacity = capacity(idText: idText, prefix: prefix, failure: failure)
         return withUnsafeTemporaryAllocation(of: UInt8.self, capacity: capacity) { buffer in
-            var reply = EditReply(base: buffer.baseAddress!)
-            reply.put("{")
-            if let idText {
-                reply.put("\"id\":")
-                reply.putBytes(idText)
-                reply.put(",")
-            }
-            reply.putBytes(prefix)
-            reply.put(outcome.state.staticName)
-            reply.put("\",\"changes\":")
-            reply.putInteger(outcome.changeCount)
-            reply.put(",\"saved_changes\":")
-            reply.putInteger(outcome.savedChangeCount)
-            reply.put(",\"saves\":")
-            reply.putInteger(UInt64(outcome.saves))
-            reply.put(",\"last_saved\":")
-            if let saved = outcome.lastSaved { reply.putTimestamp(saved, slot: .lastSaved) } else { reply.put("null") }
-            switch outcome.state {
-            case .scheduled(let at):
-                reply.put(",\"save_at\":")
-                reply.putTimestamp(at, slot: .saveAt)
-            case .failed:
-                reply.put(",\"failure\":")
-                failure.withUnsafeBytes { reply.putBytes($0) }
-            default: break
-            }
-            reply.put("}}\n")
-            precondition(reply.count <= capacity, "an edit reply outgrew its buffer")
-            return body(UnsafeRawBufferPointer(start: buffer.baseAddress, count: reply.count))
+            let count = write(
+                idText: idText, prefix: prefix, outcome, failure: failure, into: buffer, capacity: capacity)
+            return body(UnsafeRawBufferPointer(start: buffer.baseAddress, count: count))
         }
+    }
+
+    /// A failure's description (rare), written by the general writer; empty for any other state.
+    private static func failureText(_ state: SaveState) -> [UInt8] {
+        guard case .failed(let saveFailure) = state else { return [] }
+        var writer = JSONWriter()
+        writer.value(ControlSession.describe(saveFailure))
+        return writer.bytes
+    }
+
+    /// The room a reply needs: `{"id":,`, a state's name, three integers, two timestamps,
+    /// their keys and `}}\n` are bounded; the id, the prefix and a failure are counted.
+    private static func capacity(idText: UnsafeRawBufferPointer?, prefix: UnsafeRawBufferPointer, failure: [UInt8])
+        -> Int
+    {
+        256 + (idText?.count ?? 0) + prefix.count + failure.count
+    }
+
+    private static func write(
+        idText: UnsafeRawBufferPointer?, prefix: UnsafeRawBufferPointer, _ outcome: EditOutcome, failure: [UInt8],
+        into buffer: UnsafeMutableBufferPointer<UInt8>, capacity: Int
+    ) -> Int {
+        var reply = EditReply(base: buffer.baseAddress!)
+        reply.put("{")
+        if let idText {
+            reply.put("\"id\":")
+            reply.putBytes(idText)
+            reply.put(",")
+        }
+        reply.putBytes(prefix)
+        reply.put(outcome.state.staticName)
+        reply.put("\",\"changes\":")
+        reply.putInteger(outcome.changeCount)
+        reply.put(",\"saved_changes\":")
+        reply.putInteger(outcome.savedChangeCount)
+        reply.put(",\"saves\":")
+        reply.putInteger(UInt64(outcome.saves))
+        reply.put(",\"last_saved\":")
+        if let saved = outcome.lastSaved { reply.putTimestamp(saved, slot: .lastSaved) } else { reply.put("null") }
+        switch outcome.state {
+        case .scheduled(let at):
+            reply.put(",\"save_at\":")
+            reply.putTimestamp(at, slot: .saveAt)
+        case .failed:
+            reply.put(",\"failure\":")
+            failure.withUnsafeBytes { reply.putBytes($0) }
+        default: break
+        }
+        reply.put("}}\n")
+        precondition(reply.count <= capacity, "an edit reply outgrew its buffer")
+        return reply.count
     }
 
     private init(base: UnsafeMutablePointer<UInt8>) { self.base = base }

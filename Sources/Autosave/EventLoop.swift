@@ -94,6 +94,14 @@ final class EventLoop: SerialExecutor, @unchecked Sendable {
             }
         }
 
+        /// Runs `body` on the waiters of `raw` in place; `nil` when there are none. (The
+        /// readiness path's access: the subscript's accessor coroutine allocates its frame.)
+        mutating func update<R>(_ raw: Int32, _ body: (inout Waiters) -> R) -> R? {
+            let index = Int(raw)
+            guard index < slots.count, slots[index] != nil else { return nil }
+            return body(&slots[index]!)
+        }
+
         mutating func removeValue(forKey raw: Int32) -> Waiters? {
             guard Int(raw) < slots.count else { return nil }
             defer { slots[Int(raw)] = nil }
@@ -378,8 +386,9 @@ final class EventLoop: SerialExecutor, @unchecked Sendable {
                         continue
                     }
                     // Changed in place: a copy out and back would retain and release its references.
-                    all[Int32(truncatingIfNeeded: tag)]?.take(
-                        events, handlers: &handlers, resumed: &resumed, writable: &writable)
+                    all.update(Int32(truncatingIfNeeded: tag)) {
+                        $0.take(events, handlers: &handlers, resumed: &resumed, writable: &writable)
+                    }
                 }
             }
             if !writable.isEmpty { jobs.withLock { $0.flushes += writable } }

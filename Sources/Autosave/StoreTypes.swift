@@ -66,18 +66,26 @@ public struct DocumentInfo: Sendable, Equatable {
 /// A document's description after an edit, without its path (the caller has it): what
 /// an edit's reply tells.
 struct EditOutcome {
-    var contentType: UTType
+    /// `nil` when the caller said it knows the type already.
+    var contentType: UTType?
     var state: SaveState
     var changeCount: UInt64
     var savedChangeCount: UInt64
     var lastSaved: Date?
     var saves: Int
 
+    /// The whole description (`contentType` must be set).
     func info(path: String) -> DocumentInfo {
         DocumentInfo(
-            path: path, contentType: contentType, state: state, changeCount: changeCount,
+            path: path, contentType: contentType!, state: state, changeCount: changeCount,
             savedChangeCount: savedChangeCount, lastSaved: lastSaved, saves: saves)
     }
+}
+
+/// Asked about a document the store does not hold yet, before an edit opens or creates
+/// it: throws to refuse it.
+protocol UnopenedPathCheck {
+    func checkUnopened(_ path: String) throws
 }
 
 /// The store's counters, for `status`.

@@ -37,9 +37,12 @@ public struct EditRequest: Sendable {
         public var text: String
 
         /// The id as a value (as ``EditRequest/id``).
-        public var idValue: JSONValue? {
-            guard let id else { return nil }
-            return try? JSONValue(parsing: Array(id))
+        public var idValue: JSONValue? { Self.idValue(id) }
+
+        /// The value of an id's JSON text.
+        public static func idValue(_ text: UnsafeRawBufferPointer?) -> JSONValue? {
+            guard let text else { return nil }
+            return try? JSONValue(parsing: Array(text))
         }
     }
 
