@@ -86,47 +86,46 @@ final class Connection: Sendable {
 
     /// Writes what is queued, without blocking. `false` when the socket is full and
     /// output remains: call again once it is writable. Called by the loop only.
+    ///
+    /// Sends under the output's lock (one lock a flush): a non-blocking send is short,
+    /// and the replies queued meanwhile by another thread wait for it at most that long.
     func flush() -> Bool {
         let fd = FileDescriptor(rawValue: raw)
-        while true {
-            var chunk: [UInt8] = []
-            let done: Bool = output.withLock { state in
-                if state.pending.isEmpty || state.broken {
-                    state.scheduled = false
-                    return true
-                }
-                swap(&chunk, &state.pending)
-                return false
+        let (done, broke): (Bool, Bool) = output.withLock { state in
+            if state.pending.isEmpty || state.broken {
+                state.scheduled = false
+                return (true, false)
             }
-            if done { return true }
             var offset = 0
-            while offset < chunk.count {
-                do {
-                    offset += try chunk.withUnsafeBytes { buffer in
-                        Result { () throws(Errno) in try fd.send(UnsafeRawBufferPointer(rebasing: buffer[offset...])) }
-                    }.get()
-                } catch .wouldBlock {
-                    output.withLock { state in
-                        state.pending = Array(chunk[offset...]) + state.pending
-                    }
-                    return false
-                } catch {
-                    output.withLock {
-                        $0.broken = true
-                        $0.scheduled = false
-                    }
-                    brokenFlag.store(true, ordering: .releasing)
-                    return true
+            let total = state.pending.count
+            while offset < total {
+                let sent = state.pending.withUnsafeBytes { buffer in
+                    Result { () throws(Errno) in try fd.send(UnsafeRawBufferPointer(rebasing: buffer[offset...])) }
+                }
+                switch sent {
+                case .success(let count):
+                    offset += count
+                case .failure(.wouldBlock):
+                    // The rest waits for the socket to drain (still scheduled: the loop retries).
+                    state.pending.removeSubrange(..<offset)
+                    return (false, false)
+                case .failure:
+                    state.broken = true
+                    state.scheduled = false
+                    return (true, true)
                 }
             }
             // The buffer is written again by the next reply (unless it grew large).
-            if chunk.capacity <= 64 << 10 {
-                chunk.removeAll(keepingCapacity: true)
-                output.withLock { state in
-                    if state.pending.isEmpty { swap(&chunk, &state.pending) }
-                }
+            if state.pending.capacity > 64 << 10 {
+                state.pending = []
+            } else {
+                state.pending.removeAll(keepingCapacity: true)
             }
+            state.scheduled = false
+            return (true, false)
         }
+        if broke { brokenFlag.store(true, ordering: .releasing) }
+        return done
     }
 
     /// Writes everything still queued before the connection is closed, waiting for the
