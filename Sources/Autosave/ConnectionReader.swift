@@ -32,8 +32,10 @@ final class ConnectionReader: ReadinessHandler, @unchecked Sendable {
     private let session: ControlSession
     private let connection: Connection
     private let maxRequestSize: Int
-    private var reader: LineReader
-    private var memo = ControlSession.EditMemo()
+    // Used on the loop's thread only, never with overlapping accesses: exempt from the
+    // runtime's exclusivity checks (one or more per request otherwise).
+    @exclusivity(unchecked) private var reader: LineReader
+    @exclusivity(unchecked) private var memo = ControlSession.EditMemo()
     /// The loop's read buffer (see ``EventLoop/readBuffer``).
     private let readBuffer: UnsafeMutableRawBufferPointer
     /// The connection's task, parked until there is work for it.

@@ -20,10 +20,16 @@ public actor DocumentStore {
     public private(set) var configuration: Configuration {
         didSet { scheduleDelays = Self.delays(of: configuration) }
     }
+    // The state every edit touches is exempt from the runtime's exclusivity checks
+    // (`@exclusivity(unchecked)`, ≈ 10 ns an access, several per edit): it is used only
+    // on the store's thread, and no access to it spans a call into other code that could
+    // reach the store again (a document's own `apply` cannot: it is not isolated to the
+    // store). The compiler's static checks still apply.
+
     /// The last ``wallClockOffset(now:)``, and when it was measured.
-    var clockOffset: (measuredAt: Moment, seconds: Double) = (Moment(nanoseconds: 0), 0)
+    @exclusivity(unchecked) var clockOffset: (measuredAt: Moment, seconds: Double) = (Moment(nanoseconds: 0), 0)
     /// `QuietPeriod=` and `MaxDelay=` in nanoseconds, for the deadline of every edit.
-    var scheduleDelays: (quiet: Int64, max: Int64)
+    @exclusivity(unchecked) var scheduleDelays: (quiet: Int64, max: Int64)
     public let registry: DocumentTypeRegistry
     /// Symbolic links at a document's place are refused (they could lead out of the
     /// root); written bytes are not kept twice in memory.
@@ -58,13 +64,13 @@ public actor DocumentStore {
         var isDirty: Bool { changeCount > savedChangeCount }
     }
 
-    var entries: [String: Entry] = [:]
+    @exclusivity(unchecked) var entries: [String: Entry] = [:]
     var heap = DeadlineHeap()
     var ready: [String] = []
     var savesInFlight = 0
-    var accepting = true
+    @exclusivity(unchecked) var accepting = true
     var sleeper: CheckedContinuation<Void, Never>?
-    var sleepTarget: Moment?
+    @exclusivity(unchecked) var sleepTarget: Moment?
     var timer: Task<Void, Never>?
     var subscribers: [UUID: AsyncStream<StoreEvent>.Continuation] = [:]
     var watcher: FileWatcher?

@@ -174,7 +174,8 @@ final class EventLoop: SerialExecutor, @unchecked Sendable {
 
     /// Flushes scheduled on the loop's own thread (most of them: replies are written
     /// there), kept without a lock. Touched only on the loop's thread.
-    private var localFlushes: [Connection] = []
+    /// Exempt from the runtime's exclusivity checks: appended to once per reply, on one thread.
+    @exclusivity(unchecked) private var localFlushes: [Connection] = []
 
     /// Has the handler of `fd` called again in the next pass, after everyone else's
     /// readiness: a handler that reads a bounded amount per call asks for this when more
