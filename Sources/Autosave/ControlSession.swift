@@ -116,6 +116,8 @@ final class ControlSession: Sendable {
         var type: UTType?
         /// ``EditReply/documentPrefix(path:type:)``.
         var prefix: [UInt8] = []
+        /// The seconds this connection's replies formatted last (kept across documents).
+        var timestamps = EditReply.TimestampCache()
     }
 
     private func applyEdit(_ edit: consuming EditRequest.Raw, memo: inout EditMemo, store: isolated DocumentStore) {
@@ -129,7 +131,8 @@ final class ControlSession: Sendable {
                 connection.send(Self.failure(EditRequest.Raw.idValue(id), error))
                 return
             }
-            memo = EditMemo(document: Array(document), path: path, isJSON: Self.isJSONPath(path))
+            memo = EditMemo(
+                document: Array(document), path: path, isJSON: Self.isJSONPath(path), timestamps: memo.timestamps)
         }
         let documentEdit: DocumentEdit
         switch command {
@@ -149,7 +152,7 @@ final class ControlSession: Sendable {
             memo.prefix = EditReply.documentPrefix(path: memo.path, type: type)
         }
         memo.prefix.withUnsafeBytes { prefix in
-            EditReply.send(idText: id, prefix: prefix, outcome, to: connection)
+            EditReply.send(idText: id, prefix: prefix, outcome, to: connection, timestamps: &memo.timestamps)
         }
     }
 

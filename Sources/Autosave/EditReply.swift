@@ -52,13 +52,14 @@ struct EditReply {
     /// place, without a closure to hold the connection).
     static func send(
         idText: UnsafeRawBufferPointer?, prefix: UnsafeRawBufferPointer, _ outcome: EditOutcome,
-        to connection: Connection
+        to connection: Connection, timestamps: inout TimestampCache
     ) {
         let failure = failureText(outcome.state)
         let capacity = capacity(idText: idText, prefix: prefix, failure: failure)
         withUnsafeTemporaryAllocation(of: UInt8.self, capacity: capacity) { buffer in
             let count = write(
-                idText: idText, prefix: prefix, outcome, failure: failure, into: buffer, capacity: capacity)
+                idText: idText, prefix: prefix, outcome, failure: failure, into: buffer, capacity: capacity,
+                timestamps: &timestamps)
             connection.send(line: UnsafeRawBufferPointer(start: buffer.baseAddress, count: count))
         }
     }
@@ -73,8 +74,11 @@ struct EditReply {
         let failure = failureText(outcome.state)
         let capacity = capacity(idText: idText, prefix: prefix, failure: failure)
         return withUnsafeTemporaryAllocation(of: UInt8.self, capacity: capacity) { buffer in
-            let count = write(
-                idText: idText, prefix: prefix, outcome, failure: failure, into: buffer, capacity: capacity)
+            let count = sharedSeconds.withLock { timestamps in
+                write(
+                    idText: idText, prefix: prefix, outcome, failure: failure, into: buffer, capacity: capacity,
+                    timestamps: &timestamps)
+            }
             return body(UnsafeRawBufferPointer(start: buffer.baseAddress, count: count))
         }
     }
@@ -97,7 +101,7 @@ struct EditReply {
 
     private static func write(
         idText: UnsafeRawBufferPointer?, prefix: UnsafeRawBufferPointer, _ outcome: EditOutcome, failure: [UInt8],
-        into buffer: UnsafeMutableBufferPointer<UInt8>, capacity: Int
+        into buffer: UnsafeMutableBufferPointer<UInt8>, capacity: Int, timestamps: inout TimestampCache
     ) -> Int {
         var reply = EditReply(base: buffer.baseAddress!)
         reply.put("{")
@@ -115,11 +119,15 @@ struct EditReply {
         reply.put(",\"saves\":")
         reply.putInteger(UInt64(outcome.saves))
         reply.put(",\"last_saved\":")
-        if let saved = outcome.lastSaved { reply.putTimestamp(saved, slot: .lastSaved) } else { reply.put("null") }
+        if let saved = outcome.lastSaved {
+            reply.putTimestamp(saved, slot: .lastSaved, cache: &timestamps)
+        } else {
+            reply.put("null")
+        }
         switch outcome.state {
         case .scheduled(let at):
             reply.put(",\"save_at\":")
-            reply.putTimestamp(at, slot: .saveAt)
+            reply.putTimestamp(at, slot: .saveAt, cache: &timestamps)
         case .failed:
             reply.put(",\"failure\":")
             failure.withUnsafeBytes { reply.putBytes($0) }
@@ -202,10 +210,10 @@ struct EditReply {
     }
 
     /// `"2026-11-29T18:11:15.662Z"`, quotes included.
-    private mutating func putTimestamp(_ date: Date, slot: TimestampSlot) {
+    private mutating func putTimestamp(_ date: Date, slot: TimestampSlot, cache: inout TimestampCache) {
         base[count] = UInt8(ascii: "\"")
         count += 1
-        count += Self.formatTimestamp(date, into: base + count, slot: slot)
+        count += Self.formatTimestamp(date, into: base + count, slot: slot, cache: &cache)
         base[count] = UInt8(ascii: "\"")
         count += 1
     }
@@ -216,6 +224,14 @@ struct EditReply {
     static func formatTimestamp(
         _ date: Date, into out: UnsafeMutablePointer<UInt8>, slot: TimestampSlot = .lastSaved
     ) -> Int {
+        sharedSeconds.withLock { formatTimestamp(date, into: out, slot: slot, cache: &$0) }
+    }
+
+    /// ``formatTimestamp(_:into:slot:)`` with the caller's own cache of formatted seconds
+    /// (a connection keeps one: no lock to take).
+    static func formatTimestamp(
+        _ date: Date, into out: UnsafeMutablePointer<UInt8>, slot: TimestampSlot, cache: inout TimestampCache
+    ) -> Int {
         let milliseconds = Int((date.timeIntervalSince1970 * 1000).rounded(.down))
         var (second, millisecond) = milliseconds.quotientAndRemainder(dividingBy: 1000)
         if millisecond < 0 {
@@ -225,19 +241,14 @@ struct EditReply {
         // The date and time to the second change once a second: kept from the last call
         // for the same slot (an edit's reply has two timestamps, its last save and its
         // next, usually seconds apart).
-        let cached = lastSeconds.withLock { last -> Bool in
-            let kept = slot == .lastSaved ? last.lastSaved : last.saveAt
-            guard kept.second == second else { return false }
+        let kept = slot == .lastSaved ? cache.lastSaved : cache.saveAt
+        if kept.second == second {
             withUnsafeBytes(of: kept.text) { out.update(from: $0.bindMemory(to: UInt8.self).baseAddress!, count: 20) }
-            return true
-        }
-        if !cached {
+        } else {
             formatSecond(second, into: out)
             var text: Text20 = (0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0)
             withUnsafeMutableBytes(of: &text) { $0.copyMemory(from: UnsafeRawBufferPointer(start: out, count: 20)) }
-            lastSeconds.withLock { last in
-                if slot == .lastSaved { last.lastSaved = (second, text) } else { last.saveAt = (second, text) }
-            }
+            if slot == .lastSaved { cache.lastSaved = (second, text) } else { cache.saveAt = (second, text) }
         }
         out[20] = UInt8(ascii: "0") + UInt8(truncatingIfNeeded: millisecond / 100)
         out[21] = UInt8(ascii: "0") + UInt8(truncatingIfNeeded: millisecond / 10 % 10)
@@ -246,19 +257,23 @@ struct EditReply {
         return 24
     }
 
-    private typealias Text20 = (
+    fileprivate typealias Text20 = (
         UInt8, UInt8, UInt8, UInt8, UInt8, UInt8, UInt8, UInt8, UInt8, UInt8,
         UInt8, UInt8, UInt8, UInt8, UInt8, UInt8, UInt8, UInt8, UInt8, UInt8
     )
-    private typealias FormattedSecond = (second: Int, text: Text20)
-    private static let unformatted: FormattedSecond = (
+    fileprivate typealias FormattedSecond = (second: Int, text: Text20)
+    fileprivate static let unformatted: FormattedSecond = (
         Int.min, (0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0)
     )
     /// Which kind of timestamp is written: each keeps its own last second.
     enum TimestampSlot { case lastSaved, saveAt }
     /// The second last formatted for each slot, with its first 20 bytes (`2026-11-29T18:11:15.`).
-    private static let lastSeconds = Mutex<(lastSaved: FormattedSecond, saveAt: FormattedSecond)>(
-        (unformatted, unformatted))
+    struct TimestampCache {
+        fileprivate var lastSaved = EditReply.unformatted
+        fileprivate var saveAt = EditReply.unformatted
+    }
+    /// The cache of callers that keep none.
+    private static let sharedSeconds = Mutex(TimestampCache())
 
     /// `2026-11-29T18:11:15.` for `second` since 1970 (the civil date from the day number).
     private static func formatSecond(_ second: Int, into out: UnsafeMutablePointer<UInt8>) {

@@ -171,4 +171,25 @@ struct FastPathTests {
         #expect(ControlSession.timestamp(Date(timeIntervalSince1970: 1_798_761_599.999)) == "2026-12-31T23:59:59.999Z")
         #expect(ControlSession.timestamp(Date(timeIntervalSince1970: -0.5)) == "1969-12-31T23:59:59.500Z")
     }
+
+    @Test("A connection's own cache of formatted seconds gives the text a fresh format gives")
+    func timestampCache() {
+        var kept = EditReply.TimestampCache()
+        var generator = SystemRandomNumberGenerator()
+        var date = Date(timeIntervalSince1970: 1_798_761_598.5)
+        for step in 0..<2_000 {
+            // Mostly small steps (the same second again, the next one), sometimes far.
+            date += step % 50 == 0 ? Double.random(in: -1e9...1e9, using: &generator) : Double.random(in: 0...0.7)
+            let slot: EditReply.TimestampSlot = step % 3 == 0 ? .saveAt : .lastSaved
+            var fresh = EditReply.TimestampCache()
+            let cached = [UInt8](unsafeUninitializedCapacity: 24) { buffer, count in
+                count = EditReply.formatTimestamp(date, into: buffer.baseAddress!, slot: slot, cache: &kept)
+            }
+            let expected = [UInt8](unsafeUninitializedCapacity: 24) { buffer, count in
+                count = EditReply.formatTimestamp(date, into: buffer.baseAddress!, slot: slot, cache: &fresh)
+            }
+            #expect(cached == expected, "\(date.timeIntervalSince1970)")
+            #expect(String(decoding: expected, as: UTF8.self) == ControlSession.timestamp(date))
+        }
+    }
 }
