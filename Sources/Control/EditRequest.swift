@@ -65,66 +65,72 @@ public struct EditRequest: Sendable {
         @inline(__always) func byte(_ at: UnsafeRawPointer) -> UInt8 { at.load(as: UInt8.self) }
 
         mutating func request() -> EditRequest? {
-            guard take(UInt8(ascii: "{")) else { return nil }
             var id: JSONValue?
             var command: Command?
             var document: String?
             var text: String?
-            while true {
-                guard let key = key() else { return nil }
+            let complete = object { scanner, key in
                 switch key {
                 case .id:
-                    guard id == nil, let value = scalar() else { return nil }
+                    guard id == nil, let value = scanner.scalar() else { return false }
                     id = value
                 case .cmd:
-                    guard command == nil, let value = commandName() else { return nil }
+                    guard command == nil, let value = scanner.commandName() else { return false }
                     command = value
                 case .doc:
-                    guard document == nil, let value = string() else { return nil }
+                    guard document == nil, let value = scanner.string() else { return false }
                     document = value
                 case .text:
-                    guard text == nil, let value = string() else { return nil }
+                    guard text == nil, let value = scanner.string() else { return false }
                     text = value
                 }
-                if take(UInt8(ascii: ",")) { continue }
-                guard take(UInt8(ascii: "}")) else { return nil }
-                break
+                return true
             }
-            skipWhitespace()
-            guard position == end, let command, let document, let text else { return nil }
+            guard complete, let command, let document, let text else { return nil }
             return EditRequest(id: id, command: command, document: document, text: text)
         }
 
         mutating func rawRequest() -> Raw? {
-            guard take(UInt8(ascii: "{")) else { return nil }
             var id: UnsafeRawBufferPointer?
             var command: Command?
             var document: UnsafeRawBufferPointer?
             var text: String?
-            while true {
-                guard let key = key() else { return nil }
+            let complete = object { scanner, key in
                 switch key {
                 case .id:
-                    guard id == nil, let value = rawScalar() else { return nil }
+                    guard id == nil, let value = scanner.rawScalar() else { return false }
                     id = value
                 case .cmd:
-                    guard command == nil, let value = commandName() else { return nil }
+                    guard command == nil, let value = scanner.commandName() else { return false }
                     command = value
                 case .doc:
-                    skipWhitespace()
-                    guard document == nil, let value = plainASCII() else { return nil }
+                    scanner.skipWhitespace()
+                    guard document == nil, let value = scanner.plainASCII() else { return false }
                     document = UnsafeRawBufferPointer(rebasing: value.dropFirst().dropLast())
                 case .text:
-                    guard text == nil, let value = string() else { return nil }
+                    guard text == nil, let value = scanner.string() else { return false }
                     text = value
                 }
+                return true
+            }
+            guard complete, let command, let document, let text else { return nil }
+            return Raw(command: command, id: id, document: document, text: text)
+        }
+
+        /// Reads a flat object to its end (and the whitespace after it), handing each
+        /// member's key to `member`, which reads the value; `false` when `member` declines
+        /// one or the object is malformed.
+        @inline(__always)
+        mutating func object(_ member: (inout Scanner, Key) -> Bool) -> Bool {
+            guard take(UInt8(ascii: "{")) else { return false }
+            while true {
+                guard let key = key(), member(&self, key) else { return false }
                 if take(UInt8(ascii: ",")) { continue }
-                guard take(UInt8(ascii: "}")) else { return nil }
+                guard take(UInt8(ascii: "}")) else { return false }
                 break
             }
             skipWhitespace()
-            guard position == end, let command, let document, let text else { return nil }
-            return Raw(command: command, id: id, document: document, text: text)
+            return position == end
         }
 
         /// An id's JSON text, in the forms ``scalar()`` reads, strings only in ``plainASCII()``'s form.
