@@ -232,6 +232,48 @@ struct ControlSocketTests {
     }
 
     @Test(
+        "Many clients whose requests arrive in pieces, interleaved: each connection's pieces are joined, and each gets its own replies",
+        .timeLimit(.minutes(1)))
+    func interleavedPieces() async throws {
+        let daemon = try await RunningDaemon()
+        // All connections are read into one buffer of the loop's: what one leaves
+        // unfinished must be kept with that connection, not mixed with the next one's.
+        let clients = try (0..<20).map { _ in try Raw(daemon.socket) }
+        let requests = clients.indices.map { index in
+            #"{"id":\#(index),"cmd":"set","doc":"p/c\#(index).txt","text":"text of client \#(index) \#(String(repeating: "x", count: index * 37))"}"#
+                + "\n" + #"{"id":"g\#(index)","cmd":"get","doc":"p/c\#(index).txt"}"# + "\n"
+        }
+        // Every request cut in three, sent round-robin: first pieces, then second, then third.
+        let pieces = requests.map { request -> [String] in
+            let bytes = Array(request.utf8)
+            let cuts = [bytes.count / 3, 2 * bytes.count / 3]
+            return [
+                String(decoding: bytes[..<cuts[0]], as: UTF8.self),
+                String(decoding: bytes[cuts[0]..<cuts[1]], as: UTF8.self),
+                String(decoding: bytes[cuts[1]...], as: UTF8.self),
+            ]
+        }
+        // After each round, another client's round trip: its reply comes from a pass that
+        // read whatever the others had sent before it, so every piece is read on its own.
+        let witness = try Raw(daemon.socket)
+        for part in 0..<3 {
+            for (index, client) in clients.enumerated() { try client.send(pieces[index][part]) }
+            try witness.send(#"{"id":"w\#(part)","cmd":"list"}"# + "\n")
+            #expect(try witness.line()?["id"]?.stringValue == "w\(part)")
+        }
+        for (index, client) in clients.enumerated() {
+            let edit = try #require(try client.line())
+            #expect(edit["id"] == .number(String(index)))
+            #expect(edit["document"]?["doc"]?.stringValue == "p/c\(index).txt")
+            let read = try #require(try client.line())
+            #expect(read["id"]?.stringValue == "g\(index)")
+            #expect(
+                read["text"]?.stringValue == "text of client \(index) " + String(repeating: "x", count: index * 37))
+        }
+        #expect(await daemon.stop() == 0)
+    }
+
+    @Test(
         "One connection editing several documents in turn: every reply names its own document, type and counts, and echoes its id",
         .timeLimit(.minutes(1)))
     func editsAcrossDocuments() async throws {
