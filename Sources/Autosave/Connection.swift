@@ -115,8 +115,9 @@ final class Connection: Sendable {
                     return (true, true)
                 }
             }
-            // The buffer is written again by the next reply (unless it grew large).
-            if state.pending.capacity > 64 << 10 {
+            // The buffer is written again by the next reply, unless it grew past what edits'
+            // replies need: an idle connection does not keep a large reply's room.
+            if state.pending.capacity > 4 << 10 {
                 state.pending = []
             } else {
                 state.pending.removeAll(keepingCapacity: true)
