@@ -518,10 +518,7 @@ public actor DocumentStore {
     }
 
     func info(_ path: String, _ entry: Entry, now: Moment = .now) -> DocumentInfo {
-        DocumentInfo(
-            path: path, contentType: entry.contentType, state: state(of: entry, now: now),
-            changeCount: entry.changeCount,
-            savedChangeCount: entry.savedChangeCount, lastSaved: entry.lastSaved, saves: entry.saves)
+        outcome(entry, now: now, knownType: nil).info(path: path)
     }
 
     func outcome(_ entry: Entry, now: Moment, knownType: UTType?) -> EditOutcome {

@@ -34,18 +34,14 @@ struct EditReply {
     /// `"ok":true,"document":{"doc":…,"type":…,"state":"` (kept by the caller for the
     /// next edit of the same document).
     static func documentPrefix(path: String, type: UTType) -> [UInt8] {
-        // Every string may grow sixfold when escaped (`\u00XX`); the rest is bounded.
-        let capacity = 64 + 6 * (path.utf8.count + type.identifier.utf8.count)
-        return [UInt8](unsafeUninitializedCapacity: capacity) { buffer, initialized in
-            var reply = EditReply(base: buffer.baseAddress!)
-            reply.put("\"ok\":true,\"document\":{\"doc\":")
-            reply.putString(path)
-            reply.put(",\"type\":")
-            reply.putString(type.identifier)
-            reply.put(",\"state\":\"")
-            precondition(reply.count <= capacity, "an edit reply's prefix outgrew its buffer")
-            initialized = reply.count
+        // Written once per document and connection: the general writer's strings will do.
+        func quoted(_ text: String) -> [UInt8] {
+            var writer = JSONWriter()
+            writer.string(text)
+            return writer.bytes
         }
+        return Array(#""ok":true,"document":{"doc":"#.utf8) + quoted(path) + Array(#","type":"#.utf8)
+            + quoted(type.identifier) + Array(#","state":""#.utf8)
     }
 
     /// Queues ``withBytes(idText:prefix:_:_:)``'s reply on `connection` (written in
@@ -145,53 +141,10 @@ struct EditReply {
         count += text.utf8CodeUnitCount
     }
 
-    private mutating func putBytes(_ bytes: UnsafeBufferPointer<UInt8>) {
-        guard let start = bytes.baseAddress else { return }
-        (base + count).update(from: start, count: bytes.count)
-        count += bytes.count
-    }
-
     private mutating func putBytes(_ bytes: UnsafeRawBufferPointer) {
         guard let start = bytes.baseAddress else { return }
         UnsafeMutableRawPointer(base + count).copyMemory(from: start, byteCount: bytes.count)
         count += bytes.count
-    }
-
-    /// Text that needs no escaping, as it is.
-    private mutating func putPlain(_ text: String) {
-        if let done: Void = text.utf8.withContiguousStorageIfAvailable({ putBytes($0) }) { return done }
-        var text = text
-        text.withUTF8 { putBytes($0) }
-    }
-
-    /// A JSON string: quotes, and escapes where needed.
-    private mutating func putString(_ text: String) {
-        // Read in place (a native string always is); a copy made contiguous otherwise.
-        if let done: Void = text.utf8.withContiguousStorageIfAvailable({ putString(utf8: $0) }) { return done }
-        var text = text
-        text.withUTF8 { putString(utf8: $0) }
-    }
-
-    private mutating func putString(utf8 bytes: UnsafeBufferPointer<UInt8>) {
-        base[count] = UInt8(ascii: "\"")
-        count += 1
-        var plain = true
-        for byte in bytes where byte < 0x20 || byte == UInt8(ascii: "\"") || byte == UInt8(ascii: "\\") {
-            plain = false
-            break
-        }
-        if plain {
-            putBytes(bytes)
-        } else {
-            var writer = JSONWriter()
-            writer.string(String(decoding: bytes, as: UTF8.self))
-            // Without the quotes the writer adds.
-            writer.bytes.withUnsafeBufferPointer {
-                putBytes(UnsafeBufferPointer(rebasing: $0.dropFirst().dropLast()))
-            }
-        }
-        base[count] = UInt8(ascii: "\"")
-        count += 1
     }
 
     private mutating func putInteger(_ value: UInt64) {
