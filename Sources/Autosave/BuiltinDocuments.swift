@@ -51,8 +51,11 @@ public struct PlainTextDocument: AutosaveDocument {
         case .replace(let offset, let length, let replacement):
             let utf8 = text.utf8
             guard offset >= 0, length >= 0, offset <= utf8.count, length <= utf8.count - offset else {
+                // Described without adding the two: they come from a request and may be
+                // anything an Int holds.
+                let size = "\(utf8.count) \(utf8.count == 1 ? "byte" : "bytes")"
                 throw DocumentContentError(
-                    .invalid, "the range \(offset)..<\(offset + length) is outside the text (\(utf8.count) bytes)")
+                    .invalid, "offset \(offset) and length \(length) are outside the text (\(size))")
             }
             let start = utf8.index(utf8.startIndex, offsetBy: offset)
             let end = utf8.index(start, offsetBy: length)

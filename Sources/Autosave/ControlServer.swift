@@ -72,7 +72,7 @@ public final class ControlServer: Sendable {
     /// mode there, then renamed into place. A stale socket (nobody listening) is replaced;
     /// a live one, or anything that is not a socket, is an error.
     static func bindSocket(at path: String, mode: FilePermissions) throws -> FileDescriptor {
-        let directory = (path as NSString).deletingLastPathComponent
+        let directory = PathName.parent(path)
         do {
             try FileManager.default.createDirectory(
                 atPath: directory, withIntermediateDirectories: true, attributes: [.posixPermissions: 0o755])
@@ -95,7 +95,7 @@ public final class ControlServer: Sendable {
         do {
             let parent = try FileDescriptor.open(directory, options: [.directory])
             try parent.closeAfter { () throws(Errno) in
-                try parent.makeDirectory((staging as NSString).lastPathComponent, permissions: .init(rawValue: 0o700))
+                try parent.makeDirectory(PathName.lastComponent(staging), permissions: .init(rawValue: 0o700))
             }
         } catch {
             throw SetupError(description: "cannot create a staging directory in \(directory): \(error)")
@@ -114,7 +114,7 @@ public final class ControlServer: Sendable {
             let directoryFD = try FileDescriptor.open(directory, options: [.directory])
             try directoryFD.closeAfter { () throws(Errno) in
                 try directoryFD.rename(
-                    ((staging as NSString).lastPathComponent) + "/s", to: (path as NSString).lastPathComponent)
+                    PathName.lastComponent(staging) + "/s", to: PathName.lastComponent(path))
             }
         } catch {
             try? socket.close()

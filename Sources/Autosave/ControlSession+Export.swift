@@ -60,10 +60,9 @@ extension ControlSession {
 
         var names: [String] = []
         for path in paths {
-            var name = (path as NSString).lastPathComponent
+            var name = PathName.lastComponent(path)
             if names.contains(name) {
-                let base = (name as NSString).deletingPathExtension
-                let ext = (name as NSString).pathExtension
+                let (base, ext) = PathName.splitExtension(name)
                 var counter = 2
                 repeat {
                     name = ext.isEmpty ? "\(base) \(counter)" : "\(base) \(counter).\(ext)"

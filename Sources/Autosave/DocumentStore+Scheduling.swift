@@ -283,7 +283,7 @@ extension DocumentStore {
     /// root with `openat2(RESOLVE_BENEATH | RESOLVE_NO_SYMLINKS)`. The writer itself
     /// refuses a link at the document's own place.
     nonisolated static func refuseSymbolicLinks(root: String, above path: String) throws {
-        let parent = (path as NSString).deletingLastPathComponent
+        let parent = PathName.parent(path)
         guard !parent.isEmpty else { return }
         do throws(Errno) {
             let rootDirectory = try FileDescriptor.open(root, options: [.directory, .pathOnly])
@@ -299,13 +299,13 @@ extension DocumentStore {
 
     /// Creates the directories a new document's path needs (each made durable in its parent).
     nonisolated static func makeParentDirectories(of fullPath: String) throws {
-        let parent = (fullPath as NSString).deletingLastPathComponent
+        let parent = PathName.parent(fullPath)
         if (try? FileDescriptor.currentWorkingDirectory.status(of: parent, followSymlinks: false))?.kind == .directory {
             return
         }
         try makeParentDirectories(of: parent)
-        let grandparent = (parent as NSString).deletingLastPathComponent
-        let name = (parent as NSString).lastPathComponent
+        let grandparent = PathName.parent(parent)
+        let name = PathName.lastComponent(parent)
         do throws(Errno) {
             let directory = try FileDescriptor.open(grandparent, options: [.directory])
             try directory.closeAfter { () throws(Errno) in

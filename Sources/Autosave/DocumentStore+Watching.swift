@@ -206,6 +206,13 @@ extension DocumentStore {
         } else {
             entries[document] = nil
             let lost = entry.changeCount - entry.savedChangeCount
+            failWaiters(
+                entry,
+                .superseded(
+                    document,
+                    message:
+                        "another program removed the file, and the document was closed with its unsaved edits (WhenRemoved=close)"
+                ))
             if unsaved {
                 log.warning(
                     "\(document) was removed by another program; closed with \(lost) unsaved edit(s) discarded (WhenRemoved=close)",
@@ -244,7 +251,7 @@ extension DocumentStore {
         if isDirectory && entries[from] == nil {
             // A plain directory: the documents inside follow it, unless it became a
             // package, which is one new document.
-            if registry.isPackage((to as NSString).lastPathComponent) {
+            if registry.isPackage(PathName.lastComponent(to)) {
                 for document in documents(under: from) { handle([.removed(document)]) }
                 openNew(to)
             } else {
@@ -263,7 +270,7 @@ extension DocumentStore {
     /// Moves the open document `from` to the name its file now has.
     private func move(_ from: String, to: String) {
         guard let entry = entries[from] else { return }
-        let name = (to as NSString).lastPathComponent
+        let name = PathName.lastComponent(to)
         let registration = registry.registration(forName: name, isDirectory: entry.isPackage)
         guard entries[to] == nil, entry.savingToken == nil, registration?.contentType == entry.contentType else {
             handle([.removed(from), .changed(to)])
@@ -299,7 +306,7 @@ extension DocumentStore {
             if Fingerprint(status, contents: bytes) == entry.fingerprint { return }
         }
         if !entry.isDirty && entry.savingToken == nil {
-            reloadFromDisk(document)
+            reloadFromDisk(document, reason: "another program changed the file, and it was read again")
             return
         }
         resolveConflict(document)
@@ -311,9 +318,9 @@ extension DocumentStore {
         return node
     }
 
-    private func reloadFromDisk(_ document: String) {
+    private func reloadFromDisk(_ document: String, reason: @autoclosure () -> String) {
         do {
-            try reread(document)
+            try reread(document, reason: reason())
             externalReloads += 1
             log.info(
                 "\(document) was changed by another program; read again",
@@ -358,7 +365,9 @@ extension DocumentStore {
             log.warning(
                 "\(document) was changed by another program while it had unsaved edits: the file keeps their version, the edits were saved as \(copy)",
                 ["document": document, "conflict_copy": copy, "message_id": MessageID.conflict])
-            reloadFromDisk(document)
+            reloadFromDisk(
+                document,
+                reason: "another program changed the file; the edits were saved as \(copy), the file keeps its version")
         case .memory:
             log.warning(
                 "\(document) was changed by another program while it had unsaved edits: their version was copied to \(copy), the edits are saved under \(document)",
@@ -378,10 +387,9 @@ extension DocumentStore {
 
     /// `<dir>/<base> (conflict <UTC time>).<ext>`, made unique with a counter.
     private func conflictCopyName(_ document: String) -> String {
-        let directory = (document as NSString).deletingLastPathComponent
-        let name = (document as NSString).lastPathComponent
-        let base = (name as NSString).deletingPathExtension
-        let ext = (name as NSString).pathExtension
+        let directory = PathName.parent(document)
+        let name = PathName.lastComponent(document)
+        let (base, ext) = PathName.splitExtension(name)
         var stamp = ISO8601DateFormatter().string(from: Date()).replacingOccurrences(of: ":", with: "-")
         stamp = stamp.replacingOccurrences(of: "Z", with: "")
         var counter = 1

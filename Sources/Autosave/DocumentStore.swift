@@ -201,8 +201,45 @@ public actor DocumentStore {
         return entry
     }
 
+    /// Refuses a path inside a package document (`book.package/ch/1.txt`): the package's
+    /// files are its members, edited through it; a second document over the same file
+    /// would have two owners saving it.
+    private func refuseInsidePackage(_ path: String) throws(StoreError) {
+        let components = path.split(separator: "/")
+        for index in components.indices.dropLast() where registry.isPackage(String(components[index])) {
+            let package = components[...index].joined(separator: "/")
+            throw .invalidPath(
+                path, reason: "it lies inside the package document '\(package)', whose files are its members")
+        }
+    }
+
+    /// Refuses a new document whose file could never be written: one of its directories
+    /// is a document or a file (`notes.txt/x`), or it would be a file where open documents
+    /// need a directory (`notes` while `notes/a.txt` is open). Its saves would fail until
+    /// shutdown and its edits be lost.
+    private func refuseClash(_ path: String) throws(StoreError) {
+        var end = path.utf8.startIndex
+        while let slash = path.utf8[end...].firstIndex(of: UInt8(ascii: "/")) {
+            let directory = String(Substring(path.utf8[..<slash]))
+            if entries.index(forKey: directory) != nil {
+                throw .invalidPath(path, reason: "'\(directory)' is a document, not a directory")
+            }
+            if let status = try? FileDescriptor.currentWorkingDirectory.status(
+                of: root + "/" + directory, followSymlinks: false), status.kind != .directory
+            {
+                throw .invalidPath(path, reason: "'\(directory)' is not a directory")
+            }
+            end = path.utf8.index(after: slash)
+        }
+        let inside = path + "/"
+        if entries.keys.contains(where: { $0.utf8.starts(with: inside.utf8) }) {
+            throw .invalidPath(path, reason: "it is the directory of open documents")
+        }
+    }
+
     /// Reads the document at `path` from disk, without adding it to the store.
     func loadEntry(_ path: String) throws(StoreError) -> Entry {
+        try refuseInsidePackage(path)
         let fullPath = root + "/" + path
         let status: FileStatus
         do { status = try FileDescriptor.currentWorkingDirectory.status(of: fullPath) } catch {
@@ -212,7 +249,7 @@ public actor DocumentStore {
         guard status.kind == .regular || status.kind == .directory else {
             throw .unsupported(path, message: "only regular files and package directories are documents")
         }
-        let name = (path as NSString).lastPathComponent
+        let name = PathName.lastComponent(path)
         guard let registration = registry.registration(forName: name, isDirectory: status.kind == .directory) else {
             throw .unsupported(path, message: "a directory is a document only with a package extension")
         }
@@ -267,7 +304,9 @@ public actor DocumentStore {
     }
 
     private func makeNew(_ path: String) throws(StoreError) {
-        let name = (path as NSString).lastPathComponent
+        try refuseInsidePackage(path)
+        try refuseClash(path)
+        let name = PathName.lastComponent(path)
         let registration =
             registry.registration(forName: name, isDirectory: true)
             ?? registry.registration(forName: name, isDirectory: false)!
@@ -411,8 +450,10 @@ public actor DocumentStore {
     }
 
     /// Reads an open document from disk again, keeping its counters (the file now holds
-    /// every change made so far); on failure the document stays as it was.
-    func reread(_ path: String) throws(StoreError) {
+    /// every change made so far); on failure the document stays as it was. Callers of
+    /// `save(_:wait:)` still waiting for edits that are now gone are answered with
+    /// `superseded` and `reason` (what happened to those edits).
+    func reread(_ path: String, reason: @autoclosure () -> String) throws(StoreError) {
         guard let old = entries[path] else { throw .notFound(path) }
         var entry = try loadEntry(path)
         entry.changeCount = old.changeCount
@@ -420,6 +461,13 @@ public actor DocumentStore {
         entry.saves = old.saves
         entry.lastSaved = old.lastSaved
         entries[path] = entry
+        if !old.waiters.isEmpty { failWaiters(old, .superseded(path, message: reason())) }
+    }
+
+    /// Answers every caller still waiting for `entry`'s edits to be saved with `error`
+    /// (the entry was replaced or removed, so no save of theirs will come).
+    func failWaiters(_ entry: Entry, _ error: StoreError) {
+        for waiter in entry.waiters { waiter.continuation.resume(throwing: error) }
     }
 
     /// Throws away unsaved edits and reads the document from disk again.
@@ -429,7 +477,7 @@ public actor DocumentStore {
         if old.savingToken != nil {
             throw .unsupported(path, message: "a save is being written; revert once it is done")
         }
-        try reread(path)
+        try reread(path, reason: "the edits were discarded by revert before they were saved")
         return info(path, entries[path]!)
     }
 

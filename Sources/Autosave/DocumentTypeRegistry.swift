@@ -1,5 +1,6 @@
 import Documents
 import Foundation
+import Posix
 
 /// Which document type holds which files: by filename extension, with package
 /// extensions for directories. Library users register their own types.
@@ -49,7 +50,7 @@ public struct DocumentTypeRegistry: Sendable {
     /// The registration for a file (or directory) named `name`; `nil` for a directory
     /// that is not a package. A file without a registered extension is raw data.
     public func registration(forName name: String, isDirectory: Bool) -> Registration? {
-        let ext = (name as NSString).pathExtension.lowercased()
+        let ext = PathName.pathExtension(name).lowercased()
         if !ext.isEmpty,
             let found = registrations.first(where: {
                 $0.isPackage == isDirectory && $0.filenameExtensions.contains(ext)

@@ -145,6 +145,9 @@ public enum StoreError: Error, Sendable, Equatable, CustomStringConvertible {
     case unsupported(String, message: String)
     case saveFailed(SaveFailure)
     case refusedWhileSaveFails(SaveFailure)
+    /// A save waited for will not come: the edits were discarded (revert), replaced by
+    /// another program's version (saved as a conflict copy), or the document was closed.
+    case superseded(String, message: String)
     case shuttingDown
     case io(DocumentError)
 
@@ -157,6 +160,7 @@ public enum StoreError: Error, Sendable, Equatable, CustomStringConvertible {
         case .invalidDocument: "bad-request"
         case .unsupported: "unsupported"
         case .saveFailed, .refusedWhileSaveFails: "save-failed"
+        case .superseded: "conflict"
         case .shuttingDown: "shutting-down"
         case .io: "io-error"
         }
@@ -172,6 +176,7 @@ public enum StoreError: Error, Sendable, Equatable, CustomStringConvertible {
         case .saveFailed(let failure): failure.description
         case .refusedWhileSaveFails(let failure):
             "edits to \(failure.document) are refused while its saves fail (RefuseEditsWhenSaveFails=yes): \(failure.message)"
+        case .superseded(let path, let message): "\(path): \(message)"
         case .shuttingDown: "the daemon is shutting down and accepts no edits"
         case .io(let error): error.description
         }

@@ -159,7 +159,11 @@ final class Session {
             }
         case "save" where reply["unsaved"] != nil:
             let unsaved = reply["unsaved"]?.intValue ?? 0
-            say(unsaved == 0 ? "every document is saved" : "\(unsaved) documents still have unsaved edits")
+            say(
+                unsaved == 0
+                    ? "every document is saved"
+                    : unsaved == 1
+                        ? "1 document still has unsaved edits" : "\(unsaved) documents still have unsaved edits")
         case "close":
             say("closed \(reply["doc"]?.stringValue ?? "")")
         case "export":
@@ -178,7 +182,7 @@ final class Session {
         let state = document["state"]?.stringValue ?? ""
         let changes = document["changes"]?.intValue ?? 0
         let saved = document["saved_changes"]?.intValue ?? 0
-        var line = "\(path): \(state), \(changes) changes, \(saved) on disk"
+        var line = "\(path): \(state), \(changes) \(changes == 1 ? "change" : "changes"), \(saved) on disk"
         if let failure = document["failure"], let message = failure["message"]?.stringValue {
             line += "\n  last save failed: \(message)"
         }

@@ -11,8 +11,8 @@ enum DiskReader {
     }
 
     static func readNode(at path: String, immediate: Bool) throws -> ReadNode {
-        let parentPath = (path as NSString).deletingLastPathComponent
-        let name = (path as NSString).lastPathComponent
+        let parentPath = PathName.parent(path)
+        let name = PathName.lastComponent(path)
         let parent = try open(directory: parentPath.isEmpty ? "." : parentPath, for: path)
         return try parent.closeAfter { try readNode(name: name, in: parent, path: path, immediate: immediate) }
     }

@@ -181,8 +181,8 @@ public struct DocumentExporter: Sendable {
             var base = name
             var ext = ""
             if let preferred = contentType.preferredFilenameExtension {
-                if (name as NSString).pathExtension.lowercased() == preferred {
-                    base = (name as NSString).deletingPathExtension
+                if PathName.pathExtension(name).lowercased() == preferred {
+                    base = PathName.splitExtension(name).base
                 }
                 ext = "." + preferred
             }

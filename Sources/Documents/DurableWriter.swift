@@ -767,7 +767,7 @@ struct WriteSession {
         let identity = (try? directory.status()).map(DiskIdentity.init) ?? previous?.identity
         if let identity {
             record(
-                wrapper, SyncRecord(path: path, identity: identity), name: (path as NSString).lastPathComponent,
+                wrapper, SyncRecord(path: path, identity: identity), name: PathName.lastComponent(path),
                 settledKeys: tracked ? changedKeys : nil)
         }
     }

@@ -108,7 +108,7 @@ public final class FileWrapper: @unchecked Sendable {
         let node = try DiskReader.readNode(at: path, immediate: options.contains(.immediate))
         self.init(node: node.node)
         state.withLock {
-            $0.filename = (path as NSString).lastPathComponent
+            $0.filename = PathName.lastComponent(path)
             $0.preferredFilename = $0.filename
             $0.diskStatus = node.status
             $0.explicitAttributes = nil
@@ -123,7 +123,7 @@ public final class FileWrapper: @unchecked Sendable {
         let node = try DiskReader.readNode(at: path, immediate: options.contains(.immediate))
         state.withLock {
             $0.node = node.node
-            $0.filename = (path as NSString).lastPathComponent
+            $0.filename = PathName.lastComponent(path)
             $0.diskStatus = node.status
             $0.explicitAttributes = nil
             $0.sync = node.sync

@@ -89,9 +89,9 @@ struct ControlEndToEndTests {
         #expect(r.status == 1 && r.stderr.contains("bad-request") && r.stderr.contains("line 1, column 2"))
 
         r = try daemon.ctl("create", "book.package")
-        #expect(r.status == 0)
+        #expect(r.status == 0 && r.stdout == "book.package: scheduled, 1 change, 0 on disk\n", "\(r)")
         r = try daemon.ctl("put-member", "book.package", "ch/1.txt", "--text", "one\n")
-        #expect(r.status == 0)
+        #expect(r.status == 0 && r.stdout == "book.package: scheduled, 2 changes, 0 on disk\n", "\(r)")
         r = try daemon.ctl("put-member", "book.package", "ch/2.txt", stdin: "two\n")
         #expect(r.status == 0)
         r = try daemon.ctl("remove-member", "book.package", "ch/2.txt")
@@ -450,11 +450,45 @@ struct ControlSocketTests {
         #expect(missing?["error"]?["message"]?.stringValue?.contains("\"doc\"") == true)
         try raw.send(#"{"id": 9, "cmd": "replace", "doc": "a.txt", "offset": "x", "length": 1, "text": ""}"# + "\n")
         #expect(try raw.code() == "bad-request")
+        // Numbers at and past the ends of what an Int holds: each is refused, none stops the daemon.
+        try raw.send(#"{"cmd": "set", "doc": "a.txt", "text": "abc"}"# + "\n")
+        #expect(try raw.line()?["ok"] == true)
+        for (offset, length) in [
+            ("9223372036854775807", "1"), ("1", "9223372036854775807"), ("-9223372036854775808", "-1"),
+            ("-1", "1"), ("0", "-1"), ("99999999999999999999999", "0"), ("1e400", "0"), ("2.5", "0"),
+        ] {
+            let request = #"{"cmd":"replace","doc":"a.txt","offset":\#(offset),"length":\#(length),"text":"x"}"#
+            try raw.send(request + "\n")
+            #expect(try raw.code() == "bad-request", "\(request)")
+        }
+        try raw.send(#"{"cmd": "get", "doc": "a.txt"}"# + "\n")
+        #expect(try raw.line()?["text"]?.stringValue == "abc", "nothing was applied")
         try raw.send(#"{"cmd": "set", "doc": "big.txt", "text": ""# + String(repeating: "x", count: 10 << 20) + "\"}\n")
         #expect(try raw.code() == "too-large")
         try raw.send(#"{"id": 10, "cmd": "status"}"# + "\n")
         #expect(try raw.line()?["ok"]?.boolValue == true, "the same connection still works after the oversized line")
         #expect(try daemon.ctl("status").status == 0)
+        #expect(await daemon.stop() == 0)
+    }
+
+    @Test(
+        "Documents whose names are one character (x, é, d/y, d/é/z) are created, saved durably and read back; the daemon serves on"
+    )
+    func oneCharacterNames() async throws {
+        let daemon = try await RunningDaemon(quiet: "1h")
+        for name in ["x", "é", "d/y", "d/é/z"] {
+            let set = try daemon.ctl("set", name, "--text", "in \(name)\n")
+            #expect(set.status == 0, "\(set)")
+            let save = try daemon.ctl("save", name, "--wait")
+            #expect(save.status == 0 && save.stdout.contains("clean"), "\(save)")
+            #expect(try daemon.onDisk(name) == "in \(name)\n")
+        }
+        #expect(try daemon.ctl("put-member", "p.package", "m", "--text", "m\n").status == 1, "no such package yet")
+        #expect(try daemon.ctl("create", "p.package").status == 0)
+        #expect(try daemon.ctl("put-member", "p.package", "m", "--text", "m\n").status == 0)
+        #expect(try daemon.ctl("save", "p.package", "--wait").status == 0)
+        #expect(try daemon.onDisk("p.package/m") == "m\n")
+        #expect(try daemon.ctl("get", "x").stdout == "in x\n")
         #expect(await daemon.stop() == 0)
     }
 

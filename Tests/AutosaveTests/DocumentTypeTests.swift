@@ -25,6 +25,14 @@ struct DocumentTypeTests {
         await #expect {
             try await store.apply(.replace(offset: 100, length: 1, with: "x"), to: "t.txt")
         } throws: { error in "\(error)".contains("outside the text") }
+        for (offset, length) in [(Int.max, 1), (1, Int.max), (Int.min, -1), (-1, 1), (0, -1), (Int.max, Int.max)] {
+            await #expect {
+                try await store.apply(.replace(offset: offset, length: length, with: "x"), to: "t.txt")
+            } throws: { error in
+                (error as? StoreError)?.code == "bad-request"
+                    && "\(error)".contains("offset \(offset) and length \(length) are outside the text")
+            }
+        }
         await #expect {
             try await store.apply(.mergePatch("{}"), to: "t.txt")
         } throws: { error in (error as? StoreError)?.code == "unsupported" }
@@ -128,6 +136,48 @@ struct DocumentTypeTests {
         await #expect {
             try await store.apply(.removeMember("nope"), to: "book.package")
         } throws: { error in (error as? StoreError)?.code == "not-found" }
+    }
+
+    @Test(
+        "A file inside a package is the package's member, never a document of its own: opening, creating or setting one is refused"
+    )
+    func insidePackage() async throws {
+        let harness = await StoreHarness(quiet: .seconds(3600))
+        let root = harness.root
+        try FileManager.default.createDirectory(atPath: root + "/d/book.package/ch", withIntermediateDirectories: true)
+        try Disk.write("one\n", to: root + "/d/book.package/ch/1.txt")
+        let store = harness.store
+        try await store.open("d/book.package")
+        let attempts: [(String, @Sendable (DocumentStore) async throws -> Void)] = [
+            ("open d/book.package/ch/1.txt", { try await $0.open("d/book.package/ch/1.txt") }),
+            (
+                "set d/book.package/ch/1.txt",
+                { try await $0.apply(.setText("x"), to: "d/book.package/ch/1.txt", create: true) }
+            ),
+            ("create d/book.package/new.txt", { try await $0.create("d/book.package/new.txt") }),
+            (
+                "set d/book.package/ch/2.txt",
+                { try await $0.apply(.setText("x"), to: "d/book.package/ch/2.txt", create: true) }
+            ),
+            (
+                "set x.package/y.txt (no package open)",
+                { try await $0.apply(.setText("x"), to: "x.package/y.txt", create: true) }
+            ),
+        ]
+        for (name, attempt) in attempts {
+            await #expect("\(name)") {
+                try await attempt(store)
+            } throws: { error in
+                (error as? StoreError)?.code == "invalid-path" && "\(error)".contains("inside the package document")
+            }
+        }
+        #expect(await store.list().map(\.path) == ["d/book.package"])
+        try await store.saveAll(wait: true)
+        #expect(try Disk.names(in: root + "/d/book.package/ch") == ["1.txt"])
+        #expect(try harness.text(onDisk: "d/book.package/ch/1.txt") == "one\n")
+        #expect(!FileManager.default.fileExists(atPath: root + "/x.package"))
+        // A directory that merely holds documents is no package: its files are documents.
+        try await store.apply(.setText("fine"), to: "d/notes.txt", create: true)
     }
 
     @Test("Raw data documents hold bytes as they are")

@@ -162,3 +162,57 @@ final class PosixTests {
         #expect(CurrentProcess.randomAlphanumerics(6) != CurrentProcess.randomAlphanumerics(6))
     }
 }
+
+@Suite("PathName: path strings split without Foundation")
+struct PathNameTests {
+    @Test("Last component, parent and extension, including the names Foundation's NSString traps on")
+    func table() {
+        let cases: [(path: String, parent: String, last: String)] = [
+            ("", "", ""), ("x", "", "x"), ("é", "", "é"), ("a/", "", "a"), ("ab", "", "ab"),
+            ("/", "/", "/"), ("//", "/", "/"), ("/a", "/", "a"), ("//é", "/", "é"), ("a/b", "a", "b"),
+            ("a//b", "a", "b"), ("a/b/", "a", "b"), ("/a/b/c.txt", "/a/b", "c.txt"), ("d/x", "d", "x"),
+            ("é/ü/ß.txt", "é/ü", "ß.txt"), ("./a", ".", "a"), ("..", "", ".."),
+        ]
+        for (path, parent, last) in cases {
+            #expect(PathName.parent(path) == parent, "parent of \(path.debugDescription)")
+            #expect(PathName.lastComponent(path) == last, "last component of \(path.debugDescription)")
+        }
+        let names: [(name: String, base: String, ext: String)] = [
+            ("a.txt", "a", "txt"), ("a.tar.gz", "a.tar", "gz"), (".profile", ".profile", ""), ("a.", "a", ""),
+            ("a", "a", ""), ("", "", ""), (".", ".", ""), ("..", ".", ""), ("é.tëxt", "é", "tëxt"), ("a..b", "a.", "b"),
+        ]
+        for (name, base, ext) in names {
+            #expect(PathName.splitExtension(name) == (base, ext), "\(name.debugDescription)")
+        }
+        #expect(PathName.pathExtension("notes.d/a.JSON") == "JSON")
+        #expect(PathName.pathExtension("notes.d/a") == "")
+        #expect(PathName.pathExtension("x/.y") == "")
+    }
+
+    @Test("Every path of up to six characters from a, é, '.', '/': parent and last component put it back together")
+    func exhaustive() {
+        let alphabet = ["a", "é", ".", "/"]
+        var paths = [""]
+        var checked = 0
+        for _ in 1...6 {
+            paths = paths.flatMap { prefix in alphabet.map { prefix + $0 } }
+            for path in paths {
+                let parent = PathName.parent(path)
+                let last = PathName.lastComponent(path)
+                #expect(!last.contains("/") || last == "/", "\(path.debugDescription)")
+                #expect(!parent.hasSuffix("/") || parent == "/", "\(path.debugDescription)")
+                // Without repeated or trailing slashes, the two halves rebuild the path.
+                if !path.contains("//"), !path.hasSuffix("/"), path != "" {
+                    let rebuilt = parent.isEmpty ? last : parent == "/" ? "/" + last : parent + "/" + last
+                    #expect(
+                        rebuilt == path,
+                        "\(path.debugDescription) → \(parent.debugDescription) + \(last.debugDescription)")
+                }
+                let (base, ext) = PathName.splitExtension(last)
+                #expect(ext.isEmpty ? (base == last || base + "." == last) : base + "." + ext == last)
+                checked += 1
+            }
+        }
+        #expect(checked == 4 + 16 + 64 + 256 + 1024 + 4096)
+    }
+}

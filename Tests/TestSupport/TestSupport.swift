@@ -52,7 +52,7 @@ public enum Disk {
         guard let walker = FileManager.default.enumerator(atPath: path) else { return [] }
         var found: [String] = []
         while let relative = walker.nextObject() as? String {
-            if TemporaryName.isTemporary((relative as NSString).lastPathComponent) { found.append(relative) }
+            if TemporaryName.isTemporary(PathName.lastComponent(relative)) { found.append(relative) }
         }
         return found
     }
@@ -71,10 +71,10 @@ public enum Machine {
     public static var productsDirectory: String {
         let exe =
             (try? FileManager.default.destinationOfSymbolicLink(atPath: "/proc/self/exe")) ?? CommandLine.arguments[0]
-        var directory = (exe as NSString).deletingLastPathComponent
+        var directory = PathName.parent(exe)
         // Under XCTest the binary is inside an .xctest bundle.
         while directory.hasSuffix(".xctest") || directory.contains(".xctest/") {
-            directory = (directory as NSString).deletingLastPathComponent
+            directory = PathName.parent(directory)
         }
         return directory
     }

@@ -1,0 +1,57 @@
+/// Arithmetic on `/`-separated path strings: the last component, the parent, a name's
+/// extension.
+///
+/// Foundation's `NSString` path methods trap on some inputs on Linux (on this
+/// toolchain `deletingLastPathComponent` of any one-character name such as `"x"`, and
+/// `lastPathComponent`/`pathExtension` of `"//é"`), and document paths come from
+/// clients, so the daemon never hands a path to them. These work on the UTF-8 bytes:
+/// `/` and `.` are ASCII and never part of a multi-byte character, so every split falls
+/// on a character boundary.
+public enum PathName {
+    private static let slash = UInt8(ascii: "/")
+    private static let dot = UInt8(ascii: ".")
+
+    /// `path` without trailing slashes (`"/"` stays `"/"`).
+    private static func trimmedEnd(_ path: Substring.UTF8View) -> Substring.UTF8View {
+        var end = path.endIndex
+        while end > path.startIndex, path[path.index(before: end)] == slash {
+            end = path.index(before: end)
+        }
+        if end == path.startIndex, !path.isEmpty { return path[path.startIndex..<path.index(after: path.startIndex)] }
+        return path[path.startIndex..<end]
+    }
+
+    /// The last component: `"a/b.txt"` → `"b.txt"`, `"a/b/"` → `"b"`, `"a"` → `"a"`,
+    /// `"/"` → `"/"`, `""` → `""`.
+    public static func lastComponent(_ path: String) -> String {
+        let trimmed = trimmedEnd(path[...].utf8)
+        if trimmed.count == 1, trimmed.first == slash { return "/" }
+        guard let separator = trimmed.lastIndex(of: slash) else { return String(Substring(trimmed)) }
+        return String(Substring(trimmed[trimmed.index(after: separator)...]))
+    }
+
+    /// Everything before the last component, without trailing slashes: `"a/b/c"` →
+    /// `"a/b"`, `"a"` → `""`, `"/a"` → `"/"`, `"/"` → `"/"`, `"a//b"` → `"a"`.
+    public static func parent(_ path: String) -> String {
+        let trimmed = trimmedEnd(path[...].utf8)
+        if trimmed.count == 1, trimmed.first == slash { return "/" }
+        guard let separator = trimmed.lastIndex(of: slash) else { return "" }
+        let head = trimmed[trimmed.startIndex..<separator]
+        if head.isEmpty { return "/" }
+        return String(Substring(trimmedEnd(head)))
+    }
+
+    /// A file name split at its last dot: `"a.tar.gz"` → `("a.tar", "gz")`; a name with
+    /// no dot, or whose only dot is its first character (`".profile"`), has no extension;
+    /// `"a."` → `("a", "")`.
+    public static func splitExtension(_ name: String) -> (base: String, extension: String) {
+        let bytes = name.utf8
+        guard let index = bytes.lastIndex(of: dot), index != bytes.startIndex else { return (name, "") }
+        return (String(Substring(bytes[..<index])), String(Substring(bytes[bytes.index(after: index)...])))
+    }
+
+    /// The extension of the path's last component (`"notes/a.JSON"` → `"JSON"`), or `""`.
+    public static func pathExtension(_ path: String) -> String {
+        splitExtension(lastComponent(path)).extension
+    }
+}

@@ -1,0 +1,177 @@
+import Control
+import Foundation
+import Posix
+import TestSupport
+import Testing
+
+/// A small seeded generator (SplitMix64), so a failing run can be repeated exactly.
+struct SeededGenerator: RandomNumberGenerator {
+    var state: UInt64
+    mutating func next() -> UInt64 {
+        state &+= 0x9E37_79B9_7F4A_7C15
+        var z = state
+        z = (z ^ (z >> 30)) &* 0xBF58_476D_1CE4_E5B9
+        z = (z ^ (z >> 27)) &* 0x94D0_49BB_1331_11EB
+        return z ^ (z >> 31)
+    }
+}
+
+/// Requests a hostile or careless client could send: every command, each field given
+/// a value of the right type most of the time and of any type otherwise, document paths
+/// from the ordinary to the hostile.
+struct RequestGenerator {
+    var random: SeededGenerator
+
+    static let documents = [
+        "a.txt", "b.json", "c.package", "d/e.txt", "x", "é", "d/y", "z.bin", "ü/ß.json", "c.package/m.txt",
+        "../outside/planted.txt", "/etc/passwd", "a/../../x", "", "a\u{0}b", ".", "..", "a//b.txt", "a/./b.txt",
+        "nodir/", "a.txt/", "link/planted.txt", "link", "dirlink/new.txt", "q.json", "p.package", "a.txt/x",
+    ]
+    static let members = ["m.txt", "ch/1.txt", "ch", "../x", "/x", "", "a\u{0}", "ch/../../x", "x", "é/ü.txt", "."]
+    /// Field names and the kind of value each takes, per command.
+    static let schema: [String: [(String, String)]] = [
+        "status": [], "list": [], "sync": [], "reload": [],
+        "open": [("doc", "doc")], "create": [("doc", "doc")], "revert": [("doc", "doc")], "close": [("doc", "doc")],
+        "get": [("doc", "doc"), ("pointer", "pointer"), ("member", "member"), ("members", "bool")],
+        "set": [("doc", "doc"), ("text", "text"), ("json", "json"), ("base64", "base64")],
+        "append": [("doc", "doc"), ("text", "text"), ("base64", "base64")],
+        "replace": [("doc", "doc"), ("offset", "int"), ("length", "int"), ("text", "text")],
+        "patch": [("doc", "doc"), ("patch", "json")],
+        "put-member": [("doc", "doc"), ("member", "member"), ("text", "text"), ("base64", "base64")],
+        "remove-member": [("doc", "doc"), ("member", "member")],
+        "save": [("doc", "doc"), ("wait", "bool")], "save-all": [("wait", "bool")],
+        "export": [("docs", "docs"), ("to", "directory"), ("type", "type")],
+        "cancel": [("target", "int")],
+        "subscribe": [("docs", "docs"), ("events", "events")],
+    ]
+
+    mutating func pick<T>(_ choices: [T]) -> T { choices.randomElement(using: &random)! }
+    mutating func chance(_ p: Double) -> Bool { Double.random(in: 0..<1, using: &random) < p }
+
+    mutating func text() -> String {
+        let alphabet: [String] = [
+            "a", "b", "\n", "\"", "\\", "é", "{", "}", "[", "]", ":", ",", "0", " ", "\t", "\u{2028}", "😀",
+        ]
+        return (0..<Int.random(in: 0..<30, using: &random)).map { _ in pick(alphabet) }.joined()
+    }
+
+    mutating func json(depth: Int = 0) -> JSONValue {
+        switch Int.random(in: 0..<7, using: &random) {
+        case 0 where depth < 4:
+            return .object(
+                (0..<Int.random(in: 0..<4, using: &random)).map { _ in
+                    (pick(["a", "b", "", "é"]), json(depth: depth + 1))
+                })
+        case 1 where depth < 4:
+            return .array((0..<Int.random(in: 0..<4, using: &random)).map { _ in json(depth: depth + 1) })
+        case 2:
+            return .number(
+                pick([
+                    "0", "-1", "9223372036854775807", "-9223372036854775808", "18446744073709551616", "1.5", "1e300",
+                    "-0.0", "1e400",
+                ]))
+        case 3: return pick([.bool(true), .bool(false), .null])
+        default: return .string(text())
+        }
+    }
+
+    mutating func value(_ kind: String) -> JSONValue {
+        switch kind {
+        case "doc": .string(pick(Self.documents))
+        case "text": .string(text())
+        case "json": json()
+        case "base64": .string(pick(["aGVsbG8=", "!!", "", "AAA", "AA==", "////"]))
+        case "int":
+            .number(
+                pick([
+                    "0", "1", "2", "5", "-1", "9223372036854775807", "-9223372036854775808", "100000000000000000000",
+                    "1.5", "1e300",
+                ]))
+        case "pointer": .string(pick(["", "/", "/a", "/a/0", "/0", "/-", "/~1", "/~2", "a", "/a/b/c"]))
+        case "member": .string(pick(Self.members))
+        case "bool": .bool(chance(0.5))
+        case "docs": .array((0..<Int.random(in: 0..<4, using: &random)).map { _ in .string(pick(Self.documents)) })
+        case "directory":
+            .string(pick(["out", "out/sub", "/tmp", "../outside", "link", "", ".", "a.txt", "d", "dirlink"]))
+        case "type": .string(pick(["public.plain-text", "public.json", "public.data", "nope", ""]))
+        case "events":
+            .array(
+                (0..<Int.random(in: 0..<3, using: &random)).map { _ in
+                    .string(pick(["saved", "closed", "conflict", "bogus"]))
+                })
+        default: json()
+        }
+    }
+
+    /// One request line with the given id.
+    mutating func request(id: Int) -> String {
+        var command = pick(Self.schema.keys.sorted() + ["bogus"])
+        if command == "reload", chance(0.8) { command = "list" }  // each reload reads the configuration file
+        var fields: [(key: String, value: JSONValue)] = [("cmd", .string(command)), ("id", .number(String(id)))]
+        for (key, kind) in Self.schema[command] ?? [] {
+            if chance(0.6) {
+                fields.append((key, value(kind)))
+            } else if chance(0.25) {
+                fields.append((key, value(pick(["json", "int", "bool", "docs", "doc"]))))
+            }
+        }
+        if chance(0.05) { fields.append((pick(["extra", "doc", "text"]), json())) }
+        return JSONValue.object(fields).serialized(pretty: false)
+    }
+}
+
+@Suite("Random requests against the built daemon", .serialized)
+struct RequestFuzzTests {
+    @Test(
+        "4,000 seeded random requests of every command, with values of every type and hostile paths: each gets one reply with a documented code, nothing outside the root is touched, the daemon serves on and stops cleanly",
+        .timeLimit(.minutes(3)), arguments: [UInt64(1), 2])
+    func randomRequests(seed: UInt64) async throws {
+        let daemon = try await RunningDaemon(quiet: "50ms")
+        // Beside the root: a directory the requests aim at through `..` and symbolic links.
+        let outside = daemon.directory.sub("outside")
+        try FileManager.default.createDirectory(atPath: outside, withIntermediateDirectories: true)
+        try Disk.write("planted\n", to: outside + "/planted.txt")
+        try FileManager.default.createSymbolicLink(atPath: daemon.root + "/link", withDestinationPath: "/etc")
+        try FileManager.default.createSymbolicLink(atPath: daemon.root + "/dirlink", withDestinationPath: outside)
+        try FileManager.default.createDirectory(atPath: daemon.root + "/out", withIntermediateDirectories: true)
+
+        let codes = Set(ControlProtocol.ErrorCode.allCases.map(\.rawValue))
+        var generator = RequestGenerator(random: SeededGenerator(state: seed))
+        let raw = try ControlSocketTests.Raw(daemon.socket)
+        var answered: [String: Int] = [:]
+        for id in 0..<4000 {
+            let request = generator.request(id: id)
+            try raw.send(request + "\n")
+            // Events (after a `subscribe`, an export's progress) come between replies.
+            var reply: JSONValue?
+            while let line = try raw.line() {
+                if line["event"] != nil { continue }
+                reply = line
+                break
+            }
+            let answer = try #require(reply, "seed \(seed): no reply to \(request) (did the daemon stop?)")
+            #expect(answer["id"]?.intValue == id, "seed \(seed): \(request) → \(answer.serialized(pretty: false))")
+            guard let ok = answer["ok"]?.boolValue else {
+                Issue.record("seed \(seed): a reply without ok: \(answer.serialized(pretty: false))")
+                continue
+            }
+            if ok {
+                answered["ok", default: 0] += 1
+            } else {
+                let code = answer["error"]?["code"]?.stringValue ?? "(none)"
+                #expect(codes.contains(code) && code != "internal-error", "seed \(seed): \(request) → \(code)")
+                #expect(answer["error"]?["message"]?.stringValue?.isEmpty == false)
+                answered[code, default: 0] += 1
+            }
+        }
+        #expect(answered["ok", default: 0] > 400, "enough requests were valid to reach the documents: \(answered)")
+        #expect(answered["invalid-path", default: 0] > 50, "\(answered)")
+        #expect(try daemon.ctl("status").status == 0, "another client is served")
+        let status = await daemon.stop()
+        #expect(
+            status == 0,
+            "every edit saved, a clean exit; output:\n\(daemon.process.output.suffix(30).joined(separator: "\n"))")
+        #expect(try Disk.names(in: outside) == ["planted.txt"], "nothing created outside the root")
+        #expect(try Disk.bytes(outside + "/planted.txt") == Data("planted\n".utf8), "nothing outside changed")
+    }
+}

@@ -1,0 +1,136 @@
+import Documents
+import Foundation
+import Posix
+import TestSupport
+import Testing
+
+@testable import Autosave
+
+extension DocumentStore {
+    /// How many callers of `save(_:wait:)` wait for the document's edits (internal state,
+    /// read so a test knows its caller is waiting before it acts).
+    func waitingSaves(_ path: String) -> Int { entries[path]?.waiters.count ?? 0 }
+}
+
+/// A caller of `save(wait: true)` (`autosavectl save --wait`, `close`) waits for a save of
+/// the edits made before it. When those edits go another way before their save — revert,
+/// another program's version taking the file, the file removed and the document closed —
+/// the caller is told so, with `conflict`, instead of waiting forever.
+@Suite("Callers waiting for a save", .serialized, .timeLimit(.minutes(1)))
+struct SaveWaiterTests {
+    /// A store with one save slot, held by a gated document's save, and `t.txt` on disk
+    /// and open with an unsaved edit whose `save(wait: true)` is queued behind it.
+    struct Setup {
+        let harness: StoreHarness
+        let gate: Gate
+        let waiter: Task<Void, any Error>
+    }
+
+    func setUp(configure: @escaping (inout Configuration) -> Void = { _ in }) async throws -> Setup {
+        var registry = DocumentTypeRegistry()
+        registry.register(GatedDocument.self, contentType: GatedDocument.type, filenameExtensions: ["gated"])
+        let gate = Gate()
+        Gate.current = gate
+        defer { Gate.current = nil }
+        let harness = await StoreHarness(
+            quiet: .seconds(3600), maxDelay: .seconds(3600), concurrentSaves: 1, registry: registry,
+            configure: configure)
+        try await harness.store.startWatching()
+        let store = harness.store
+        try Disk.write("", to: harness.file("slot.gated"))
+        try await store.open("slot.gated")
+        try await store.apply(.setText("holds the slot"), to: "slot.gated")
+        try await store.save("slot.gated", wait: false)
+        var arrivals = gate.arrived.makeAsyncIterator()
+        _ = await arrivals.next()
+
+        try Disk.write("on disk\n", to: harness.file("t.txt"))
+        try await store.open("t.txt")
+        try await store.apply(.setText("unsaved\n"), to: "t.txt")
+        let waiter = Task { try await store.save("t.txt", wait: true) }
+        while await store.waitingSaves("t.txt") == 0 { await Task.yield() }
+        return Setup(harness: harness, gate: gate, waiter: waiter)
+    }
+
+    /// The waiter's error (`nil` if its save succeeded). A waiter that has not answered
+    /// within 30 s is recorded as an issue, so a missing answer fails the test instead of
+    /// hanging the run.
+    func outcome(_ setup: Setup) async -> StoreError? {
+        enum Answer: Sendable {
+            case saved
+            case failed(StoreError?)
+            case none
+        }
+        let (answers, answer) = AsyncStream<Answer>.makeStream()
+        let waiter = setup.waiter
+        Task {
+            do {
+                try await waiter.value
+                answer.yield(.saved)
+            } catch {
+                answer.yield(.failed(error as? StoreError))
+            }
+        }
+        let timeout = Task {
+            try await Task.sleep(for: .seconds(30))
+            answer.yield(.none)
+        }
+        defer { timeout.cancel() }
+        for await first in answers {
+            switch first {
+            case .saved: return nil
+            case .failed(let error): return error
+            case .none:
+                Issue.record("the caller waiting for the save got no answer in 30 s")
+                return nil
+            }
+        }
+        return nil
+    }
+
+    @Test("revert: the waiting save answers conflict, the edits were discarded")
+    func revert() async throws {
+        let setup = try await setUp()
+        let store = setup.harness.store
+        let info = try await store.revert("t.txt")
+        #expect(info.state == .clean)
+        let error = await outcome(setup)
+        #expect(error?.code == "conflict")
+        #expect(error?.description == "t.txt: the edits were discarded by revert before they were saved")
+        #expect(await store.waitingSaves("t.txt") == 0)
+        setup.gate.open(waiting: 1)
+        #expect(try setup.harness.text(onDisk: "t.txt") == "on disk\n")
+    }
+
+    @Test("Another program's version takes the file (Keep=disk): the waiting save answers conflict naming the copy")
+    func conflictCopy() async throws {
+        let setup = try await setUp()
+        let store = setup.harness.store
+        try Disk.write("theirs\n", to: setup.harness.file("t.txt.new"))
+        try FileDescriptor.currentWorkingDirectory.rename(
+            setup.harness.file("t.txt.new"), to: setup.harness.file("t.txt"))
+        await store.sync()
+        let error = await outcome(setup)
+        #expect(error?.code == "conflict")
+        let message = error?.description ?? ""
+        #expect(message.hasPrefix("t.txt: another program changed the file; the edits were saved as t (conflict "))
+        let copy = try #require(try Disk.names(in: setup.harness.root).first { $0.hasPrefix("t (conflict ") })
+        #expect(message.contains(copy))
+        #expect(try setup.harness.text(onDisk: copy) == "unsaved\n", "the edits are in the copy the message names")
+        #expect(try setup.harness.text(onDisk: "t.txt") == "theirs\n")
+        setup.gate.open(waiting: 1)
+    }
+
+    @Test("The file removed with WhenRemoved=close: the waiting save answers conflict, the document is closed")
+    func removedAndClosed() async throws {
+        let setup = try await setUp { $0.whenRemoved = .close }
+        let store = setup.harness.store
+        try FileDescriptor.currentWorkingDirectory.unlink(setup.harness.file("t.txt"))
+        await store.sync()
+        let error = await outcome(setup)
+        #expect(error?.code == "conflict")
+        #expect(error?.description.contains("another program removed the file") == true)
+        #expect(await store.isOpen("t.txt") == false)
+        setup.gate.open(waiting: 1)
+    }
+}
