@@ -1,6 +1,7 @@
 import Control
 import Dispatch
 import Foundation
+import Posix
 import Synchronization
 
 /// `autosavectl`: parses the command line, talks to the daemon, prints the result.
@@ -122,12 +123,17 @@ enum Requests {
 
     /// Contents from --text, --file (or '-') or standard input.
     static func contents(_ parsed: CommandLineTool.Parsed) throws -> Data {
+        if parsed.values["--text"] != nil, parsed.values["--file"] != nil {
+            throw UsageError(message: "give --text or --file, not both", subcommand: parsed.subcommand)
+        }
         if let text = parsed.values["--text"] { return Data(text.utf8) }
         let file = parsed.values["--file"] ?? "-"
         if file == "-" { return FileHandle.standardInput.readDataToEndOfFile() }
-        do { return try Data(contentsOf: URL(fileURLWithPath: file)) } catch {
-            throw UsageError(
-                message: "cannot read \(file): \(error.localizedDescription)", subcommand: parsed.subcommand)
+        do throws(Errno) {
+            let descriptor = try FileDescriptor.open(file, .readOnly)
+            return Data(try descriptor.closeAfter { () throws(Errno) in try descriptor.readToEnd() })
+        } catch {
+            throw UsageError(message: "cannot read \(file): \(error)", subcommand: parsed.subcommand)
         }
     }
 
@@ -183,6 +189,9 @@ enum Requests {
             fields.append(("doc", .string(try document(parsed)[0])))
             let text: String
             if let patch = parsed.values["--patch"] {
+                if parsed.values["--file"] != nil {
+                    throw UsageError(message: "give --patch or --file, not both", subcommand: parsed.subcommand)
+                }
                 text = patch
             } else {
                 text = String(decoding: try contents(parsed), as: UTF8.self)

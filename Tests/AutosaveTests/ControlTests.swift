@@ -148,6 +148,13 @@ struct ControlEndToEndTests {
         #expect(try daemon.ctl("frobnicate").status == 64)
         #expect(try daemon.ctl("replace", "a.txt", "--offset", "x", "--length", "1", "--text", "y").status == 64)
         #expect(try daemon.ctl("set").status == 64)
+        let both = try daemon.ctl("set", "a.txt", "--text", "x", "--file", "/etc/hostname")
+        #expect(both.status == 64 && both.stderr.contains("give --text or --file, not both"), "\(both)")
+        let patchBoth = try daemon.ctl("patch", "a.json", "--patch", "{}", "--file", "/etc/hostname")
+        #expect(patchBoth.status == 64 && patchBoth.stderr.contains("not both"), "\(patchBoth)")
+        let missing = try daemon.ctl("set", "a.txt", "--file", daemon.directory.sub("no-such-file"))
+        #expect(missing.status == 64 && missing.stderr.contains("ENOENT"), "\(missing)")
+        #expect(try daemon.ctl("get", "a.txt").status == 1, "nothing was sent")
         for command in ControlProtocol.commands where !["save-all", "cancel"].contains(command) {
             let help = try daemon.ctl(command, "--help")
             #expect(
