@@ -477,7 +477,11 @@ public actor DocumentStore {
         if old.savingToken != nil {
             throw .unsupported(path, message: "a save is being written; revert once it is done")
         }
-        try reread(path, reason: "the edits were discarded by revert before they were saved")
+        do {
+            try reread(path, reason: "the edits were discarded by revert before they were saved")
+        } catch .notFound {
+            throw .noFileToRevertTo(path)
+        }
         return info(path, entries[path]!)
     }
 

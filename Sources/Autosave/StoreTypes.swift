@@ -139,6 +139,8 @@ public enum StoreEvent: Sendable, Equatable {
 /// Why the store refused a request. Each case has a stable code for the control protocol.
 public enum StoreError: Error, Sendable, Equatable, CustomStringConvertible {
     case notFound(String)
+    /// `revert` of an open document that has no file on disk (never saved, or removed).
+    case noFileToRevertTo(String)
     case alreadyExists(String)
     case invalidPath(String, reason: String)
     case invalidDocument(String, message: String)
@@ -154,7 +156,7 @@ public enum StoreError: Error, Sendable, Equatable, CustomStringConvertible {
     /// The kebab-case code the control protocol uses.
     public var code: String {
         switch self {
-        case .notFound: "not-found"
+        case .notFound, .noFileToRevertTo: "not-found"
         case .alreadyExists: "already-exists"
         case .invalidPath: "invalid-path"
         case .invalidDocument: "bad-request"
@@ -169,6 +171,8 @@ public enum StoreError: Error, Sendable, Equatable, CustomStringConvertible {
     public var description: String {
         switch self {
         case .notFound(let path): "no document '\(path)'"
+        case .noFileToRevertTo(let path):
+            "\(path): no file on disk to revert to (the document has not been saved yet, or another program removed its file)"
         case .alreadyExists(let path): "'\(path)' already exists"
         case .invalidPath(let path, let reason): "invalid document path '\(path)': \(reason)"
         case .invalidDocument(let path, let message): "\(path): \(message)"

@@ -102,6 +102,22 @@ struct SaveWaiterTests {
         #expect(try setup.harness.text(onDisk: "t.txt") == "on disk\n")
     }
 
+    @Test("revert of a document that was never saved is refused with not-found, and its edits stay")
+    func revertWithoutFile() async throws {
+        let harness = await StoreHarness(quiet: .seconds(3600), maxDelay: .seconds(3600))
+        let store = harness.store
+        try await store.apply(.setText("only in memory"), to: "new.txt", create: true)
+        await #expect {
+            try await store.revert("new.txt")
+        } throws: { error in
+            (error as? StoreError)?.code == "not-found"
+                && "\(error)"
+                    == "new.txt: no file on disk to revert to (the document has not been saved yet, or another program removed its file)"
+        }
+        #expect(try await store.read("new.txt") == .text("only in memory"))
+        #expect(try await store.info("new.txt").savedChangeCount == 0, "still unsaved, still open")
+    }
+
     @Test("Another program's version takes the file (Keep=disk): the waiting save answers conflict naming the copy")
     func conflictCopy() async throws {
         let setup = try await setUp()
