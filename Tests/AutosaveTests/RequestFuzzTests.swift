@@ -1,6 +1,7 @@
 import Control
 import Foundation
 import Posix
+import Synchronization
 import TestSupport
 import Testing
 
@@ -131,38 +132,13 @@ struct RequestFuzzTests {
         let outside = daemon.directory.sub("outside")
         try FileManager.default.createDirectory(atPath: outside, withIntermediateDirectories: true)
         try Disk.write("planted\n", to: outside + "/planted.txt")
-        try FileManager.default.createSymbolicLink(atPath: daemon.root + "/link", withDestinationPath: "/etc")
+        try FileManager.default.createSymbolicLink(atPath: daemon.root + "/link", withDestinationPath: outside)
         try FileManager.default.createSymbolicLink(atPath: daemon.root + "/dirlink", withDestinationPath: outside)
         try FileManager.default.createDirectory(atPath: daemon.root + "/out", withIntermediateDirectories: true)
 
-        let codes = Set(ControlProtocol.ErrorCode.allCases.map(\.rawValue))
         var generator = RequestGenerator(random: SeededGenerator(state: seed))
-        let raw = try ControlSocketTests.Raw(daemon.socket)
-        var answered: [String: Int] = [:]
-        for id in 0..<4000 {
-            let request = generator.request(id: id)
-            try raw.send(request + "\n")
-            // Events (after a `subscribe`, an export's progress) come between replies.
-            var reply: JSONValue?
-            while let line = try raw.line() {
-                if line["event"] != nil { continue }
-                reply = line
-                break
-            }
-            let answer = try #require(reply, "seed \(seed): no reply to \(request) (did the daemon stop?)")
-            #expect(answer["id"]?.intValue == id, "seed \(seed): \(request) → \(answer.serialized(pretty: false))")
-            guard let ok = answer["ok"]?.boolValue else {
-                Issue.record("seed \(seed): a reply without ok: \(answer.serialized(pretty: false))")
-                continue
-            }
-            if ok {
-                answered["ok", default: 0] += 1
-            } else {
-                let code = answer["error"]?["code"]?.stringValue ?? "(none)"
-                #expect(codes.contains(code) && code != "internal-error", "seed \(seed): \(request) → \(code)")
-                #expect(answer["error"]?["message"]?.stringValue?.isEmpty == false)
-                answered[code, default: 0] += 1
-            }
+        let answered = try Self.drive(daemon.socket, requests: 4000, generator: &generator) { problem in
+            Issue.record("seed \(seed): \(problem)")
         }
         #expect(answered["ok", default: 0] > 400, "enough requests were valid to reach the documents: \(answered)")
         #expect(answered["invalid-path", default: 0] > 50, "\(answered)")
@@ -172,6 +148,166 @@ struct RequestFuzzTests {
             status == 0,
             "every edit saved, a clean exit; output:\n\(daemon.process.output.suffix(30).joined(separator: "\n"))")
         #expect(try Disk.names(in: outside) == ["planted.txt"], "nothing created outside the root")
+        #expect(try Disk.bytes(outside + "/planted.txt") == Data("planted\n".utf8), "nothing outside changed")
+    }
+
+    /// Sends `requests` generated requests over one connection, one at a time, and checks
+    /// each reply: one per request, its id, `ok`, a documented error code with a message.
+    /// Returns how often each outcome came; `problem` hears what was wrong.
+    static func drive(
+        _ socket: String, requests: Int, generator: inout RequestGenerator, problem: (String) -> Void
+    ) throws -> [String: Int] {
+        let codes = Set(ControlProtocol.ErrorCode.allCases.map(\.rawValue))
+        let raw = try ControlSocketTests.Raw(socket)
+        var answered: [String: Int] = [:]
+        for id in 0..<requests {
+            let request = generator.request(id: id)
+            try raw.send(request + "\n")
+            // Events (after a `subscribe`, an export's progress) come between replies.
+            var reply: JSONValue?
+            while let line = try raw.line() {
+                if line["event"] != nil { continue }
+                reply = line
+                break
+            }
+            guard let answer = reply else {
+                problem("no reply to \(request) (did the daemon stop?)")
+                return answered
+            }
+            let text = answer.serialized(pretty: false)
+            if answer["id"]?.intValue != id { problem("\(request) → \(text): another id") }
+            guard let ok = answer["ok"]?.boolValue else {
+                problem("a reply without ok: \(text)")
+                continue
+            }
+            if ok {
+                answered["ok", default: 0] += 1
+            } else {
+                let code = answer["error"]?["code"]?.stringValue ?? "(none)"
+                if !codes.contains(code) || code == "internal-error" { problem("\(request) → \(text)") }
+                if answer["error"]?["message"]?.stringValue?.isEmpty != false { problem("\(text): no message") }
+                answered[code, default: 0] += 1
+            }
+        }
+        return answered
+    }
+
+    @Test(
+        "Four clients sending random requests while another program renames, removes, rewrites and replaces files under the root: every request answered, the daemon serves on and stops by the book",
+        .timeLimit(.minutes(3)))
+    func concurrentWithOtherPrograms() async throws {
+        let daemon = try await RunningDaemon(quiet: "20ms")
+        let root = daemon.root
+        // Where the other program's symbolic links point (`../outside` from the root).
+        let outside = daemon.directory.sub("outside")
+        try FileManager.default.createDirectory(atPath: outside, withIntermediateDirectories: true)
+        try Disk.write("planted\n", to: outside + "/planted.txt")
+        let problems = Mutex<[String]>([])
+        let done = DispatchSemaphore(value: 0)
+        var threads: [Thread] = []
+        for client in 0..<4 {
+            let socket = daemon.socket
+            threads.append(
+                Thread {
+                    var generator = RequestGenerator(random: SeededGenerator(state: 100 + UInt64(client)))
+                    do {
+                        _ = try Self.drive(socket, requests: 1500, generator: &generator) { problem in
+                            problems.withLock { $0.append("client \(client): \(problem)") }
+                        }
+                    } catch {
+                        problems.withLock { $0.append("client \(client): \(error)") }
+                    }
+                    done.signal()
+                })
+        }
+        // Another program, busy under the root the whole time.
+        threads.append(
+            Thread {
+                var random = SeededGenerator(state: 7)
+                let names = [
+                    "a.txt", "b.json", "c.package", "d", "d/e.txt", "x", "é", "d/y", "q.json", "p.package",
+                    "c.package/m.txt", "c.package/ch/1.txt", "d/f.package/z.txt", "new.md",
+                ]
+                let manager = FileManager.default
+                // The other program never goes through a symbolic link itself (it makes
+                // them, pointing outside, for the daemon to meet), so whatever appears
+                // outside was put there by the daemon.
+                func direct(_ relative: String) -> Bool {
+                    var path = root
+                    for component in relative.split(separator: "/") {
+                        path += "/" + component
+                        if (try? FileDescriptor.currentWorkingDirectory.status(of: path, followSymlinks: false))?.kind
+                            == .symbolicLink
+                        {
+                            return false
+                        }
+                    }
+                    return true
+                }
+                for step in 0..<6000 {
+                    let first = names.randomElement(using: &random)!
+                    let second = names.randomElement(using: &random)!
+                    guard direct(PathName.parent(first)), direct(PathName.parent(second)) else {
+                        // Unlink the link in the way instead.
+                        var path = root
+                        for component in first.split(separator: "/") {
+                            path += "/" + component
+                            if (try? FileDescriptor.currentWorkingDirectory.status(of: path, followSymlinks: false))?
+                                .kind
+                                == .symbolicLink
+                            {
+                                _ = unlink(path)
+                                break
+                            }
+                        }
+                        continue
+                    }
+                    let a = root + "/" + first
+                    let b = root + "/" + second
+                    switch Int.random(in: 0..<8, using: &random) {
+                    case 0:
+                        try? manager.createDirectory(
+                            atPath: PathName.parent(a), withIntermediateDirectories: true)
+                        try? Disk.write(["{}", "[1]", "text\n", "{bad", ""].randomElement(using: &random)!, to: a)
+                    case 1:
+                        try? Disk.write("renamed over \(step)\n", to: a + ".other")
+                        _ = rename(a + ".other", a)
+                    case 2: _ = rename(a, b)
+                    case 3: try? manager.removeItem(atPath: a)
+                    case 4: try? manager.createDirectory(atPath: a, withIntermediateDirectories: true)
+                    case 5:
+                        if let handle = FileHandle(forWritingAtPath: a) {
+                            _ = try? handle.seekToEnd()
+                            try? handle.write(contentsOf: Data("appended\n".utf8))
+                            try? handle.close()
+                        }
+                    case 6: _ = symlink([outside, "a.txt", "../outside"].randomElement(using: &random)!, a)
+                    default: _ = truncate(a, 0)
+                    }
+                }
+                done.signal()
+            })
+        for thread in threads { thread.start() }
+        let count = threads.count
+        await withCheckedContinuation { (continuation: CheckedContinuation<Void, Never>) in
+            DispatchQueue.global().async {
+                for _ in 0..<count { done.wait() }
+                continuation.resume()
+            }
+        }
+        for problem in problems.withLock({ $0 }) { Issue.record(Comment(rawValue: problem)) }
+        #expect(try daemon.ctl("sync").status == 0, "the watcher caught up")
+        #expect(try daemon.ctl("status").status == 0, "another client is served")
+        // Documents whose directory another program turned into a file cannot be saved:
+        // the daemon says so and exits 1 (ExitCode.unsavedAtShutdown); anything else is a fault.
+        let status = await daemon.stop()
+        #expect(
+            status == 0 || status == 1,
+            "a clean exit or the documented unsaved-at-shutdown; output:\n\(daemon.process.output.suffix(30).joined(separator: "\n"))"
+        )
+        if status == 1 { #expect(daemon.process.output.contains { $0.contains("NOT SAVED at shutdown") }) }
+        let names = try Disk.names(in: outside)
+        #expect(names == ["planted.txt"], "nothing created outside the root: \(names)")
         #expect(try Disk.bytes(outside + "/planted.txt") == Data("planted\n".utf8), "nothing outside changed")
     }
 }
