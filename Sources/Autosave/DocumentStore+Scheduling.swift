@@ -267,8 +267,11 @@ extension DocumentStore {
                 let wrapper = try snapshot.fileWrapper(configuration: .init(contentType: type, existingFile: existing))
                 let bytes = wrapper.isRegularFile ? wrapper.regularFileContents : nil
                 try Self.refuseSymbolicLinks(root: root, above: path)
-                try Self.makeParentDirectories(of: fullPath)
-                let report = try writer.write(wrapper, to: fullPath, options: [], originalContentsPath: fullPath)
+                try Self.makeParentDirectories(of: path, beneath: root)
+                // Confined to the root: a directory another program swaps for a link after
+                // the checks above cannot take the write elsewhere.
+                let report = try writer.write(
+                    wrapper, to: fullPath, options: [], originalContentsPath: fullPath, beneath: root)
                 let status = try? FileDescriptor.currentWorkingDirectory.status(of: report.path)
                 return SaveOutcome(
                     wrapper: wrapper, report: report, fingerprint: status.map { Fingerprint($0, contents: bytes) })
@@ -297,23 +300,52 @@ extension DocumentStore {
         }
     }
 
-    /// Creates the directories a new document's path needs (each made durable in its parent).
-    nonisolated static func makeParentDirectories(of fullPath: String) throws {
-        let parent = PathName.parent(fullPath)
-        if (try? FileDescriptor.currentWorkingDirectory.status(of: parent, followSymlinks: false))?.kind == .directory {
-            return
-        }
-        try makeParentDirectories(of: parent)
-        let grandparent = PathName.parent(parent)
-        let name = PathName.lastComponent(parent)
+    /// Creates the directories a new document's path needs (each made durable in its
+    /// parent), one component at a time from the root, each opened relative to the one
+    /// before without following a symbolic link. The root itself is made again if it is
+    /// gone (moved away or removed while the daemon runs).
+    nonisolated static func makeParentDirectories(of path: String, beneath root: String) throws {
+        try makeDirectory(root)
+        let components = PathName.parent(path).split(separator: "/").map(String.init)
+        guard !components.isEmpty else { return }
+        var made = root
         do throws(Errno) {
-            let directory = try FileDescriptor.open(grandparent, options: [.directory])
+            var directory = try FileDescriptor.open(root, options: [.directory])
+            defer { try? directory.close() }
+            for name in components {
+                made += "/" + name
+                let next: FileDescriptor
+                do throws(Errno) {
+                    next = try FileDescriptor.open(name, relativeTo: directory, options: [.directory, .noFollow])
+                } catch .noSuchFile {
+                    do throws(Errno) { try directory.makeDirectory(name) } catch .fileExists {}
+                    try directory.sync()
+                    next = try FileDescriptor.open(name, relativeTo: directory, options: [.directory, .noFollow])
+                }
+                try? directory.close()
+                directory = next
+            }
+        } catch .tooManySymbolicLinks {
+            throw DocumentError(operation: .followSymbolicLink, path: made, errno: .tooManySymbolicLinks)
+        } catch {
+            throw DocumentError(operation: .makeDirectory, path: made, errno: error)
+        }
+    }
+
+    /// `mkdir -p` for the configured root (a trusted path): each missing directory made
+    /// durable in its parent.
+    nonisolated static func makeDirectory(_ path: String) throws {
+        if (try? FileDescriptor.currentWorkingDirectory.status(of: path))?.kind == .directory { return }
+        let parent = PathName.parent(path)
+        if parent != path, !parent.isEmpty { try makeDirectory(parent) }
+        do throws(Errno) {
+            let directory = try FileDescriptor.open(parent.isEmpty ? "." : parent, options: [.directory])
             try directory.closeAfter { () throws(Errno) in
-                do throws(Errno) { try directory.makeDirectory(name) } catch .fileExists {}
+                do throws(Errno) { try directory.makeDirectory(PathName.lastComponent(path)) } catch .fileExists {}
                 try directory.sync()
             }
         } catch {
-            throw DocumentError(operation: .makeDirectory, path: parent, errno: error)
+            throw DocumentError(operation: .makeDirectory, path: path, errno: error)
         }
     }
 

@@ -82,16 +82,22 @@ public struct DurableWriter: Sendable {
     ///     wrappers' `filename`s to the names written.
     ///   - originalContentsPath: Where unchanged children of a package can be
     ///     hard-linked from; defaults to `path`.
+    ///   - root: With a directory here, `path` (and `originalContentsPath`) must lie
+    ///     beneath it, and their directories are opened beneath it without following any
+    ///     symbolic link (`openat2` with `RESOLVE_BENEATH | RESOLVE_NO_SYMLINKS`), nor is
+    ///     a link at the destination followed: a directory swapped for a link between a
+    ///     caller's checks and the write cannot take the write elsewhere.
     /// - Returns: What was written.
     /// - Throws: ``DocumentError`` naming the operation, the path and the errno.
     @discardableResult
     public func write(
         _ wrapper: FileWrapper, to path: String, options: FileWrapper.WritingOptions = [],
-        originalContentsPath: String? = nil
+        originalContentsPath: String? = nil, beneath root: String? = nil
     ) throws -> Report {
         var session = WriteSession(policy: symlinkPolicy, swap: packageSwap, keepsContents: keepsWrittenContents)
-        let location = try session.resolve(path, followingLinks: !wrapper.isSymbolicLink)
         defer { session.closeAll() }
+        if let root { try session.confine(to: root) }
+        let location = try session.resolve(path, followingLinks: !wrapper.isSymbolicLink)
         switch wrapper.node {
         case .regularFile:
             try session.writeRegularFile(wrapper, at: location, syncDirectory: true)
@@ -222,11 +228,29 @@ struct WriteSession {
 
     // MARK: Resolving the destination
 
+    /// The directory writes are confined to (see `DurableWriter.write(_:to:options:originalContentsPath:beneath:)`).
+    private var confinement: (path: String, directory: FileDescriptor)?
+
+    mutating func confine(to root: String) throws {
+        var trimmed = Substring(root)
+        while trimmed.count > 1 && trimmed.hasSuffix("/") { trimmed = trimmed.dropLast() }
+        confinement = (String(trimmed), try openDirectory(String(trimmed)))
+    }
+
     mutating func openDirectory(_ path: String, relativeTo base: FileDescriptor = .currentWorkingDirectory)
         throws -> FileDescriptor
     {
-        do {
-            let fd = try FileDescriptor.open(path, relativeTo: base, .readOnly, options: [.directory])
+        do throws(Errno) {
+            let fd: FileDescriptor
+            if let (root, directory) = confinement {
+                // Only beneath the root, and through no symbolic link.
+                guard path == root || path.hasPrefix(root == "/" ? "/" : root + "/") else { throw Errno.crossDevice }
+                let relative = path == root ? "." : String(path.dropFirst(root == "/" ? 1 : root.count + 1))
+                fd = try FileDescriptor.openBeneath(
+                    relative, relativeTo: directory, options: [.directory], noSymlinks: true)
+            } else {
+                fd = try FileDescriptor.open(path, relativeTo: base, .readOnly, options: [.directory])
+            }
             opened.append(fd)
             return fd
         } catch {
@@ -248,7 +272,7 @@ struct WriteSession {
             guard let existing, existing.kind == .symbolicLink, followingLinks else {
                 return Location(directory: directory, directoryPath: directoryPath, name: name, existing: existing)
             }
-            if policy == .refuse {
+            if policy == .refuse || confinement != nil {
                 throw DocumentError(
                     operation: .followSymbolicLink, path: current, errno: .tooManySymbolicLinks,
                     detail: "the destination is a symbolic link and the symlink policy is refuse")

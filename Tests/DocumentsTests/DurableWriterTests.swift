@@ -95,6 +95,52 @@ struct DurableWriterFileTests {
         #expect(Disk.temporaries(under: directory.path).isEmpty)
     }
 
+    @Test(
+        "Confined beneath a root: a directory that is a link out, a destination outside, a link at the destination are refused; nothing outside is written"
+    )
+    func confinedBeneathRoot() throws {
+        let root = directory.sub("root")
+        let outside = directory.sub("outside")
+        for path in [root, outside] {
+            try FileManager.default.createDirectory(atPath: path, withIntermediateDirectories: true)
+        }
+        #expect(symlink(outside, root + "/link") == 0)
+        #expect(symlink(outside + "/target.txt", root + "/file-link.txt") == 0)
+        let writer = DurableWriter()
+
+        // Unconfined, the writer goes where the link leads (what a swapped directory would do).
+        try writer.write(contents: Data("followed".utf8), to: root + "/link/unconfined.txt")
+        #expect(try Disk.names(in: outside) == ["unconfined.txt"])
+
+        let refused: [(String, DocumentError.Operation)] = [
+            (root + "/link/x.txt", .openDirectory),  // a directory component that is a link
+            (outside + "/x.txt", .openDirectory),  // a destination outside the root
+            (root + "/../outside/x.txt", .openDirectory),  // `..` out of the root
+            (root + "/file-link.txt", .followSymbolicLink),  // a link at the destination
+        ]
+        for (path, operation) in refused {
+            #expect {
+                try writer.write(FileWrapper(regularFileWithContents: Data("x".utf8)), to: path, beneath: root)
+            } throws: { error in
+                (error as? DocumentError)?.operation == operation
+            }
+        }
+        #expect(try Disk.names(in: outside) == ["unconfined.txt"], "nothing more outside")
+
+        // Beneath the root without links, files and packages are written as usual.
+        try FileManager.default.createDirectory(atPath: root + "/d", withIntermediateDirectories: true)
+        try writer.write(FileWrapper(regularFileWithContents: Data("in".utf8)), to: root + "/d/x.txt", beneath: root)
+        let package = FileWrapper(directoryWithFileWrappers: [
+            "ch": FileWrapper(directoryWithFileWrappers: [
+                "1.txt": FileWrapper(regularFileWithContents: Data("one".utf8))
+            ])
+        ])
+        try writer.write(
+            package, to: root + "/p.package", originalContentsPath: root + "/p.package", beneath: root + "/")
+        #expect(try Disk.bytes(root + "/d/x.txt") == Data("in".utf8))
+        #expect(try Disk.bytes(root + "/p.package/ch/1.txt") == Data("one".utf8))
+    }
+
     @Test("A dangling link is followed to create its target; a link loop is an error")
     func danglingAndLoops() throws {
         let link = directory.sub("dangling")
