@@ -344,7 +344,7 @@ extension DocumentStore {
         let copy = conflictCopyName(document)
         let keep = configuration.conflictKeep
         do {
-            let theirs = try FileWrapper(url: URL(fileURLWithPath: full), options: .immediate)
+            let theirs = try FileWrapper(url: URL(fileURLWithPath: full), options: .immediate, beneath: root)
             switch keep {
             case .disk:
                 let mine = try entry.document.fileWrapper(
@@ -374,7 +374,7 @@ extension DocumentStore {
                 ["document": document, "conflict_copy": copy, "message_id": MessageID.conflict])
             // The next save lays the edits over the file as it is now (members in place for a package).
             entries[document]!.existingFile =
-                entry.isPackage ? try? FileWrapper(url: URL(fileURLWithPath: full)) : nil
+                entry.isPackage ? try? FileWrapper(url: URL(fileURLWithPath: full), beneath: root) : nil
             if let status = try? FileDescriptor.currentWorkingDirectory.status(of: full) {
                 let bytes = entry.isPackage ? nil : try? Data(contentsOf: URL(fileURLWithPath: full))
                 entries[document]!.fingerprint = Fingerprint(status, contents: bytes)

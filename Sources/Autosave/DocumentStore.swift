@@ -254,7 +254,9 @@ public actor DocumentStore {
             throw .unsupported(path, message: "a directory is a document only with a package extension")
         }
         let file: FileWrapper
-        do { file = try FileWrapper(url: URL(fileURLWithPath: fullPath)) } catch let error as DocumentError {
+        do { file = try FileWrapper(url: URL(fileURLWithPath: fullPath), beneath: root) } catch let error
+            as DocumentError
+        {
             throw .io(error)
         } catch {
             throw .invalidDocument(path, message: "\(error)")

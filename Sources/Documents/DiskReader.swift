@@ -10,16 +10,23 @@ enum DiskReader {
         var sync: SyncRecord?
     }
 
-    static func readNode(at path: String, immediate: Bool) throws -> ReadNode {
+    /// Reads the node at `path`; with `root`, its directory is opened beneath `root`
+    /// through no symbolic link (`openat2` with `RESOLVE_BENEATH | RESOLVE_NO_SYMLINKS`).
+    static func readNode(at path: String, immediate: Bool, beneath root: String? = nil) throws -> ReadNode {
         let parentPath = PathName.parent(path)
         let name = PathName.lastComponent(path)
-        let parent = try open(directory: parentPath.isEmpty ? "." : parentPath, for: path)
+        let parent = try open(directory: parentPath.isEmpty ? "." : parentPath, for: path, beneath: root)
         return try parent.closeAfter { try readNode(name: name, in: parent, path: path, immediate: immediate) }
     }
 
-    private static func open(directory: String, for path: String) throws -> FileDescriptor {
+    private static func open(directory: String, for path: String, beneath root: String?) throws -> FileDescriptor {
         do throws(Errno) {
-            return try FileDescriptor.open(directory, .readOnly, options: [.directory])
+            guard let root else { return try FileDescriptor.open(directory, .readOnly, options: [.directory]) }
+            guard let relative = PathName.relative(directory, to: root) else { throw Errno.crossDevice }
+            let base = try FileDescriptor.open(root, .readOnly, options: [.directory])
+            return try base.closeAfter { () throws(Errno) in
+                try FileDescriptor.openBeneath(relative, relativeTo: base, options: [.directory], noSymlinks: true)
+            }
         } catch {
             throw DocumentError(operation: .openDirectory, path: path, errno: error)
         }

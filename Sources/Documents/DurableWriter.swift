@@ -232,9 +232,7 @@ struct WriteSession {
     private var confinement: (path: String, directory: FileDescriptor)?
 
     mutating func confine(to root: String) throws {
-        var trimmed = Substring(root)
-        while trimmed.count > 1 && trimmed.hasSuffix("/") { trimmed = trimmed.dropLast() }
-        confinement = (String(trimmed), try openDirectory(String(trimmed)))
+        confinement = (root, try openDirectory(root))
     }
 
     mutating func openDirectory(_ path: String, relativeTo base: FileDescriptor = .currentWorkingDirectory)
@@ -244,8 +242,7 @@ struct WriteSession {
             let fd: FileDescriptor
             if let (root, directory) = confinement {
                 // Only beneath the root, and through no symbolic link.
-                guard path == root || path.hasPrefix(root == "/" ? "/" : root + "/") else { throw Errno.crossDevice }
-                let relative = path == root ? "." : String(path.dropFirst(root == "/" ? 1 : root.count + 1))
+                guard let relative = PathName.relative(path, to: root) else { throw Errno.crossDevice }
                 fd = try FileDescriptor.openBeneath(
                     relative, relativeTo: directory, options: [.directory], noSymlinks: true)
             } else {

@@ -104,8 +104,17 @@ public final class FileWrapper: @unchecked Sendable {
 
     /// Reads the node at `url`: lazily (contents on first access) unless `.immediate`.
     public convenience init(url: URL, options: ReadingOptions = []) throws {
+        try self.init(url: url, options: options, beneath: nil)
+    }
+
+    /// Reads the node at `url`, which must lie beneath `root`: its directory is opened
+    /// beneath `root` through no symbolic link (`openat2` with `RESOLVE_BENEATH |
+    /// RESOLVE_NO_SYMLINKS`), so a directory swapped for a link after a caller's checks
+    /// cannot make it read elsewhere. (Contents read later are checked against the
+    /// identity of the file read here.)
+    public convenience init(url: URL, options: ReadingOptions = [], beneath root: String?) throws {
         let path = url.path
-        let node = try DiskReader.readNode(at: path, immediate: options.contains(.immediate))
+        let node = try DiskReader.readNode(at: path, immediate: options.contains(.immediate), beneath: root)
         self.init(node: node.node)
         state.withLock {
             $0.filename = PathName.lastComponent(path)

@@ -54,4 +54,15 @@ public enum PathName {
     public static func pathExtension(_ path: String) -> String {
         splitExtension(lastComponent(path)).extension
     }
+
+    /// `path` relative to `root` when it lies beneath it (`"."` for the root itself), by
+    /// the strings alone; `nil` otherwise. `root` may end with a slash.
+    public static func relative(_ path: String, to root: String) -> String? {
+        var base = Substring(root)
+        while base.count > 1, base.hasSuffix("/") { base = base.dropLast() }
+        if path == base { return "." }
+        let prefix = base == "/" ? "/" : base + "/"
+        guard path.hasPrefix(prefix), path.count > prefix.count else { return nil }
+        return String(path.dropFirst(prefix.count))
+    }
 }

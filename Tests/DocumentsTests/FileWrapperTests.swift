@@ -139,6 +139,34 @@ struct FileWrapperTests {
         let wrapper = try FileWrapper(url: URL(fileURLWithPath: path))
         #expect(wrapper.fileWrappers.map { Array($0.keys) } == ["member"])
     }
+
+    @Test("Read beneath a root: through a linked directory or from outside is refused; beneath it, as usual")
+    func readBeneathRoot() throws {
+        let root = directory.sub("root")
+        let outside = directory.sub("outside")
+        for path in [root + "/d", outside] {
+            try FileManager.default.createDirectory(atPath: path, withIntermediateDirectories: true)
+        }
+        try Disk.write("secret", to: outside + "/secret.txt")
+        try Disk.write("mine", to: root + "/d/mine.txt")
+        #expect(symlink(outside, root + "/link") == 0)
+
+        // Unconfined, a linked directory leads outside.
+        #expect(
+            try FileWrapper(url: URL(fileURLWithPath: root + "/link/secret.txt")).regularFileContents
+                == Data("secret".utf8))
+        for path in [root + "/link/secret.txt", outside + "/secret.txt", root + "/../outside/secret.txt"] {
+            #expect {
+                try FileWrapper(url: URL(fileURLWithPath: path), beneath: root)
+            } throws: { error in
+                (error as? DocumentError)?.operation == .openDirectory
+            }
+        }
+        let mine = try FileWrapper(url: URL(fileURLWithPath: root + "/d/mine.txt"), beneath: root + "/")
+        #expect(mine.regularFileContents == Data("mine".utf8))
+        let tree = try FileWrapper(url: URL(fileURLWithPath: root + "/d"), beneath: root)
+        #expect(tree.fileWrappers?["mine.txt"]?.regularFileContents == Data("mine".utf8))
+    }
 }
 
 @Suite("UTType")

@@ -187,6 +187,13 @@ struct PathNameTests {
         #expect(PathName.pathExtension("notes.d/a.JSON") == "JSON")
         #expect(PathName.pathExtension("notes.d/a") == "")
         #expect(PathName.pathExtension("x/.y") == "")
+        let relatives: [(path: String, root: String, relative: String?)] = [
+            ("/r/a/b", "/r", "a/b"), ("/r/a", "/r/", "a"), ("/r", "/r", "."), ("/r", "/r/", "."), ("/ra/b", "/r", nil),
+            ("/x/a", "/r", nil), ("/a", "/", "a"), ("/", "/", "."), ("r/a", "r", "a"),
+        ]
+        for (path, root, relative) in relatives {
+            #expect(PathName.relative(path, to: root) == relative, "\(path) under \(root)")
+        }
     }
 
     @Test("Every path of up to six characters from a, é, '.', '/': parent and last component put it back together")
