@@ -61,10 +61,21 @@ final class ControlSession: Sendable {
                 ControlProtocol.errorReply(id: nil, code: .badRequest, message: "the request is not JSON: \(error)"))
             return nil
         }
-        guard case .object = request else {
+        guard case .object(let members) = request else {
             connection.send(
                 ControlProtocol.errorReply(id: nil, code: .badRequest, message: "a request must be a JSON object"))
             return nil
+        }
+        // A field given twice is ambiguous (JSON parsers disagree on which one counts).
+        if members.count > 1 {
+            var seen = Set<String>()
+            for member in members where !seen.insert(member.key).inserted {
+                let id = members.filter { $0.key == "id" }.count == 1 ? request["id"] : nil
+                connection.send(
+                    ControlProtocol.errorReply(
+                        id: id, code: .badRequest, message: "field \"\(member.key)\" is given more than once"))
+                return nil
+            }
         }
         return request
     }

@@ -457,6 +457,16 @@ struct ControlSocketTests {
         #expect(missing?["error"]?["message"]?.stringValue?.contains("\"doc\"") == true)
         try raw.send(#"{"id": 9, "cmd": "replace", "doc": "a.txt", "offset": "x", "length": 1, "text": ""}"# + "\n")
         #expect(try raw.code() == "bad-request")
+        // A field given twice is refused, whichever field it is; nothing is applied.
+        try raw.send(#"{"id": 5, "cmd": "list", "cmd": "status"}"# + "\n")
+        let twice = try raw.line()
+        #expect(twice?["id"] == 5 && twice?["error"]?["code"]?.stringValue == "bad-request")
+        #expect(twice?["error"]?["message"]?.stringValue == #"field "cmd" is given more than once"#)
+        try raw.send(#"{"cmd": "set", "doc": "twice.txt", "doc": "../twice.txt", "text": "x"}"# + "\n")
+        #expect(try raw.code() == "bad-request")
+        try raw.send(#"{"cmd": "set", "doc": "twice.txt", "text": "x", "text": "y"}"# + "\n")
+        #expect(try raw.code() == "bad-request")
+        #expect(try daemon.ctl("get", "twice.txt").status == 1, "neither edit was applied")
         // Numbers at and past the ends of what an Int holds: each is refused, none stops the daemon.
         try raw.send(#"{"cmd": "set", "doc": "a.txt", "text": "abc"}"# + "\n")
         #expect(try raw.line()?["ok"] == true)
