@@ -38,7 +38,7 @@ let package = Package(
             swiftSettings: strictSettings),
         .executableTarget(name: "autosaved", dependencies: ["Autosave"], swiftSettings: strictSettings),
         // autosavectl's parsing, requests and output; it speaks only the protocol (never Systemd).
-        .target(name: "AutosaveCtl", dependencies: ["Control", "Posix"], swiftSettings: strictSettings),
+        .target(name: "AutosaveCtl", dependencies: ["Control", "Logging", "Posix"], swiftSettings: strictSettings),
         .executableTarget(name: "autosavectl", dependencies: ["AutosaveCtl"], swiftSettings: strictSettings),
         // The daemon with an in-process edit driver, for the daemon harnesses and benchmarks.
         .executableTarget(name: "AutosaveProbe", dependencies: ["Autosave"], swiftSettings: strictSettings),

@@ -1,6 +1,7 @@
 import Control
 import Dispatch
 import Foundation
+import Logging
 
 /// Writes a line to standard output at once (events must not wait in a buffer).
 func say(_ text: String) {
@@ -77,7 +78,8 @@ final class Session {
                 return CommandLineTool.ExitCode.success
             }
             let code = line["error"]?["code"]?.stringValue ?? "error"
-            let message = line["error"]?["message"]?.stringValue ?? line.serialized(pretty: false)
+            let message = (line["error"]?["message"]?.stringValue ?? line.serialized(pretty: false))
+                .escapingControlCharacters
             if json { say(line.serialized()) }
             FileHandle.standardError.write(Data("autosavectl: \(code): \(message)\n".utf8))
             return code == "cancelled" ? CommandLineTool.ExitCode.interrupted : CommandLineTool.ExitCode.refused
@@ -97,23 +99,23 @@ final class Session {
         if json {
             say(line.serialized(pretty: false))
         } else {
-            let doc = line["doc"]?.stringValue ?? "?"
+            let doc = (line["doc"]?.stringValue ?? "?").escapingControlCharacters
             switch line["event"]?.stringValue {
             case "saved":
                 let bytes = line["bytes"]?.intValue ?? 0
                 let ms = line["duration_ms"]?.doubleValue ?? 0
                 say("saved \(doc) (\(bytes) bytes, \(String(format: "%.1f", ms)) ms)")
             case "save-failed":
-                say("save-failed \(doc): \(line["message"]?.stringValue ?? "")")
+                say("save-failed \(doc): \((line["message"]?.stringValue ?? "").escapingControlCharacters)")
             case "conflict":
-                let copy = line["copy"]?.stringValue ?? "?"
+                let copy = (line["copy"]?.stringValue ?? "?").escapingControlCharacters
                 if line["copy_holds"]?.stringValue == "disk" {
                     say("conflict \(doc): the edits were kept; the other program's version was saved as \(copy)")
                 } else {
                     say("conflict \(doc): the other program's version was kept; the edits were saved as \(copy)")
                 }
             case "renamed":
-                say("renamed \(doc) to \(line["to"]?.stringValue ?? "?")")
+                say("renamed \(doc) to \((line["to"]?.stringValue ?? "?").escapingControlCharacters)")
             case "changed-on-disk", "recreated", "closed":
                 say("\(line["event"]?.stringValue ?? "") \(doc)")
             default:
@@ -145,7 +147,7 @@ final class Session {
                     toLength: 8, withPad: " ", startingAt: 0)
                 let saved = String(document["saved_changes"]?.intValue ?? 0).padding(
                     toLength: 8, withPad: " ", startingAt: 0)
-                say("\(state) \(changes) \(saved) \(document["doc"]?.stringValue ?? "")")
+                say("\(state) \(changes) \(saved) \((document["doc"]?.stringValue ?? "").escapingControlCharacters)")
             }
         case "get":
             if let text = reply["text"]?.stringValue {
@@ -153,7 +155,7 @@ final class Session {
             } else if let encoded = reply["base64"]?.stringValue, let data = Data(base64Encoded: encoded) {
                 FileHandle.standardOutput.write(data)
             } else if let members = reply["members"]?.arrayValue {
-                for member in members { say(member.stringValue ?? "") }
+                for member in members { say((member.stringValue ?? "").escapingControlCharacters) }
             } else if let value = reply["value"] {
                 say(value.serialized())
             }
@@ -165,9 +167,9 @@ final class Session {
                     : unsaved == 1
                         ? "1 document still has unsaved edits" : "\(unsaved) documents still have unsaved edits")
         case "close":
-            say("closed \(reply["doc"]?.stringValue ?? "")")
+            say("closed \((reply["doc"]?.stringValue ?? "").escapingControlCharacters)")
         case "export":
-            for path in reply["paths"]?.arrayValue ?? [] { say(path.stringValue ?? "") }
+            for path in reply["paths"]?.arrayValue ?? [] { say((path.stringValue ?? "").escapingControlCharacters) }
         case "reload":
             say(reply["message"]?.stringValue ?? "reloaded")
         case "sync":
@@ -178,13 +180,13 @@ final class Session {
     }
 
     private func printDocument(_ document: JSONValue) {
-        let path = document["doc"]?.stringValue ?? ""
+        let path = (document["doc"]?.stringValue ?? "").escapingControlCharacters
         let state = document["state"]?.stringValue ?? ""
         let changes = document["changes"]?.intValue ?? 0
         let saved = document["saved_changes"]?.intValue ?? 0
         var line = "\(path): \(state), \(changes) \(changes == 1 ? "change" : "changes"), \(saved) on disk"
         if let failure = document["failure"], let message = failure["message"]?.stringValue {
-            line += "\n  last save failed: \(message)"
+            line += "\n  last save failed: \(message.escapingControlCharacters)"
         }
         say(line)
     }
@@ -198,13 +200,15 @@ final class Session {
             "documents: \(int("documents")), unsaved: \(int("unsaved")), saving: \(int("saving")), failed: \(int("failed")), saves: \(int("saves"))"
         )
         if let last = reply["last_save"], !last.isNull {
-            say("last save: \(last["doc"]?.stringValue ?? "") at \(last["at"]?.stringValue ?? "")")
+            say(
+                "last save: \((last["doc"]?.stringValue ?? "").escapingControlCharacters) at \(last["at"]?.stringValue ?? "")"
+            )
         } else {
             say("last save: none")
         }
         if let failure = reply["last_failure"], !failure.isNull {
             say(
-                "last failure: \(failure["message"]?.stringValue ?? "") (retry at \(failure["retry_at"]?.stringValue ?? "?"))"
+                "last failure: \((failure["message"]?.stringValue ?? "").escapingControlCharacters) (retry at \(failure["retry_at"]?.stringValue ?? "?"))"
             )
         } else {
             say("last failure: none")

@@ -91,13 +91,15 @@ public struct StderrLogHandler: LogHandler {
     public func log(
         level: LogLevel, message: String, metadata: [String: String], file: String, line: Int, function: String
     ) {
-        var text = "<\(level.rawValue)>\(message)"
+        // Names from files and clients may hold control characters: escaped, they can
+        // neither split the entry into forged lines nor act on a terminal.
+        var text = "<\(level.rawValue)>\(message.escapingControlCharacters)"
         // The message ID is for journald; on a terminal it is noise.
         for key in metadata.keys.sorted() where key != "message_id" && !(metadata[key] ?? "").isEmpty {
-            let value = metadata[key]!
+            let value = metadata[key]!.escapingControlCharacters
             text += value.contains(" ") ? " \(key)=\"\(value)\"" : " \(key)=\(value)"
         }
-        text = text.replacingOccurrences(of: "\n", with: " ") + "\n"
+        text += "\n"
         // One write(2) per entry: lines from concurrent tasks never interleave.
         FileHandle.standardError.write(Data(text.utf8))
     }

@@ -509,6 +509,37 @@ struct ControlSocketTests {
         #expect(await daemon.stop() == 0)
     }
 
+    @Test(
+        "A document name with control characters (a newline, ESC, DEL, U+2028) is shown escaped by autosavectl and in the daemon's log lines: no forged line, nothing for a terminal to act on"
+    )
+    func controlCharactersInNames() async throws {
+        let daemon = try await RunningDaemon(quiet: "20ms")
+        let name = "evil\n<3>forged\u{1B}[2J\u{7F}\u{2028}.txt"
+        let raw = try Raw(daemon.socket)
+        try raw.send(
+            JSONValue.object([("cmd", "set"), ("doc", .string(name)), ("text", "x")]).serialized(pretty: false) + "\n")
+        #expect(try raw.line()?["ok"] == true)
+        try raw.send(
+            JSONValue.object([("cmd", "save"), ("doc", .string(name)), ("wait", true)]).serialized(pretty: false) + "\n"
+        )
+        #expect(try raw.line()?["ok"] == true)
+        #expect(try daemon.onDisk(name) == "x", "the name itself is kept as given")
+
+        let shown = #"evil\n<3>forged\u{1B}[2J\u{7F}\u{2028}.txt"#
+        let list = try daemon.ctl("list")
+        #expect(list.stdout.split(separator: "\n").count == 2, "a heading and one line: \(list.stdout)")
+        #expect(list.stdout.contains(shown))
+        #expect(!list.stdout.unicodeScalars.contains { $0.value == 0x1B || $0.value == 0x2028 })
+        let json = try daemon.ctl("--json", "list")
+        #expect(
+            try JSONValue(parsing: json.stdout)["documents"]?.arrayValue?.first?["doc"]?.stringValue == name,
+            "JSON keeps the name")
+        #expect(await daemon.stop() == 0)
+        let saved = daemon.process.output.filter { $0.contains("saved evil") }
+        #expect(saved.count == 1 && saved[0].contains(shown), "\(saved)")
+        #expect(!daemon.process.output.contains { $0.hasPrefix("<3>forged") })
+    }
+
     @Test("A client that sends nothing, and one that disconnects mid-request, delay nobody")
     func idleAndHalf() async throws {
         let daemon = try await RunningDaemon()
