@@ -141,6 +141,9 @@ public enum Daemon {
             if !recovery.removed.isEmpty {
                 log.notice("recovery: removed \(recovery.removed.count) temporary files left by an interrupted save")
             }
+            for skipped in recovery.skipped {
+                log.warning("recovery: skipped \(skipped.path): \(skipped)", ["path": skipped.path])
+            }
         } catch {
             let code = (error as? DocumentError)?.errno.rawValue ?? EIO
             return fatal(

@@ -254,7 +254,13 @@ public actor DocumentStore {
             throw .unsupported(path, message: "a directory is a document only with a package extension")
         }
         let file: FileWrapper
-        do { file = try FileWrapper(url: URL(fileURLWithPath: fullPath), beneath: root) } catch let error
+        // A regular file is read now (its type's init reads it anyway): a file this process
+        // may not read is refused with the errno, not taken for an empty document that a
+        // save would then write over. A package's members stay lazy.
+        let reading: FileWrapper.ReadingOptions = status.kind == .regular ? .immediate : []
+        do {
+            file = try FileWrapper(url: URL(fileURLWithPath: fullPath), options: reading, beneath: root)
+        } catch let error
             as DocumentError
         {
             throw .io(error)
@@ -403,10 +409,11 @@ public actor DocumentStore {
 
     /// What a document's refusal of an edit or query means for the store's callers.
     private static func storeError(_ error: any Error, path: String) -> StoreError {
+        if let error = error as? DocumentError { return .io(error) }
         guard let error = error as? DocumentContentError else { return .invalidDocument(path, message: "\(error)") }
         switch error.kind {
         case .unsupported: return .unsupported(path, message: error.message)
-        case .notFound: return .notFound("\(path): \(error.message)")
+        case .notFound: return .notFoundInside(path, message: error.message)
         case .invalid: return .invalidDocument(path, message: error.message)
         }
     }

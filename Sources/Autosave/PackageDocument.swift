@@ -115,10 +115,8 @@ public struct PackageDocument: AutosaveDocument {
             if let data = member.data { return .data(data) }
             var node = existingFile
             for name in components { node = node?.fileWrappers?[name] }
-            guard let data = node?.regularFileContents else {
-                throw DocumentContentError(.notFound, "member '\(path)' could not be read from disk")
-            }
-            return .data(data)
+            guard let node else { throw DocumentContentError(.notFound, "the package has no member '\(path)' on disk") }
+            return .data(try node.contents())  // a DocumentError names what kept it from being read
         default:
             throw DocumentContentError(.unsupported, "package documents answer a member or the member list")
         }

@@ -139,6 +139,8 @@ public enum StoreEvent: Sendable, Equatable {
 /// Why the store refused a request. Each case has a stable code for the control protocol.
 public enum StoreError: Error, Sendable, Equatable, CustomStringConvertible {
     case notFound(String)
+    /// Something inside an open document is missing: a member, a JSON pointer's target.
+    case notFoundInside(String, message: String)
     /// `revert` of an open document that has no file on disk (never saved, or removed).
     case noFileToRevertTo(String)
     case alreadyExists(String)
@@ -156,7 +158,7 @@ public enum StoreError: Error, Sendable, Equatable, CustomStringConvertible {
     /// The kebab-case code the control protocol uses.
     public var code: String {
         switch self {
-        case .notFound, .noFileToRevertTo: "not-found"
+        case .notFound, .notFoundInside, .noFileToRevertTo: "not-found"
         case .alreadyExists: "already-exists"
         case .invalidPath: "invalid-path"
         case .invalidDocument: "bad-request"
@@ -171,6 +173,7 @@ public enum StoreError: Error, Sendable, Equatable, CustomStringConvertible {
     public var description: String {
         switch self {
         case .notFound(let path): "no document '\(path)'"
+        case .notFoundInside(let path, let message): "\(path): \(message)"
         case .noFileToRevertTo(let path):
             "\(path): no file on disk to revert to (the document has not been saved yet, or another program removed its file)"
         case .alreadyExists(let path): "'\(path)' already exists"

@@ -7,6 +7,9 @@ extension DurableWriter {
         public var removed: [String] = []
         /// Destinations put back in place after an interrupted package swap (paths).
         public var restored: [String] = []
+        /// Subdirectories the process may not read or change (EACCES, EPERM): left as
+        /// they are, the walk goes on with the others.
+        public var skipped: [DocumentError] = []
     }
 
     /// Resolves what an interrupted write left in `path` (and, when `recursive`, in its
@@ -90,13 +93,19 @@ extension DurableWriter {
         for entry in entries where names.contains(entry.name) {
             guard kind(of: entry) == .directory else { continue }
             let subPath = join(path, entry.name)
-            let sub: FileDescriptor
-            do throws(Errno) {
-                sub = try FileDescriptor.open(entry.name, relativeTo: directory, options: [.directory, .noFollow])
-            } catch {
-                throw DocumentError(operation: .openDirectory, path: subPath, errno: error)
+            do {
+                let sub: FileDescriptor
+                do throws(Errno) {
+                    sub = try FileDescriptor.open(entry.name, relativeTo: directory, options: [.directory, .noFollow])
+                } catch {
+                    throw DocumentError(operation: .openDirectory, path: subPath, errno: error)
+                }
+                try sub.closeAfter { try recover(sub, path: subPath, recursive: true, into: &report) }
+            } catch let error as DocumentError where error.errno == .permissionDenied || error.errno == .notPermitted {
+                // A directory this process may not enter holds nothing it could have
+                // written; one unreadable corner does not stop the rest.
+                report.skipped.append(error)
             }
-            try sub.closeAfter { try recover(sub, path: subPath, recursive: true, into: &report) }
         }
     }
 

@@ -204,21 +204,32 @@ public final class FileWrapper: @unchecked Sendable {
 
     /// The contents of a regular-file wrapper (read now if the wrapper was read lazily);
     /// `nil` for other kinds or when a lazily read file can no longer be read.
-    public var regularFileContents: Data? {
+    public var regularFileContents: Data? { try? contents() }
+
+    /// A regular file's contents, read now if they were read lazily, with the reason when
+    /// they cannot be had: the `DocumentError` of the read (no permission, the file
+    /// replaced since it was listed …), where ``regularFileContents`` says only `nil`.
+    /// Not in Apple's API.
+    public func contents() throws -> Data {
         let pending: (String, DiskIdentity)? = state.withLock {
             guard case .regularFile(let contents) = $0.node else { return nil }
             if case .onDisk(let path, let identity) = contents { return (path, identity) }
             return nil
         }
         if let (path, identity) = pending {
-            guard let data = try? DiskReader.readContents(at: path, expecting: identity) else { return nil }
+            let data = try DiskReader.readContents(at: path, expecting: identity)
             state.withLock { $0.node = .regularFile(.loaded(data)) }
             return data
         }
-        return state.withLock {
-            if case .regularFile(.loaded(let data)) = $0.node { return data }
-            return nil
+        let (loaded, name): (Data?, String?) = state.withLock {
+            if case .regularFile(.loaded(let data)) = $0.node { return (data, $0.filename) }
+            return (nil, $0.filename)
         }
+        guard let loaded else {
+            throw DocumentError(
+                operation: .read, path: name ?? "", errno: .invalidArgument, detail: "not a regular-file wrapper")
+        }
+        return loaded
     }
 
     /// Whether a regular file's contents are in memory (`false` until a lazily read one is accessed).

@@ -681,6 +681,67 @@ struct ControlSocketTests {
         #expect(await strict.stop() == 0)
     }
 
+    @Test(
+        "Run as an unprivileged user: an unreadable file is refused with EACCES, never taken for empty nor written over; an unreadable directory does not stop start-up; an unreadable package member is named",
+        .enabled(if: Machine.isRoot && Machine.has("setpriv"), "needs root and setpriv"))
+    func unreadable() async throws {
+        let directory = TemporaryDirectory("unreadable")
+        try changeMode(ofPath: directory.path, to: .init(rawValue: 0o755))
+        let root = directory.sub("root")
+        for path in [root + "/sub", root + "/b.package", directory.sub("run")] {
+            try FileManager.default.createDirectory(atPath: path, withIntermediateDirectories: true)
+        }
+        try Disk.write("secret\n", to: root + "/locked.txt")
+        try Disk.write("inside\n", to: root + "/sub/f.txt")
+        try Disk.write("m\n", to: root + "/b.package/m.txt")
+        try Disk.write("locked member\n", to: root + "/b.package/locked.txt")
+        try Disk.write("readable\n", to: root + "/fine.txt")
+        for path in [
+            root, root + "/sub", root + "/sub/f.txt", root + "/b.package", root + "/b.package/m.txt",
+            root + "/fine.txt", directory.sub("run"),
+        ] {
+            #expect(chown(path, 65534, 65534) == 0)
+        }
+        for path in [root + "/locked.txt", root + "/b.package/locked.txt"] { #expect(chmod(path, 0) == 0) }
+        #expect(chmod(root + "/sub", 0) == 0)
+        let config = directory.sub("autosaved.conf")
+        try Disk.write("[Store]\nRoot=\(root)\n[Control]\nSocket=\(directory.sub("run/control.sock"))\n", to: config)
+        let daemon = try DaemonProcess(
+            "/usr/bin/setpriv",
+            ["--reuid=65534", "--regid=65534", "--clear-groups", Machine.product("autosaved"), "--config", config])
+        await daemon.waitForLine(containing: "started:")
+        #expect(daemon.output.contains { $0.contains("recovery: skipped \(root)/sub") && $0.contains("EACCES") })
+        #expect(daemon.output.contains { $0.contains("not opened: locked.txt") && $0.contains("EACCES") })
+
+        let raw = try Raw(directory.sub("run/control.sock"))
+        func ask(_ request: String) throws -> JSONValue? {
+            try raw.send(request + "\n")
+            return try raw.line()
+        }
+        for request in [
+            #"{"cmd":"open","doc":"locked.txt"}"#, #"{"cmd":"set","doc":"locked.txt","text":"over"}"#,
+            #"{"cmd":"append","doc":"locked.txt","text":"more"}"#,
+        ] {
+            let reply = try ask(request)
+            #expect(reply?["error"]?["code"]?.stringValue == "io-error", "\(request)")
+            #expect(reply?["error"]?["message"]?.stringValue?.contains("EACCES") == true, "\(request)")
+        }
+        let member = try ask(#"{"cmd":"get","doc":"b.package","member":"locked.txt"}"#)
+        #expect(member?["error"]?["code"]?.stringValue == "io-error")
+        #expect(member?["error"]?["message"]?.stringValue?.contains("b.package/locked.txt' failed: EACCES") == true)
+        #expect(try ask(#"{"cmd":"get","doc":"b.package","member":"m.txt"}"#)?["ok"] == true)
+        #expect(try ask(#"{"cmd":"get","doc":"fine.txt"}"#)?["text"]?.stringValue == "readable\n")
+        #expect(try ask(#"{"cmd":"put-member","doc":"b.package","member":"n.txt","text":"n"}"#)?["ok"] == true)
+        #expect(try ask(#"{"cmd":"save","doc":"b.package","wait":true}"#)?["ok"] == true)
+        daemon.signal(SIGTERM)
+        #expect(await daemon.exitStatus() == 0)
+        #expect(chmod(root + "/locked.txt", 0o600) == 0 && chmod(root + "/b.package/locked.txt", 0o600) == 0)
+        #expect(try Disk.bytes(root + "/locked.txt") == Data("secret\n".utf8), "the unreadable file is as it was")
+        #expect(try Disk.bytes(root + "/b.package/locked.txt") == Data("locked member\n".utf8))
+        #expect(try Disk.bytes(root + "/b.package/n.txt") == Data("n".utf8))
+        #expect(chmod(root + "/sub", 0o755) == 0)
+    }
+
     @Test("Cancelling an export, or the client going away, leaves nothing half-written")
     func cancelExport() async throws {
         let daemon = try await RunningDaemon(quiet: "1h")
