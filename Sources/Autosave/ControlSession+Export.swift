@@ -11,16 +11,23 @@ final class ExportableDocument<Document: AutosaveDocument>: WritableDocument {
 
     let value: Document
     let existing: FileWrapper?
+    /// The directory the export may write beneath: the store root, or the allowed export
+    /// directory the destination lies in.
+    let confinement: String
 
-    init(value: Document, existing: FileWrapper?) {
+    init(value: Document, existing: FileWrapper?, confinement: String) {
         self.value = value
         self.existing = existing
+        self.confinement = confinement
     }
 
     nonisolated func writer(configuration: sending WriteConfiguration) -> sending FileWrapperDocumentWriter {
         let base = existing?.copy()
         let type = configuration.contentType
-        return FileWrapperDocumentWriter(configuration) { (snapshot: Document, _) in
+        // Confined by descriptor: a directory swapped for a link after the destination
+        // was checked cannot take the export elsewhere.
+        let writer = DurableWriter(symlinkPolicy: .refuse, confinedTo: confinement)
+        return FileWrapperDocumentWriter(configuration, writer: writer) { (snapshot: Document, _) in
             try snapshot.fileWrapper(configuration: .init(contentType: type, existingFile: base))
         }
     }
@@ -50,7 +57,7 @@ extension ControlSession {
             throw RequestError(.badRequest, "field \"docs\" must be a non-empty array of document paths")
         }
         for path in paths { try server.checkBeneathRoot(path) }
-        let destination = try exportDestination(try string(request, "to"))
+        let (destination, confinement) = try exportDestination(try string(request, "to"))
         let requestedType = try optionalString(request, "type").map { identifier -> UTType in
             guard let type = UTType(identifier) else {
                 throw RequestError(.badRequest, "unknown content type \"\(identifier)\"")
@@ -86,7 +93,8 @@ extension ControlSession {
             do {
                 prepared.append(
                     try await Self.prepare(
-                        snapshot.document, existing: snapshot.existing, exporter: exporter, name: names[index]))
+                        snapshot.document, existing: snapshot.existing, exporter: exporter, name: names[index],
+                        confinement: confinement))
             } catch let error as DocumentError {
                 throw RequestError(.ioError, "exporting \(paths[index]) failed: \(error)")
             } catch let error as DocumentExportError {
@@ -115,34 +123,34 @@ extension ControlSession {
 
     @MainActor
     private static func prepare<D: AutosaveDocument>(
-        _ document: D, existing: FileWrapper?, exporter: DocumentExporter, name: String
+        _ document: D, existing: FileWrapper?, exporter: DocumentExporter, name: String, confinement: String
     ) async throws -> PreparedExport {
         try await exporter.prepareExport(
-            documents: [ExportableDocument(value: document, existing: existing)], filenames: [name])
+            documents: [ExportableDocument(value: document, existing: existing, confinement: confinement)],
+            filenames: [name])
     }
 
     /// The export directory: a path relative to the store root (no symbolic links), or an
     /// absolute path inside one of `[Control] ExportDirectories=`.
-    func exportDestination(_ to: String) throws -> URL {
+    func exportDestination(_ to: String) throws -> (destination: URL, confinement: String) {
         let configuration = server.configuration
         if to.hasPrefix("/") {
             let resolved = URL(fileURLWithPath: to).standardizedFileURL.resolvingSymlinksInPath().path
-            let allowed = configuration.exportDirectories.contains { directory in
-                let base = URL(fileURLWithPath: directory).standardizedFileURL.resolvingSymlinksInPath().path
-                return resolved == base || resolved.hasPrefix(base + "/")
-            }
-            guard allowed else {
+            let allowed = configuration.exportDirectories.lazy.map {
+                URL(fileURLWithPath: $0).standardizedFileURL.resolvingSymlinksInPath().path
+            }.first { base in resolved == base || resolved.hasPrefix(base + "/") }
+            guard let allowed else {
                 throw RequestError(
                     .invalidPath,
                     "export destination '\(to)' is outside the store root; allow it with [Control] ExportDirectories=")
             }
-            return URL(fileURLWithPath: resolved)
+            return (URL(fileURLWithPath: resolved), allowed)
         }
         try server.checkBeneathRoot(to)
         let path = store.root + "/" + (try DocumentPath.validate(to))
         guard (try? FileDescriptor.currentWorkingDirectory.status(of: path))?.kind == .directory else {
             throw RequestError(.notFound, "export destination '\(to)' is not a directory under the store root")
         }
-        return URL(fileURLWithPath: path)
+        return (URL(fileURLWithPath: path), store.root)
     }
 }

@@ -46,13 +46,18 @@ public struct DurableWriter: Sendable {
     /// are read back on access, checked against the file written. A daemon holding many
     /// documents keeps one copy of each in memory instead of two.
     public var keepsWrittenContents: Bool
+    /// A directory every write and prepared write of this writer is confined to (see
+    /// `write(_:to:options:originalContentsPath:beneath:)`); `nil`: none.
+    public var confinement: String?
 
     public init(
-        symlinkPolicy: SymlinkPolicy = .follow, packageSwap: PackageSwap = .exchange, keepsWrittenContents: Bool = true
+        symlinkPolicy: SymlinkPolicy = .follow, packageSwap: PackageSwap = .exchange, keepsWrittenContents: Bool = true,
+        confinedTo confinement: String? = nil
     ) {
         self.symlinkPolicy = symlinkPolicy
         self.packageSwap = packageSwap
         self.keepsWrittenContents = keepsWrittenContents
+        self.confinement = confinement
     }
 
     /// What a write did.
@@ -96,7 +101,7 @@ public struct DurableWriter: Sendable {
     ) throws -> Report {
         var session = WriteSession(policy: symlinkPolicy, swap: packageSwap, keepsContents: keepsWrittenContents)
         defer { session.closeAll() }
-        if let root { try session.confine(to: root) }
+        if let root = root ?? confinement { try session.confine(to: root) }
         let location = try session.resolve(path, followingLinks: !wrapper.isSymbolicLink)
         switch wrapper.node {
         case .regularFile:

@@ -53,13 +53,15 @@ extension DurableWriter {
     /// Writes `wrapper` completely and durably beside `path` without replacing
     /// anything; ``PreparedWrite/commit()`` puts it in place. Packages are always
     /// prepared as a whole new tree (unchanged files hard-linked from
-    /// `originalContentsPath`, default `path`).
+    /// `originalContentsPath`, default `path`). A writer with a ``confinement`` prepares
+    /// only beneath it, through no symbolic link.
     public func prepare(
         _ wrapper: FileWrapper, to path: String, options: FileWrapper.WritingOptions = [],
         originalContentsPath: String? = nil
     ) throws -> PreparedWrite {
         var session = WriteSession(policy: symlinkPolicy, swap: packageSwap, keepsContents: keepsWrittenContents)
         do {
+            if let confinement { try session.confine(to: confinement) }
             let location = try session.resolve(path, followingLinks: !wrapper.isSymbolicLink)
             let staged = try session.stage(wrapper, at: location, linkBase: originalContentsPath ?? location.path)
             return PreparedWrite(session: session, staged: staged, updatingNames: options.contains(.withNameUpdating))

@@ -742,6 +742,34 @@ struct ControlSocketTests {
         #expect(chmod(root + "/sub", 0o755) == 0)
     }
 
+    @Test(
+        "ExportDirectories=: an absolute destination inside an allowed directory is written; one outside it, or reached through a link that leads out, is refused"
+    )
+    func exportDirectories() async throws {
+        let holder = TemporaryDirectory("export-dirs")
+        let allowed = holder.sub("allowed")
+        let elsewhere = holder.sub("elsewhere")
+        for path in [allowed + "/sub", elsewhere] {
+            try FileManager.default.createDirectory(atPath: path, withIntermediateDirectories: true)
+        }
+        #expect(symlink(elsewhere, allowed + "/out-link") == 0)
+        let daemon = try await RunningDaemon("ExportDirectories=\(allowed)\n", quiet: "1h")
+        let client = try daemon.client()
+        #expect(try client.call(["cmd": "set", "doc": "a.txt", "text": "A"])["ok"] == true)
+
+        let written = try client.call(["cmd": "export", "docs": ["a.txt"], "to": .string(allowed + "/sub")])
+        #expect(written["ok"] == true, "\(written)")
+        #expect(written["paths"]?.arrayValue?.first?.stringValue?.hasSuffix("/allowed/sub/a.txt") == true)
+        #expect(try Disk.bytes(allowed + "/sub/a.txt") == Data("A".utf8))
+
+        for destination in [elsewhere, allowed + "/out-link", allowed + "/../elsewhere", holder.path] {
+            let refused = try client.call(["cmd": "export", "docs": ["a.txt"], "to": .string(destination)])
+            #expect(refused["error"]?["code"]?.stringValue == "invalid-path", "\(destination): \(refused)")
+        }
+        #expect(try Disk.names(in: elsewhere).isEmpty, "nothing written where no export may go")
+        #expect(await daemon.stop() == 0)
+    }
+
     @Test("Cancelling an export, or the client going away, leaves nothing half-written")
     func cancelExport() async throws {
         let daemon = try await RunningDaemon(quiet: "1h")

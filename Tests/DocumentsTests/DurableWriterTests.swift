@@ -139,6 +139,19 @@ struct DurableWriterFileTests {
             package, to: root + "/p.package", originalContentsPath: root + "/p.package", beneath: root + "/")
         #expect(try Disk.bytes(root + "/d/x.txt") == Data("in".utf8))
         #expect(try Disk.bytes(root + "/p.package/ch/1.txt") == Data("one".utf8))
+
+        // A writer confined by configuration: its prepared writes (exports) too.
+        let confined = DurableWriter(symlinkPolicy: .refuse, confinedTo: root)
+        #expect(throws: DocumentError.self) {
+            try confined.prepare(FileWrapper(regularFileWithContents: Data("x".utf8)), to: root + "/link/prepared.txt")
+        }
+        #expect(throws: DocumentError.self) {
+            try confined.write(FileWrapper(regularFileWithContents: Data("x".utf8)), to: root + "/link/written.txt")
+        }
+        #expect(try Disk.names(in: outside) == ["unconfined.txt"], "nothing more outside")
+        let prepared = try confined.prepare(FileWrapper(regularFileWithContents: Data("p".utf8)), to: root + "/d/p.txt")
+        try prepared.commit()
+        #expect(try Disk.bytes(root + "/d/p.txt") == Data("p".utf8))
     }
 
     @Test("A dangling link is followed to create its target; a link loop is an error")
