@@ -496,11 +496,13 @@ final class ControlSession: Sendable {
         } else {
             query = .contents
         }
+        // Read first: it opens a document not open yet, as every command does on first use.
+        let result = try store.read(path, query)
         let info = try store.info(path)
         var fields: [(key: String, value: JSONValue)] = [
             ("doc", .string(path)), ("type", .string(info.contentType.identifier)),
         ]
-        switch try store.read(path, query) {
+        switch result {
         case .text(let text):
             fields.append(("text", .string(text)))
         case .json(let value):

@@ -540,6 +540,22 @@ struct ControlSocketTests {
         #expect(!daemon.process.output.contains { $0.hasPrefix("<3>forged") })
     }
 
+    @Test("get opens a document on first use, as the other commands do (a file made after start, OpenNewFiles=no)")
+    func getOpensOnFirstUse() async throws {
+        let daemon = try await RunningDaemon("[Watch]\nOpenNewFiles=no\n")
+        try Disk.write("made later\n", to: daemon.root + "/late.txt")
+        try Disk.write(#"{"k": [1, 2]}"#, to: daemon.root + "/late.json")
+        await daemon.process.waitForLine(containing: "listening")
+        #expect(try daemon.ctl("list").stdout.contains("no open documents"))
+        let text = try daemon.ctl("get", "late.txt")
+        #expect(text.status == 0 && text.stdout == "made later\n", "\(text)")
+        let value = try daemon.ctl("get", "late.json", "--pointer", "/k/1")
+        #expect(value.status == 0 && value.stdout == "2\n", "\(value)")
+        #expect(try daemon.ctl("list").stdout.contains("late.txt"))
+        #expect(try daemon.ctl("get", "absent.txt").stderr.contains("not-found"))
+        #expect(await daemon.stop() == 0)
+    }
+
     @Test("A client that sends nothing, and one that disconnects mid-request, delay nobody")
     func idleAndHalf() async throws {
         let daemon = try await RunningDaemon()
@@ -720,7 +736,7 @@ struct ControlSocketTests {
         }
         for request in [
             #"{"cmd":"open","doc":"locked.txt"}"#, #"{"cmd":"set","doc":"locked.txt","text":"over"}"#,
-            #"{"cmd":"append","doc":"locked.txt","text":"more"}"#,
+            #"{"cmd":"append","doc":"locked.txt","text":"more"}"#, #"{"cmd":"get","doc":"locked.txt"}"#,
         ] {
             let reply = try ask(request)
             #expect(reply?["error"]?["code"]?.stringValue == "io-error", "\(request)")
