@@ -35,7 +35,6 @@ struct SaveWaiterTests {
         let harness = await StoreHarness(
             quiet: .seconds(3600), maxDelay: .seconds(3600), concurrentSaves: 1, registry: registry,
             configure: configure)
-        try await harness.store.startWatching()
         let store = harness.store
         try Disk.write("", to: harness.file("slot.gated"))
         try await store.open("slot.gated")
@@ -47,8 +46,15 @@ struct SaveWaiterTests {
         try Disk.write("on disk\n", to: harness.file("t.txt"))
         try await store.open("t.txt")
         try await store.apply(.setText("unsaved\n"), to: "t.txt")
+        // Watching starts once the files are written and open: a watcher that saw them
+        // being written could open one half-written and then rightly call the rest of
+        // the write a change by another program.
+        try await store.startWatching()
         let waiter = Task { try await store.save("t.txt", wait: true) }
-        while await store.waitingSaves("t.txt") == 0 { await Task.yield() }
+        while await store.waitingSaves("t.txt") == 0 {
+            try Task.checkCancellation()  // the time limit ends the test instead of a hang
+            await Task.yield()
+        }
         return Setup(harness: harness, gate: gate, waiter: waiter)
     }
 
