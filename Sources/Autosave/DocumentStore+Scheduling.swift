@@ -266,12 +266,10 @@ extension DocumentStore {
             let result = Result { () throws -> SaveOutcome in
                 let wrapper = try snapshot.fileWrapper(configuration: .init(contentType: type, existingFile: existing))
                 let bytes = wrapper.isRegularFile ? wrapper.regularFileContents : nil
-                try Self.refuseSymbolicLinks(root: root, above: path)
+                // Every directory on the way is opened without following a link, and the
+                // writer is confined to the root (see `writer`).
                 try Self.makeParentDirectories(of: path, beneath: root)
-                // Confined to the root: a directory another program swaps for a link after
-                // the checks above cannot take the write elsewhere.
-                let report = try writer.write(
-                    wrapper, to: fullPath, options: [], originalContentsPath: fullPath, beneath: root)
+                let report = try writer.write(wrapper, to: fullPath, options: [], originalContentsPath: fullPath)
                 let status = try? FileDescriptor.currentWorkingDirectory.status(of: report.path)
                 return SaveOutcome(
                     wrapper: wrapper, report: report, fingerprint: status.map { Fingerprint($0, contents: bytes) })
@@ -281,28 +279,10 @@ extension DocumentStore {
         }
     }
 
-    /// Refuses to save through a directory that is a symbolic link (it could lead out of
-    /// the root): the existing part of the document's parent path is resolved beneath the
-    /// root with `openat2(RESOLVE_BENEATH | RESOLVE_NO_SYMLINKS)`. The writer itself
-    /// refuses a link at the document's own place.
-    nonisolated static func refuseSymbolicLinks(root: String, above path: String) throws {
-        let parent = PathName.parent(path)
-        guard !parent.isEmpty else { return }
-        do throws(Errno) {
-            let rootDirectory = try FileDescriptor.open(root, options: [.directory, .pathOnly])
-            defer { try? rootDirectory.close() }
-            try FileDescriptor.openBeneath(parent, relativeTo: rootDirectory, options: [.pathOnly], noSymlinks: true)
-                .close()
-        } catch .tooManySymbolicLinks, .crossDevice {
-            throw DocumentError(operation: .followSymbolicLink, path: root + "/" + parent, errno: .tooManySymbolicLinks)
-        } catch {
-            return  // missing parts are created below without following links; other errors surface there
-        }
-    }
-
     /// Creates the directories a new document's path needs (each made durable in its
     /// parent), one component at a time from the root, each opened relative to the one
-    /// before without following a symbolic link. The root itself is made again if it is
+    /// before without following a symbolic link: a linked directory (which could lead out
+    /// of the root) is refused. The root itself is made again if it is
     /// gone (moved away or removed while the daemon runs).
     nonisolated static func makeParentDirectories(of path: String, beneath root: String) throws {
         try makeDirectory(root)
@@ -326,7 +306,9 @@ extension DocumentStore {
                 directory = next
             }
         } catch .tooManySymbolicLinks {
-            throw DocumentError(operation: .followSymbolicLink, path: made, errno: .tooManySymbolicLinks)
+            // A directory on the way is a symbolic link (it could lead out of the root).
+            throw DocumentError(
+                operation: .followSymbolicLink, path: root + "/" + PathName.parent(path), errno: .tooManySymbolicLinks)
         } catch {
             throw DocumentError(operation: .makeDirectory, path: made, errno: error)
         }

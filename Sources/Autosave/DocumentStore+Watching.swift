@@ -349,9 +349,9 @@ extension DocumentStore {
             case .disk:
                 let mine = try entry.document.fileWrapper(
                     configuration: .init(contentType: entry.contentType, existingFile: entry.isPackage ? theirs : nil))
-                try writer.write(mine, to: root + "/" + copy, beneath: root)
+                try writer.write(mine, to: root + "/" + copy)
             case .memory:
-                try writer.write(theirs, to: root + "/" + copy, beneath: root)
+                try writer.write(theirs, to: root + "/" + copy)
             }
         } catch {
             log.error(

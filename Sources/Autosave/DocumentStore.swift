@@ -33,7 +33,9 @@ public actor DocumentStore {
     public let registry: DocumentTypeRegistry
     /// Symbolic links at a document's place are refused (they could lead out of the
     /// root); written bytes are not kept twice in memory.
-    let writer = DurableWriter(symlinkPolicy: .refuse, keepsWrittenContents: false)
+    /// Confined to the root: a directory another program swaps for a link after a
+    /// request's checks cannot take a save elsewhere.
+    let writer: DurableWriter
     let clock = ContinuousClock()
     let log: Logger
 
@@ -110,6 +112,7 @@ public actor DocumentStore {
         self.configuration = configuration
         scheduleDelays = Self.delays(of: configuration)
         root = configuration.root
+        writer = DurableWriter(symlinkPolicy: .refuse, keepsWrittenContents: false, confinedTo: configuration.root)
         self.registry = registry ?? DocumentTypeRegistry(packageExtensions: configuration.packageExtensions)
         self.log = log
     }

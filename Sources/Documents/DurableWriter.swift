@@ -46,8 +46,12 @@ public struct DurableWriter: Sendable {
     /// are read back on access, checked against the file written. A daemon holding many
     /// documents keeps one copy of each in memory instead of two.
     public var keepsWrittenContents: Bool
-    /// A directory every write and prepared write of this writer is confined to (see
-    /// `write(_:to:options:originalContentsPath:beneath:)`); `nil`: none.
+    /// A directory every write and prepared write of this writer is confined to: the
+    /// destination (and `originalContentsPath`) must lie beneath it, their directories
+    /// are opened beneath it without following any symbolic link (`openat2` with
+    /// `RESOLVE_BENEATH | RESOLVE_NO_SYMLINKS`), and no link at the destination is
+    /// followed, so a directory swapped for a link between a caller's checks and the
+    /// write cannot take the write elsewhere. `nil`: none.
     public var confinement: String?
 
     public init(
@@ -87,21 +91,16 @@ public struct DurableWriter: Sendable {
     ///     wrappers' `filename`s to the names written.
     ///   - originalContentsPath: Where unchanged children of a package can be
     ///     hard-linked from; defaults to `path`.
-    ///   - root: With a directory here, `path` (and `originalContentsPath`) must lie
-    ///     beneath it, and their directories are opened beneath it without following any
-    ///     symbolic link (`openat2` with `RESOLVE_BENEATH | RESOLVE_NO_SYMLINKS`), nor is
-    ///     a link at the destination followed: a directory swapped for a link between a
-    ///     caller's checks and the write cannot take the write elsewhere.
     /// - Returns: What was written.
     /// - Throws: ``DocumentError`` naming the operation, the path and the errno.
     @discardableResult
     public func write(
         _ wrapper: FileWrapper, to path: String, options: FileWrapper.WritingOptions = [],
-        originalContentsPath: String? = nil, beneath root: String? = nil
+        originalContentsPath: String? = nil
     ) throws -> Report {
         var session = WriteSession(policy: symlinkPolicy, swap: packageSwap, keepsContents: keepsWrittenContents)
         defer { session.closeAll() }
-        if let root = root ?? confinement { try session.confine(to: root) }
+        if let confinement { try session.confine(to: confinement) }
         let location = try session.resolve(path, followingLinks: !wrapper.isSymbolicLink)
         switch wrapper.node {
         case .regularFile:
@@ -233,7 +232,7 @@ struct WriteSession {
 
     // MARK: Resolving the destination
 
-    /// The directory writes are confined to (see `DurableWriter.write(_:to:options:originalContentsPath:beneath:)`).
+    /// The directory writes are confined to (see ``DurableWriter/confinement``).
     private var confinement: (path: String, directory: FileDescriptor)?
 
     mutating func confine(to root: String) throws {

@@ -107,6 +107,7 @@ struct DurableWriterFileTests {
         #expect(symlink(outside, root + "/link") == 0)
         #expect(symlink(outside + "/target.txt", root + "/file-link.txt") == 0)
         let writer = DurableWriter()
+        let beneathRoot = DurableWriter(confinedTo: root)
 
         // Unconfined, the writer goes where the link leads (what a swapped directory would do).
         try writer.write(contents: Data("followed".utf8), to: root + "/link/unconfined.txt")
@@ -120,7 +121,7 @@ struct DurableWriterFileTests {
         ]
         for (path, operation) in refused {
             #expect {
-                try writer.write(FileWrapper(regularFileWithContents: Data("x".utf8)), to: path, beneath: root)
+                try beneathRoot.write(FileWrapper(regularFileWithContents: Data("x".utf8)), to: path)
             } throws: { error in
                 (error as? DocumentError)?.operation == operation
             }
@@ -129,14 +130,14 @@ struct DurableWriterFileTests {
 
         // Beneath the root without links, files and packages are written as usual.
         try FileManager.default.createDirectory(atPath: root + "/d", withIntermediateDirectories: true)
-        try writer.write(FileWrapper(regularFileWithContents: Data("in".utf8)), to: root + "/d/x.txt", beneath: root)
+        try beneathRoot.write(FileWrapper(regularFileWithContents: Data("in".utf8)), to: root + "/d/x.txt")
         let package = FileWrapper(directoryWithFileWrappers: [
             "ch": FileWrapper(directoryWithFileWrappers: [
                 "1.txt": FileWrapper(regularFileWithContents: Data("one".utf8))
             ])
         ])
-        try writer.write(
-            package, to: root + "/p.package", originalContentsPath: root + "/p.package", beneath: root + "/")
+        try DurableWriter(confinedTo: root + "/").write(
+            package, to: root + "/p.package", originalContentsPath: root + "/p.package")
         #expect(try Disk.bytes(root + "/d/x.txt") == Data("in".utf8))
         #expect(try Disk.bytes(root + "/p.package/ch/1.txt") == Data("one".utf8))
 
