@@ -377,7 +377,11 @@ struct NspawnTests {
             )
             .stdout.contains("saved notes/todo.txt")
         }
-        #expect(try inside("systemctl", "status", "--no-pager", "autosaved").stdout.contains("last save"))
+        // STATUS= follows the save through sd_notify, which systemd reads on its own time:
+        // the journal entry can come first.
+        try await waitUntil("STATUS= to name the last save") {
+            try inside("systemctl", "status", "--no-pager", "autosaved").stdout.contains("last save")
+        }
 
         #expect(try inside("systemctl", "reload", "autosaved").status == 0)
         #expect(try inside("systemctl", "is-active", "autosaved").stdout == "active\n")
