@@ -65,7 +65,7 @@ extension DurableWriter {
                     < ((try? directory.status(of: $1.name))?.changed ?? FileTime(seconds: 0, nanoseconds: 0))
             }
             let source = newest?.name ?? entry.name
-            do throws(Errno) { try directory.rename(source, to: restoredName, flags: .noReplace) } catch {
+            do throws(Errno) { try Renaming.renameWithoutReplacing(source, to: restoredName, in: directory) } catch {
                 throw DocumentError(operation: .rename, path: join(path, restoredName), errno: error)
             }
             names.remove(source)

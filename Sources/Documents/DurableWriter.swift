@@ -16,7 +16,9 @@ import Synchronization
 /// removed children are unlinked, and the directory is synced once. With `.atomic`, a
 /// new tree is built beside the old one — unchanged files hard-linked, changed ones
 /// written — and swapped in with `renameat2(RENAME_EXCHANGE)`; where the file system
-/// refuses the exchange, the old tree is renamed aside first. ``recover(at:recursive:)``
+/// refuses the exchange, the old tree is renamed aside first. Renames that must not
+/// replace anything use `RENAME_NOREPLACE`, or where the file system refuses the flag,
+/// a hard link or a checked rename (see `Renaming`). ``recover(at:recursive:)``
 /// resolves whatever a crash leaves behind.
 public struct DurableWriter: Sendable {
     /// What to do when the destination is a symbolic link.
@@ -414,7 +416,11 @@ struct WriteSession {
         } else {
             if staged.isTree || location.existing?.kind != .directory {
                 do throws(Errno) {
-                    try parent.rename(staged.temporary, to: location.name, flags: staged.isTree ? .noReplace : [])
+                    if staged.isTree {
+                        try Renaming.renameWithoutReplacing(staged.temporary, to: location.name, in: parent)
+                    } else {
+                        try parent.rename(staged.temporary, to: location.name, flags: [])
+                    }
                 } catch {
                     throw DocumentError(operation: .rename, path: location.path, errno: error)
                 }
@@ -603,11 +609,11 @@ struct WriteSession {
     private mutating func swapByRenamingAside(temporary: String, at location: Location) throws {
         let parent = location.directory
         let old = TemporaryName.make(for: location.name, old: true)
-        do throws(Errno) { try parent.rename(location.name, to: old, flags: .noReplace) } catch {
+        do throws(Errno) { try Renaming.renameWithoutReplacing(location.name, to: old, in: parent) } catch {
             throw DocumentError(operation: .rename, path: location.path, errno: error)
         }
-        do throws(Errno) { try parent.rename(temporary, to: location.name, flags: .noReplace) } catch {
-            try? parent.rename(old, to: location.name, flags: .noReplace)
+        do throws(Errno) { try Renaming.renameWithoutReplacing(temporary, to: location.name, in: parent) } catch {
+            try? Renaming.renameWithoutReplacing(old, to: location.name, in: parent)
             throw DocumentError(operation: .rename, path: location.path, errno: error)
         }
         try sync(parent, path: location.directoryPath)

@@ -1,0 +1,184 @@
+import Foundation
+@preconcurrency import Glibc
+import Synchronization
+
+/// Output lines of a child process, with waiting for one to arrive.
+public final class ProcessLines: Sendable {
+    private let state = Mutex<(lines: [String], ended: Bool)>(([], false))
+    private let arrival = NSCondition()
+
+    public init() {}
+
+    /// Starts a thread that reads `handle` line by line until end of file.
+    public func follow(_ handle: FileHandle, name: String) {
+        let thread = Thread { [self] in
+            var pending = Data()
+            while true {
+                let chunk = handle.availableData
+                if chunk.isEmpty { break }
+                pending.append(chunk)
+                var found: [String] = []
+                while let newline = pending.firstIndex(of: 10) {
+                    found.append(String(decoding: pending[pending.startIndex..<newline], as: UTF8.self))
+                    pending.removeSubrange(pending.startIndex...newline)
+                }
+                arrival.lock()
+                state.withLock { $0.lines += found }
+                arrival.broadcast()
+                arrival.unlock()
+            }
+            arrival.lock()
+            state.withLock { $0.ended = true }
+            arrival.broadcast()
+            arrival.unlock()
+        }
+        thread.name = name
+        thread.start()
+    }
+
+    public var all: [String] { state.withLock { $0.lines } }
+
+    /// Waits up to `timeout` for the end of the output; whether it came.
+    @discardableResult
+    public func waitForEnd(within timeout: Duration) -> Bool {
+        _ = first(containing: "\u{0}", within: timeout)
+        return state.withLock { $0.ended }
+    }
+
+    /// The first line containing `text`, waiting up to `timeout` (`nil`: none came, or the output ended).
+    public func first(containing text: String, within timeout: Duration) -> String? {
+        let deadline = Date() + TimeInterval(timeout.components.seconds) + 1e-18 * Double(timeout.components.attoseconds)
+        arrival.lock()
+        defer { arrival.unlock() }
+        while true {
+            let (lines, ended) = state.withLock { ($0.lines, $0.ended) }
+            if let line = lines.first(where: { $0.contains(text) }) { return line }
+            if ended || Date() >= deadline { return nil }
+            _ = arrival.wait(until: min(deadline, Date() + 0.5))
+        }
+    }
+}
+
+/// The power-loss file system (`Tests/Tools/powerloss_fs.py`) mounted over a backing
+/// directory for one test: a FUSE passthrough that knows what a disk would hold after
+/// a power cut, plays one on request, and on unmount rebuilds the backing directory
+/// from that durable state alone. Like NFS, CIFS and many FUSE file systems, it refuses
+/// `renameat2`'s flags (`EINVAL`).
+public final class PowerLossMount {
+    public let backing: String
+    public let path: String
+    public let lines = ProcessLines()
+    /// What the file system wrote on standard error.
+    public let errors = ProcessLines()
+    private let process: Process
+    private var mounted = true
+
+    /// The Debian interpreter that sees `python3-fusepy` (the first `python3` on PATH may not).
+    public static let python = "/usr/bin/python3"
+    public static let script = URL(fileURLWithPath: #filePath).deletingLastPathComponent()
+        .deletingLastPathComponent().appendingPathComponent("Tools/powerloss_fs.py").path
+
+    /// Whether FUSE mounts can be made here: root, `/dev/fuse`, and fusepy for `/usr/bin/python3`.
+    public static let isAvailable: Bool = {
+        guard geteuid() == 0, access("/dev/fuse", R_OK | W_OK) == 0, access(python, X_OK) == 0 else { return false }
+        return (try? Machine.run(python, ["-c", "import fusepy"]).status) == 0
+    }()
+
+    /// How a cut is chosen: after the `count`-th operation of `kind` (`write`, `fsync`,
+    /// `fsyncdir`, `rename`, `create`, `mkdir`, `unlink`, `op`, …).
+    public struct CrashPoint: Sendable, Hashable, CustomStringConvertible {
+        public var kind: String
+        public var count: Int
+        public init(_ kind: String, _ count: Int) {
+            self.kind = kind
+            self.count = count
+        }
+        public var description: String { "\(kind):\(count)" }
+    }
+
+    /// Mounts the file system at `path` over `backing` (both existing directories) and
+    /// waits until it serves requests.
+    ///
+    /// - Parameters:
+    ///   - crash: where to cut the power, if anywhere.
+    ///   - ordering: `strict` (POSIX: a file's data once it is fsynced, a directory's
+    ///     entries once it is fsynced) or `ordered` (an idealised ext4 `data=ordered`).
+    ///   - cutAtUnmount: whether unmounting is a power cut too (else the live tree stays).
+    public init(
+        backing: String, at path: String, crash: CrashPoint? = nil, ordering: String = "strict",
+        cutAtUnmount: Bool = true
+    ) throws {
+        self.backing = backing
+        self.path = path
+        process = Process()
+        process.executableURL = URL(fileURLWithPath: Self.python)
+        var arguments = [Self.script, backing, path, "--ordering", ordering, "--on-exit", cutAtUnmount ? "cut" : "keep"]
+        if let crash { arguments += ["--crash-after", crash.description] }
+        process.arguments = arguments
+        let out = Pipe()
+        let err = Pipe()
+        process.standardOutput = out
+        process.standardError = err
+        lines.follow(out.fileHandleForReading, name: "powerloss-fs")
+        errors.follow(err.fileHandleForReading, name: "powerloss-fs-errors")
+        try process.run()
+        guard lines.first(containing: "ready", within: .seconds(30)) != nil else {
+            _ = try? Machine.run("umount", ["-l", path])
+            process.terminate()
+            process.waitUntilExit()
+            throw Failure(
+                "the power-loss file system did not come up at \(path): \(errors.all.joined(separator: "\n"))")
+        }
+    }
+
+    /// Whether the cut has happened.
+    public var crashed: Bool { lines.all.contains { $0.hasPrefix("crashed ") } }
+
+    /// Waits up to `timeout` for the cut.
+    public func waitForCrash(within timeout: Duration) -> Bool {
+        lines.first(containing: "crashed ", within: timeout) != nil
+    }
+
+    /// Cuts the power at the next operation.
+    public func cutNow() { kill(process.processIdentifier, SIGUSR1) }
+
+    /// The operation counts of the run, from the line printed at exit.
+    public var counts: [String: Int] {
+        guard let line = lines.all.last(where: { $0.hasPrefix("counts ") }) else { return [:] }
+        var counts: [String: Int] = [:]
+        for field in line.dropFirst("counts ".count).split(separator: " ") {
+            let parts = field.split(separator: "=")
+            if parts.count == 2, let n = Int(parts[1]) { counts[String(parts[0])] = n }
+        }
+        return counts
+    }
+
+    /// Unmounts (every process using the mount must have ended), waits for the file
+    /// system to exit, and, after a cut, for the backing directory to hold the durable state.
+    public func unmount() throws {
+        guard mounted else { return }
+        mounted = false
+        var result = try Machine.run("umount", [path])
+        for _ in 0..<100 where result.status != 0 && result.stderr.contains("busy") {
+            // A process that just exited may still be releasing its files.
+            usleep(50_000)
+            result = try Machine.run("umount", [path])
+        }
+        if result.status != 0 { _ = try? Machine.run("umount", ["-l", path]) }
+        process.waitUntilExit()
+        lines.waitForEnd(within: .seconds(30))
+        errors.waitForEnd(within: .seconds(30))
+        guard result.status == 0, process.terminationStatus == 0 else {
+            throw Failure(
+                "unmounting \(path): \(result.stderr); the file system exited \(process.terminationStatus): "
+                    + errors.all.joined(separator: "\n"))
+        }
+    }
+
+    deinit {
+        if mounted {
+            _ = try? Machine.run("umount", ["-l", path])
+            process.waitUntilExit()
+        }
+    }
+}

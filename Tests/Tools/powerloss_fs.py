@@ -1,0 +1,495 @@
+#!/usr/bin/python3
+"""powerloss_fs: a FUSE passthrough that can play a power cut.
+
+Usage:
+    /usr/bin/python3 powerloss_fs.py BACKING MOUNTPOINT [options]
+
+Every operation is passed through to the directory BACKING. Beside that live tree the
+file system keeps a model of what a disk would hold after a power cut:
+
+  strict (the default, POSIX's rule): a file's data and attributes are durable once
+      the file is fsynced (fsync or fdatasync); a directory's entries (what create,
+      mkdir, symlink, link, rename, unlink and rmdir did to it) once that directory is
+      fsynced. Nothing else ever is.
+  --ordering ordered: an idealised ext4 data=ordered: one journal, so any fsync of a
+      file or a directory commits every directory change made so far, and a commit
+      carries with it the data written before it (data before the metadata that
+      exposes it).
+
+At mount time everything in BACKING counts as durable.
+
+A power cut freezes the model; from then on every operation fails with EIO (the disk
+is gone), so nothing the program does afterwards can look durable to it. A cut comes
+  --crash-after KIND:K   right after the K-th operation of KIND completes (KIND: write,
+                         fsync (file fsync/fdatasync), fsyncdir, rename, create, mkdir,
+                         unlink, rmdir, link, symlink, op (any operation));
+  SIGUSR1                at the next operation after the signal;
+  at unmount             unless --on-exit keep: the end of a run is a cut too.
+When the file system is unmounted (fusermount3 -u / umount) after a cut, BACKING is
+rebuilt from the model alone: exactly the tree a power cut at that instant could leave.
+
+Lines on standard output (flushed at once):
+    ready                                  mounted and serving
+    crashed KIND K op N                    the cut happened (after op N of the run)
+    counts write=… fsync=… …               operations of the run, at exit
+    rebuilt files=F directories=D  BACKING holds the durable model
+Extra options: --fsname NAME (default powerlossfs).
+"""
+
+import argparse
+import collections
+import errno
+import os
+import shutil
+import signal
+import stat
+import sys
+import threading
+
+from fusepy import FUSE, FuseOSError, Operations
+
+KINDS = ("write", "fsync", "fsyncdir", "rename", "create", "mkdir", "unlink", "rmdir", "link", "symlink", "op")
+
+
+def say(line):
+    sys.stdout.write(line + "\n")
+    sys.stdout.flush()
+
+
+class Node:
+    """One inode of the model: what a disk would hold for it after a cut."""
+
+    __slots__ = ("kind", "data", "mode", "uid", "gid", "entries", "target")
+
+    def __init__(self, kind, mode, uid, gid):
+        self.kind = kind  # "file", "dir", "symlink"
+        self.data = b""  # files: bytes as of the last fsync
+        self.mode = mode
+        self.uid = uid
+        self.gid = gid
+        self.entries = {}  # directories: name -> node id, as of the last fsync of the directory
+        self.target = None  # symbolic links
+
+
+class PowerLossFS(Operations):
+    use_ns = True
+
+    def __init__(self, backing, ordering, crash_after):
+        self.backing = os.path.realpath(backing)
+        self.ordering = ordering
+        self.crash_kind, self.crash_count = crash_after if crash_after else (None, None)
+        self.mutex = threading.RLock()
+        self.nodes = {}
+        self.by_inode = {}  # backing inode number -> node id, for inodes alive in BACKING
+        self.handles = {}  # open file descriptor -> node id
+        self.next_id = 0
+        self.counts = collections.Counter()
+        self.crashed = False
+        self.signalled = False
+        self.internal_errors = 0
+        self.root_id = self._adopt_tree()
+
+    # --- the model ---------------------------------------------------------------
+
+    def _new_node(self, kind, st):
+        node_id = self.next_id
+        self.next_id += 1
+        self.nodes[node_id] = Node(kind, stat.S_IMODE(st.st_mode), st.st_uid, st.st_gid)
+        self.by_inode[st.st_ino] = node_id
+        return node_id
+
+    @staticmethod
+    def _kind(st):
+        if stat.S_ISDIR(st.st_mode):
+            return "dir"
+        if stat.S_ISLNK(st.st_mode):
+            return "symlink"
+        return "file"
+
+    def _adopt_tree(self):
+        """Everything in BACKING at mount time is durable."""
+
+        def adopt(path):
+            st = os.lstat(path)
+            node_id = self._new_node(self._kind(st), st)
+            node = self.nodes[node_id]
+            if node.kind == "dir":
+                for name in os.listdir(path):
+                    node.entries[name] = adopt(os.path.join(path, name))
+            elif node.kind == "symlink":
+                node.target = os.readlink(path)
+            else:
+                with open(path, "rb") as f:
+                    node.data = f.read()
+            return node_id
+
+        return adopt(self.backing)
+
+    def _id_of(self, real):
+        """The node of the inode now at the backing path `real` (a new node for a new inode)."""
+        st = os.lstat(real)
+        node_id = self.by_inode.get(st.st_ino)
+        if node_id is None:
+            node_id = self._new_node(self._kind(st), st)
+            if self.nodes[node_id].kind == "symlink":
+                self.nodes[node_id].target = os.readlink(real)
+        return node_id
+
+    def _forget_if_last(self, real):
+        """Called before `real` is unlinked or replaced: once its inode's last name goes,
+        the backing file system may reuse the inode number for a new file."""
+        try:
+            st = os.lstat(real)
+        except FileNotFoundError:
+            return
+        if stat.S_ISDIR(st.st_mode) or st.st_nlink <= 1:
+            node_id = self.by_inode.pop(st.st_ino, None)
+            if node_id is None:
+                return
+            # A handle still open on it keeps its node (an fsync through it still counts).
+
+    def _sync_file(self, node_id, fd):
+        node = self.nodes[node_id]
+        st = os.fstat(fd)
+        node.data = os.pread(fd, st.st_size, 0) if st.st_size else b""
+        node.mode, node.uid, node.gid = stat.S_IMODE(st.st_mode), st.st_uid, st.st_gid
+
+    def _sync_directory(self, real):
+        node_id = self._id_of(real)
+        node = self.nodes[node_id]
+        st = os.lstat(real)
+        node.mode, node.uid, node.gid = stat.S_IMODE(st.st_mode), st.st_uid, st.st_gid
+        node.entries = {name: self._id_of(os.path.join(real, name)) for name in os.listdir(real)}
+
+    def _commit_everything(self):
+        """ordered: the journal commits every directory change so far, with the data
+        written before it."""
+
+        def walk(real):
+            st = os.lstat(real)
+            node_id = self._id_of(real)
+            if stat.S_ISDIR(st.st_mode):
+                self._sync_directory(real)
+                for name in os.listdir(real):
+                    walk(os.path.join(real, name))
+            elif stat.S_ISREG(st.st_mode):
+                fd = os.open(real, os.O_RDONLY | os.O_NOFOLLOW)
+                try:
+                    self._sync_file(node_id, fd)
+                finally:
+                    os.close(fd)
+
+        walk(self.backing)
+
+    def _after_sync(self):
+        if self.ordering == "ordered":
+            self._commit_everything()
+
+    # --- cuts --------------------------------------------------------------------
+
+    def _check_alive(self):
+        if self.signalled and not self.crashed:
+            self._crash("signal", 0)
+        if self.crashed:
+            raise FuseOSError(errno.EIO)
+
+    def _count(self, kind):
+        self.counts["op"] += 1
+        self.counts[kind] += 1
+        if self.crash_kind is not None and not self.crashed:
+            if self.counts[self.crash_kind] == self.crash_count and (self.crash_kind == kind or self.crash_kind == "op"):
+                self._crash(self.crash_kind, self.crash_count)
+
+    def _crash(self, kind, count):
+        self.crashed = True
+        say("crashed %s %d op %d" % (kind, count, self.counts["op"]))
+
+    def _op(self, kind, body):
+        """Runs one operation: refused once the power is off, counted once done."""
+        with self.mutex:
+            self._check_alive()
+            try:
+                result = body()
+            except OSError:
+                raise
+            except Exception as error:  # a bug here must not look like a refusal (EINVAL)
+                self.internal_errors += 1
+                sys.stderr.write("powerloss_fs: internal error in %s: %r\n" % (kind, error))
+                raise FuseOSError(errno.EIO)
+            self._count(kind)
+            return result
+
+    def rebuild(self):
+        """Replaces BACKING's contents with the durable model."""
+        for name in os.listdir(self.backing):
+            path = os.path.join(self.backing, name)
+            if os.path.isdir(path) and not os.path.islink(path):
+                shutil.rmtree(path)
+            else:
+                os.unlink(path)
+        made = {}
+        counts = {"file": 0, "dir": 0}
+        anomalies = []
+
+        def build(node_id, path, ancestors):
+            node = self.nodes[node_id]
+            if node_id in made:
+                if node.kind == "dir":
+                    anomalies.append("directory %s also at %s" % (path, made[node_id]))
+                    return
+                os.link(made[node_id], path)
+                return
+            made[node_id] = path
+            if node.kind == "dir":
+                if path != self.backing:
+                    os.mkdir(path, 0o700)
+                counts["dir"] += 1
+                for name, child in sorted(node.entries.items()):
+                    if child in ancestors:
+                        anomalies.append("cycle at %s/%s" % (path, name))
+                        continue
+                    build(child, os.path.join(path, name), ancestors | {node_id})
+            elif node.kind == "symlink":
+                os.symlink(node.target, path)
+                return
+            else:
+                with open(path, "wb") as f:
+                    f.write(node.data)
+                counts["file"] += 1
+            os.lchown(path, node.uid, node.gid)
+            os.chmod(path, node.mode)
+
+        build(self.root_id, self.backing, frozenset())
+        for anomaly in anomalies:
+            say("anomaly " + anomaly)
+        say("rebuilt files=%d directories=%d" % (counts["file"], counts["dir"] - 1))
+
+    # --- operations ------------------------------------------------------------------
+
+    def _real(self, path):
+        return self.backing + path if path != "/" else self.backing
+
+    def init(self, path):
+        say("ready")
+
+    def getattr(self, path, fh=None):
+        def body():
+            if path is None and fh:
+                st = os.fstat(fh.fh)
+            else:
+                st = os.lstat(self._real(path))
+            return {
+                key: getattr(st, key)
+                for key in (
+                    "st_mode", "st_ino", "st_dev", "st_nlink", "st_uid", "st_gid", "st_size", "st_blocks",
+                    "st_atime_ns", "st_mtime_ns", "st_ctime_ns",
+                )
+            } | {"st_atime": st.st_atime_ns, "st_mtime": st.st_mtime_ns, "st_ctime": st.st_ctime_ns}
+
+        return self._op("getattr", body)
+
+    def access(self, path, amode):
+        def body():
+            if not os.access(self._real(path), amode):
+                raise FuseOSError(errno.EACCES)
+
+        return self._op("access", body)
+
+    def readlink(self, path):
+        return self._op("readlink", lambda: os.readlink(self._real(path)))
+
+    def statfs(self, path):
+        def body():
+            sv = os.statvfs(self._real(path))
+            return {
+                key: getattr(sv, key)
+                for key in (
+                    "f_bavail", "f_bfree", "f_blocks", "f_bsize", "f_favail", "f_ffree", "f_files", "f_flag",
+                    "f_frsize", "f_namemax",
+                )
+            }
+
+        return self._op("statfs", body)
+
+    def opendir(self, path):
+        def body():
+            if not os.path.isdir(self._real(path)):
+                raise FuseOSError(errno.ENOTDIR)
+            return 0
+
+        return self._op("opendir", body)
+
+    def readdir(self, path, fh):
+        return self._op("readdir", lambda: [".", ".."] + os.listdir(self._real(path)))
+
+    def releasedir(self, path, fh):
+        return 0
+
+    def fsyncdir(self, path, datasync, fh):
+        def body():
+            self._sync_directory(self._real(path))
+            self._after_sync()
+
+        return self._op("fsyncdir", body)
+
+    def mkdir(self, path, mode):
+        def body():
+            os.mkdir(self._real(path), mode)
+            self._id_of(self._real(path))
+
+        return self._op("mkdir", body)
+
+    def rmdir(self, path):
+        def body():
+            self._forget_if_last(self._real(path))
+            os.rmdir(self._real(path))
+
+        return self._op("rmdir", body)
+
+    def unlink(self, path):
+        def body():
+            self._forget_if_last(self._real(path))
+            os.unlink(self._real(path))
+
+        return self._op("unlink", body)
+
+    def symlink(self, target, source):
+        def body():
+            os.symlink(source, self._real(target))
+            self._id_of(self._real(target))
+
+        return self._op("symlink", body)
+
+    def link(self, target, source):
+        def body():
+            os.link(self._real(source), self._real(target))
+
+        return self._op("link", body)
+
+    def rename(self, old, new):
+        def body():
+            real_old, real_new = self._real(old), self._real(new)
+            if os.path.lexists(real_new) and not os.path.samefile(real_old, real_new):
+                # What is about to be replaced loses its last name (rename fails for a
+                # non-empty directory, before anything changes).
+                st = os.lstat(real_new)
+                if stat.S_ISDIR(st.st_mode) and os.listdir(real_new):
+                    raise FuseOSError(errno.ENOTEMPTY)
+                self._forget_if_last(real_new)
+            os.rename(real_old, real_new)
+
+        return self._op("rename", body)
+
+    def chmod(self, path, mode):
+        return self._op("chmod", lambda: os.chmod(self._real(path), mode))
+
+    def chown(self, path, uid, gid):
+        return self._op("chown", lambda: os.lchown(self._real(path), uid, gid))
+
+    def utimens(self, path, times=None):
+        def body():
+            if times is None:
+                os.utime(self._real(path), follow_symlinks=False)
+            else:
+                os.utime(self._real(path), ns=times, follow_symlinks=False)
+
+        return self._op("utimens", body)
+
+    @staticmethod
+    def _backing_flags(flags):
+        accmode = flags & os.O_ACCMODE
+        # Written files are opened read-write so that an fsync can read back what it makes durable.
+        flags = (flags & ~os.O_ACCMODE) | (os.O_RDWR if accmode != os.O_RDONLY else os.O_RDONLY)
+        return flags & ~os.O_APPEND
+
+    def create(self, path, mode, fi):
+        def body():
+            real = self._real(path)
+            fd = os.open(real, self._backing_flags(fi.flags) | os.O_CREAT, mode)
+            self.handles[fd] = self._id_of(real)
+            fi.fh = fd
+            fi.direct_io = 1
+            return 0
+
+        return self._op("create", body)
+
+    def open(self, path, fi):
+        def body():
+            real = self._real(path)
+            fd = os.open(real, self._backing_flags(fi.flags))
+            self.handles[fd] = self._id_of(real)
+            fi.fh = fd
+            fi.direct_io = 1
+            return 0
+
+        return self._op("open", body)
+
+    def read(self, path, size, offset, fi):
+        return self._op("read", lambda: os.pread(fi.fh, size, offset))
+
+    def write(self, path, data, offset, fi):
+        return self._op("write", lambda: os.pwrite(fi.fh, data, offset))
+
+    def truncate(self, path, length, fi=None):
+        def body():
+            if fi is not None:
+                os.ftruncate(fi.fh, length)
+            else:
+                os.truncate(self._real(path), length)
+
+        return self._op("truncate", body)
+
+    def flush(self, path, fi):
+        return 0
+
+    def fsync(self, path, datasync, fi):
+        def body():
+            self._sync_file(self.handles[fi.fh], fi.fh)
+            self._after_sync()
+
+        return self._op("fsync", body)
+
+    def release(self, path, fi):
+        with self.mutex:
+            self.handles.pop(fi.fh, None)
+            os.close(fi.fh)
+        return 0
+
+
+def main():
+    parser = argparse.ArgumentParser(description="A FUSE passthrough that can play a power cut.")
+    parser.add_argument("backing")
+    parser.add_argument("mountpoint")
+    parser.add_argument("--ordering", choices=("strict", "ordered"), default="strict")
+    parser.add_argument("--crash-after", metavar="KIND:K")
+    parser.add_argument("--on-exit", choices=("cut", "keep"), default="cut")
+    parser.add_argument("--fsname", default="powerlossfs")
+    args = parser.parse_args()
+    crash_after = None
+    if args.crash_after:
+        kind, _, count = args.crash_after.partition(":")
+        if kind not in KINDS or not count.isdigit() or int(count) < 1:
+            parser.error("--crash-after takes KIND:K with KIND one of %s and K >= 1" % ", ".join(KINDS))
+        crash_after = (kind, int(count))
+
+    fs = PowerLossFS(args.backing, args.ordering, crash_after)
+
+    def on_signal(number, frame):
+        fs.signalled = True
+
+    signal.signal(signal.SIGUSR1, on_signal)
+    FUSE(
+        fs, args.mountpoint, raw_fi=True, foreground=True, nothreads=True, fsname=args.fsname,
+        attr_timeout=0, entry_timeout=0, negative_timeout=0, use_ino=True, hard_remove=True,
+        default_permissions=True,
+    )
+    say("counts " + " ".join("%s=%d" % (kind, fs.counts[kind]) for kind in KINDS))
+    if fs.crashed or args.on_exit == "cut":
+        fs.rebuild()
+    if fs.internal_errors:
+        say("internal-errors %d" % fs.internal_errors)
+        sys.exit(70)
+
+
+if __name__ == "__main__":
+    main()
