@@ -118,6 +118,17 @@ public struct WatchSummary: Sendable, Equatable {
     public var overflows: Int
 }
 
+/// The ignore rules in force, for `status`.
+public struct IgnoreSummary: Sendable, Equatable {
+    /// Patterns in force: the defaults, `Ignore=` and every ignore file's.
+    public var patterns: Int
+    /// The directories (relative to the root, `""` for the root) with an ignore file.
+    public var files: [String]
+    /// Paths under the root that the scans and the watcher found ignored (an ignored
+    /// directory counts once, whatever it holds).
+    public var ignoredPaths: Int
+}
+
 /// Something that happened in the store, for subscribers and logs.
 public enum StoreEvent: Sendable, Equatable {
     case saved(document: String, bytes: Int, duration: Duration)
