@@ -382,13 +382,42 @@ extension DocumentStore {
             if member == nil, let fingerprint = entry.fingerprint, fingerprint.inode == status.inode { return }
         } else {
             let bytes = try? Data(contentsOf: URL(fileURLWithPath: full))
-            if Fingerprint(status, contents: bytes) == entry.fingerprint { return }
+            let now = Fingerprint(status, contents: bytes)
+            if now == entry.fingerprint { return }
+            if let recorded = entry.fingerprint, now.sameContents(as: recorded) {
+                // The same bytes (a touch, a chmod, the same contents written again): nothing to
+                // read or keep, but the next save must expect the file as it is now.
+                entries[document]!.fingerprint = now
+                return
+            }
         }
         if !entry.isDirty && entry.savingToken == nil {
             reloadFromDisk(document, reason: "another program changed the file, and it was read again")
             return
         }
         resolveConflict(document)
+    }
+
+    /// A save found the document's file not as this store last read or wrote it (see
+    /// ``ExpectedDestination``) and replaced nothing: the change is handled as the
+    /// watcher would have — the same bytes only update the fingerprint, other contents go
+    /// through the `[Conflicts]` policy (the document is dirty: its save was due), a
+    /// file that appeared where a new document was to be saved is a conflict too.
+    func changeFoundBySave(_ document: String) {
+        guard let entry = entries[document] else { return }
+        let full = root + "/" + document
+        guard (try? FileDescriptor.currentWorkingDirectory.status(of: full)) != nil else {
+            // Removed since: the next save writes it again (WhenRemoved= applies once the watcher says so).
+            entries[document]!.fingerprint = nil
+            schedule(document)
+            return
+        }
+        if entry.isPackage {
+            resolveConflict(document)
+            return
+        }
+        checkExternalChange(document)
+        if let after = entries[document], after.isDirty { schedule(document) }
     }
 
     private func memberWrapper(_ package: FileWrapper?, _ member: String) -> FileWrapper? {
@@ -417,7 +446,7 @@ extension DocumentStore {
     /// edits are saved under the name and the other program's version is copied beside it
     /// (`memory`). For a package, the edited members are laid over the other program's
     /// version: that is the edits' copy.
-    private func resolveConflict(_ document: String) {
+    func resolveConflict(_ document: String) {
         guard let entry = entries[document] else { return }
         let full = root + "/" + document
         let copy = conflictCopyName(document)
