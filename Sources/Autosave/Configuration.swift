@@ -11,6 +11,12 @@ public struct Configuration: Sendable, Equatable {
     public var root: String
     /// Directory extensions that make a directory one package document.
     public var packageExtensions: [String] = ["package", "bundle"]
+    /// Whether the built-in ignore patterns (``IgnoreRules/defaults``) apply.
+    public var ignoreDefaults = true
+    /// Ignore patterns (gitignore syntax) added to the defaults.
+    public var ignore: [String] = []
+    /// The name of the ignore files read in the root and every directory below it; empty for none.
+    public var ignoreFile = ".autosavedignore"
 
     // [Autosave]
     /// Quiet time after the last edit before a document is saved.
@@ -210,7 +216,7 @@ extension Configuration {
     }
 
     static let keys: [String: [String]] = [
-        "Store": ["Root", "PackageExtensions"],
+        "Store": ["Root", "PackageExtensions", "IgnoreDefaults", "Ignore", "IgnoreFile"],
         "Autosave": [
             "QuietPeriod", "MaxDelay", "MaxConcurrentSaves", "RetryInterval", "MaxRetryInterval",
             "RefuseEditsWhenSaveFails",
@@ -236,6 +242,28 @@ extension Configuration {
                 return "'\(bad)' is not a file name extension (give it without the dot)"
             }
             packageExtensions = list
+        case ("Store", "IgnoreDefaults"):
+            guard let flag = Self.boolean(value) else { return "expected yes or no" }
+            ignoreDefaults = flag
+        case ("Store", "Ignore"):
+            // A list setting, as systemd's: each assignment adds, an empty one resets.
+            if value.isEmpty {
+                ignore = []
+            } else {
+                let patterns = value.split(separator: " ").map(String.init)
+                if let bad = patterns.first(where: { IgnorePattern($0, source: "") == nil }) {
+                    return "'\(bad)' is not an ignore pattern (a comment, or only a slash)"
+                }
+                ignore += patterns
+            }
+        case ("Store", "IgnoreFile"):
+            if value.contains("/") || value == "." || value == ".." {
+                return "expected a file name (the file is read in every directory), not a path"
+            }
+            if value.hasPrefix("#") || value.hasPrefix("!") {
+                return "an ignore file's name must not start with # or !"
+            }
+            ignoreFile = value
         case ("Autosave", "QuietPeriod"):
             return parseSpan(value) { quietPeriod = $0 }
         case ("Autosave", "MaxDelay"):
@@ -372,6 +400,11 @@ extension Configuration {
         return errors
     }
 
+    /// The built-in patterns and `Ignore=` as comment lines of ``rendered``.
+    private var ignoreRulesRendered: String {
+        IgnoreRules(configuration: self).base.map { "\n#   \($0.text)  (\($0.source))" }.joined()
+    }
+
     /// The effective configuration as a configuration file (what `--check-config` prints).
     public var rendered: String {
         var text = "# Effective configuration"
@@ -381,6 +414,10 @@ extension Configuration {
             [Store]
             Root=\(root)
             PackageExtensions=\(packageExtensions.joined(separator: " "))
+            IgnoreDefaults=\(ignoreDefaults ? "yes" : "no")
+            # In force, in order (later patterns win):\(ignoreRulesRendered)
+            Ignore=\(ignore.joined(separator: " "))
+            IgnoreFile=\(ignoreFile)
 
             [Autosave]
             QuietPeriod=\(TimeSpan.format(quietPeriod))

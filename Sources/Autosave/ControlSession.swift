@@ -467,6 +467,15 @@ final class ControlSession: Sendable {
             fields.append(("last_save", .null))
         }
         fields.append(("last_failure", status.lastFailure.map(Self.describe) ?? .null))
+        let ignore = await store.ignoreSummary
+        fields.append(
+            (
+                "ignore",
+                [
+                    "patterns": JSONValue(ignore.patterns), "files": .array(ignore.files.map { .string($0) }),
+                    "ignored_paths": JSONValue(ignore.ignoredPaths),
+                ]
+            ))
         if let watch = await store.watchSummary {
             fields.append(
                 (

@@ -110,6 +110,13 @@ public enum Daemon {
         }
         if options.checkConfig {
             print(configuration.rendered, terminator: "")
+            // The ignore files under the root, as the daemon would read them now.
+            var rules = IgnoreRules(configuration: configuration)
+            rules.readFiles(root: configuration.root)
+            for directory in rules.files.keys.sorted() {
+                print("# \(directory.isEmpty ? "" : directory + "/")\(configuration.ignoreFile) (gitignore syntax):")
+                for pattern in rules.files[directory]! { print("#   \(pattern.text)  (\(pattern.source))") }
+            }
             return ExitCode.success
         }
 

@@ -254,6 +254,8 @@ extension DocumentStore {
         savesInFlight += 1
         let snapshot = entry.document
         let existing = entry.existingFile
+        // Never replace what was not seen: the file as last read or written, or none.
+        let expected = entry.fingerprint?.expectedDestination ?? .absent
         let type = entry.contentType
         let fullPath = root + "/" + path
         let root = root
@@ -269,7 +271,8 @@ extension DocumentStore {
                 // Every directory on the way is opened without following a link, and the
                 // writer is confined to the root (see `writer`).
                 try Self.makeParentDirectories(of: path, beneath: root)
-                let report = try writer.write(wrapper, to: fullPath, options: [], originalContentsPath: fullPath)
+                let report = try writer.write(
+                    wrapper, to: fullPath, options: [], originalContentsPath: fullPath, expecting: expected)
                 let status = try? FileDescriptor.currentWorkingDirectory.status(of: report.path)
                 return SaveOutcome(
                     wrapper: wrapper, report: report, fingerprint: status.map { Fingerprint($0, contents: bytes) })
@@ -366,6 +369,12 @@ extension DocumentStore {
                     "message_id": MessageID.documentSaved,
                 ])
             emit(.saved(document: path, bytes: report.bytesWritten, duration: duration))
+        case .failure(let error as DestinationChanged):
+            // Another program's version, seen by the save before the watcher told of it.
+            log.info(
+                "the save of \(path) found the file changed by another program and replaced nothing: \(error)",
+                ["document": path, "message_id": MessageID.externalChange])
+            changeFoundBySave(path)
         case .failure(let error):
             var entry = entries[path]!
             let attempts = (entry.failure?.attempts ?? 0) + 1
@@ -389,7 +398,7 @@ extension DocumentStore {
                 ])
             emit(.saveFailed(failure))
         }
-        if entries[path]!.isDirty { schedule(path) }
+        if entries[path]?.isDirty == true { schedule(path) }
         if pendingChecks.remove(path) != nil { checkExternalChange(path) }
     }
 

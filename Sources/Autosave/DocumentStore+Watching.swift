@@ -15,7 +15,7 @@ extension DocumentStore {
         let (stream, continuation) = AsyncStream<[WatchEvent]>.makeStream()
         let log = log
         watcher = try FileWatcher(
-            root: root, pollInterval: configuration.pollInterval,
+            root: root, pollInterval: configuration.pollInterval, ignore: ignore,
             log: { log.error($0, ["message_id": MessageID.watchLimit]) },
             deliver: { batch in continuation.yield(batch) })
         watchStreamEnd = continuation
@@ -89,7 +89,15 @@ extension DocumentStore {
                     waiter.resume()
                     continue
                 }
-                if path.hasPrefix(Self.syncCookiePrefix) || isIgnored(path) { continue }
+                if path.hasPrefix(Self.syncCookiePrefix) || isTemporary(path) { continue }
+                if ignore.current.isIgnoreFile(PathName.lastComponent(path)) {
+                    ignoreFileChanged(in: PathName.parent(path))
+                    continue
+                }
+                if isIgnored(path) {
+                    ignoredPaths.insert(path)
+                    continue
+                }
                 let document = documentPath(for: path)
                 if entries[document] == nil {
                     openNew(document)
@@ -100,7 +108,12 @@ extension DocumentStore {
                         document, member: document == path ? nil : String(path.dropFirst(document.count + 1)))
                 }
             case .removed(let path):
-                if path.hasPrefix(Self.syncCookiePrefix) || isIgnored(path) { continue }
+                if path.hasPrefix(Self.syncCookiePrefix) || isTemporary(path) { continue }
+                if ignore.current.isIgnoreFile(PathName.lastComponent(path)) {
+                    ignoreFileChanged(in: PathName.parent(path))
+                    continue
+                }
+                if ignoredPaths.remove(path) != nil || isIgnored(path) { continue }
                 let document = documentPath(for: path)
                 if document != path {
                     if entries[document] != nil {
@@ -157,8 +170,71 @@ extension DocumentStore {
         }
     }
 
-    private func isIgnored(_ path: String) -> Bool {
+    /// Whether a component of `path` is one of the writer's temporary names.
+    private func isTemporary(_ path: String) -> Bool {
         path.split(separator: "/").contains { TemporaryName.isTemporary(String($0)) }
+    }
+
+    /// Whether `path` is a temporary name or the ignore rules keep it from being a document.
+    private func isIgnored(_ path: String) -> Bool {
+        if isTemporary(path) { return true }
+        let isDirectory =
+            (try? FileDescriptor.currentWorkingDirectory.status(of: root + "/" + path))?.kind == .directory
+        return ignore.ignoring(path, isDirectory: isDirectory) != nil
+    }
+
+    // MARK: Ignore rules
+
+    /// The ignore file in `directory` was written, replaced or removed: its patterns are read again.
+    private func ignoreFileChanged(in directory: String) {
+        var rules = ignore.current
+        let changed = rules.setFile(directory, rules.readFile(in: directory, root: root))
+        guard changed else { return }
+        let file = directory.isEmpty ? rules.fileName ?? "" : directory + "/" + (rules.fileName ?? "")
+        log.info(
+            "the ignore file \(file) changed; \(rules.files[directory]?.count ?? 0) pattern(s) in it now",
+            ["path": file])
+        ignore.replace(rules)
+        ignoreRulesChanged()
+    }
+
+    /// Applies changed ignore rules: open documents that are now ignored are closed (their
+    /// unsaved edits saved first), the watcher drops the directories now ignored and
+    /// watches those no longer ignored, and files no longer ignored are opened.
+    func ignoreRulesChanged() {
+        for (path, entry) in entries where ignore.ignoring(path, isDirectory: entry.isPackage) != nil {
+            if entry.isDirty || entry.savingToken != nil {
+                log.info("\(path) is now ignored; closing it once its unsaved edits are saved", ["document": path])
+                Task { [weak self] in try? await self?.closeIgnored(path) }
+            } else {
+                entries[path] = nil
+                log.info("\(path) is now ignored; closed", ["document": path])
+                emit(.closed(document: path))
+            }
+        }
+        // What the old rules hid is looked at again; what the new ones hide is counted by the scan.
+        ignoredPaths = []
+        watcher?.ignoreRulesChanged()
+        if configuration.openNewFiles { openAll(readingIgnoreFiles: false) }
+    }
+
+    /// Saves and forgets a document that became ignored.
+    private func closeIgnored(_ path: String) async throws {
+        guard entries.index(forKey: path) != nil else { return }
+        try await save(path, wait: true)
+        if let entry = entries[path], !entry.isDirty, entry.savingToken == nil,
+            ignore.ignoring(path, isDirectory: entry.isPackage) != nil
+        {
+            entries[path] = nil
+            emit(.closed(document: path))
+        }
+    }
+
+    /// What the ignore rules are doing, for `status`.
+    public var ignoreSummary: IgnoreSummary {
+        let rules = ignore.current
+        return IgnoreSummary(
+            patterns: rules.all.count, files: rules.files.keys.sorted(), ignoredPaths: ignoredPaths.count)
     }
 
     /// The open documents inside the directory `path`.
@@ -233,12 +309,15 @@ extension DocumentStore {
     /// all, as long as the new name means the same type; otherwise the old name counts as
     /// removed and the new one as changed.
     private func renamedExternally(from: String, to: String, isDirectory: Bool) {
-        if from.hasPrefix(Self.syncCookiePrefix) || isIgnored(from) {
+        if from.hasPrefix(Self.syncCookiePrefix) || isTemporary(from) || ignoredPaths.remove(from) != nil
+            || isIgnored(from)
+        {
             handle([.changed(to)])  // a temporary file renamed into place: a save by someone
             return
         }
         if isIgnored(to) {
             handle([.removed(from)])
+            ignoredPaths.insert(to)
             return
         }
         let fromDocument = documentPath(for: from)
@@ -303,13 +382,42 @@ extension DocumentStore {
             if member == nil, let fingerprint = entry.fingerprint, fingerprint.inode == status.inode { return }
         } else {
             let bytes = try? Data(contentsOf: URL(fileURLWithPath: full))
-            if Fingerprint(status, contents: bytes) == entry.fingerprint { return }
+            let now = Fingerprint(status, contents: bytes)
+            if now == entry.fingerprint { return }
+            if let recorded = entry.fingerprint, now.sameContents(as: recorded) {
+                // The same bytes (a touch, a chmod, the same contents written again): nothing to
+                // read or keep, but the next save must expect the file as it is now.
+                entries[document]!.fingerprint = now
+                return
+            }
         }
         if !entry.isDirty && entry.savingToken == nil {
             reloadFromDisk(document, reason: "another program changed the file, and it was read again")
             return
         }
         resolveConflict(document)
+    }
+
+    /// A save found the document's file not as this store last read or wrote it (see
+    /// ``ExpectedDestination``) and replaced nothing: the change is handled as the
+    /// watcher would have — the same bytes only update the fingerprint, other contents go
+    /// through the `[Conflicts]` policy (the document is dirty: its save was due), a
+    /// file that appeared where a new document was to be saved is a conflict too.
+    func changeFoundBySave(_ document: String) {
+        guard let entry = entries[document] else { return }
+        let full = root + "/" + document
+        guard (try? FileDescriptor.currentWorkingDirectory.status(of: full)) != nil else {
+            // Removed since: the next save writes it again (WhenRemoved= applies once the watcher says so).
+            entries[document]!.fingerprint = nil
+            schedule(document)
+            return
+        }
+        if entry.isPackage {
+            resolveConflict(document)
+            return
+        }
+        checkExternalChange(document)
+        if let after = entries[document], after.isDirty { schedule(document) }
     }
 
     private func memberWrapper(_ package: FileWrapper?, _ member: String) -> FileWrapper? {
@@ -338,7 +446,7 @@ extension DocumentStore {
     /// edits are saved under the name and the other program's version is copied beside it
     /// (`memory`). For a package, the edited members are laid over the other program's
     /// version: that is the edits' copy.
-    private func resolveConflict(_ document: String) {
+    func resolveConflict(_ document: String) {
         guard let entry = entries[document] else { return }
         let full = root + "/" + document
         let copy = conflictCopyName(document)

@@ -36,6 +36,10 @@ public actor DocumentStore {
     /// Confined to the root: a directory another program swaps for a link after a
     /// request's checks cannot take a save elsewhere.
     let writer: DurableWriter
+    /// Which paths are not documents (shared with the watcher's thread).
+    nonisolated let ignore: SharedIgnoreRules
+    /// Paths the scans and the watcher met that the rules ignore (for `status`).
+    var ignoredPaths: Set<String> = []
     let clock = ContinuousClock()
     let log: Logger
 
@@ -115,6 +119,7 @@ public actor DocumentStore {
         writer = DurableWriter(symlinkPolicy: .refuse, keepsWrittenContents: false, confinedTo: configuration.root)
         self.registry = registry ?? DocumentTypeRegistry(packageExtensions: configuration.packageExtensions)
         self.log = log
+        ignore = SharedIgnoreRules(IgnoreRules(configuration: configuration))
     }
 
     // MARK: Configuration
@@ -130,6 +135,14 @@ public actor DocumentStore {
         configuration = applied
         for path in entries.keys where entries[path]!.isDirty { schedule(path) }
         wake()
+        if old.ignoreDefaults != applied.ignoreDefaults || old.ignore != applied.ignore
+            || old.ignoreFile != applied.ignoreFile
+        {
+            var rules = IgnoreRules(configuration: applied)
+            rules.readFiles(root: root)
+            ignore.replace(rules)
+            ignoreRulesChanged()
+        }
         if old.watchEnabled != applied.watchEnabled || old.pollInterval != applied.pollInterval {
             stopWatching()
             guard applied.watchEnabled else { return }
@@ -148,8 +161,17 @@ public actor DocumentStore {
     /// whole); returns the problems met, each naming its path. Symbolic links are not
     /// followed: a document is a file or directory under the root.
     @discardableResult
-    public func openAll() -> [String] {
+    public func openAll() -> [String] { openAll(readingIgnoreFiles: true) }
+
+    /// ``openAll()``, reading the ignore files under the root first unless told not to.
+    @discardableResult
+    func openAll(readingIgnoreFiles: Bool) -> [String] {
         var problems: [String] = []
+        if readingIgnoreFiles {
+            var rules = ignore.current
+            rules.readFiles(root: root)
+            ignore.replace(rules)
+        }
         scan(relative: "", problems: &problems)
         return problems
     }
@@ -180,6 +202,10 @@ public actor DocumentStore {
             // Already open: its in-memory state (unsaved edits included) stays.
             if self.entries.index(forKey: path) != nil { continue }
             let kind = entry.kind ?? (try? FileDescriptor.currentWorkingDirectory.status(of: root + "/" + path))?.kind
+            if ignore.ignoring(path, isDirectory: kind == .directory) != nil {
+                ignoredPaths.insert(path)
+                continue
+            }
             switch kind {
             case .directory:
                 if registry.isPackage(entry.name) {
@@ -246,9 +272,11 @@ public actor DocumentStore {
         let fullPath = root + "/" + path
         let status: FileStatus
         do { status = try FileDescriptor.currentWorkingDirectory.status(of: fullPath) } catch {
+            try refuseIgnored(path, isDirectory: registry.isPackage(PathName.lastComponent(path)))
             if error == .noSuchFile { throw .notFound(path) }
             throw .io(DocumentError(operation: .stat, path: fullPath, errno: error))
         }
+        try refuseIgnored(path, isDirectory: status.kind == .directory)
         guard status.kind == .regular || status.kind == .directory else {
             throw .unsupported(path, message: "only regular files and package directories are documents")
         }
@@ -305,6 +333,7 @@ public actor DocumentStore {
     public func create(_ path: String) throws(StoreError) -> DocumentInfo {
         let path = try DocumentPath.validate(path)
         guard accepting else { throw .shuttingDown }
+        if case .invalidPath = missing(path) { throw missing(path) }
         if entries.index(forKey: path) != nil
             || (try? FileDescriptor.currentWorkingDirectory.status(of: root + "/" + path)) != nil
         {
@@ -315,12 +344,21 @@ public actor DocumentStore {
     }
 
     private func makeNew(_ path: String) throws(StoreError) {
+        let entry = try newEntry(path)
+        entries[path] = entry
+        noteEdit(path)
+        emit(.opened(document: path))
+    }
+
+    /// A new, empty document for `path`, not yet in the store.
+    private func newEntry(_ path: String) throws(StoreError) -> Entry {
         try refuseInsidePackage(path)
-        try refuseClash(path)
         let name = PathName.lastComponent(path)
         let registration =
             registry.registration(forName: name, isDirectory: true)
             ?? registry.registration(forName: name, isDirectory: false)!
+        try refuseIgnored(path, isDirectory: registration.isPackage)
+        try refuseClash(path)
         let empty: any AutosaveDocument
         do {
             empty = try Self.emptyDocument(registration)
@@ -331,9 +369,23 @@ public actor DocumentStore {
             contentType: registration.contentType, isPackage: registration.isPackage, document: empty, existingFile: nil
         )
         entry.changeCount = 1
-        entries[path] = entry
-        noteEdit(path)
-        emit(.opened(document: path))
+        return entry
+    }
+
+    /// Refuses a path the ignore rules keep from being a document, naming the rule.
+    func refuseIgnored(_ path: String, isDirectory: Bool) throws(StoreError) {
+        guard let pattern = ignore.ignoring(path, isDirectory: isDirectory) else { return }
+        throw .invalidPath(path, reason: "it is ignored: it matches \(pattern)")
+    }
+
+    /// The error for a request naming a document the store does not hold: `invalid-path`
+    /// naming the rule for an ignored path, `not-found` otherwise.
+    func missing(_ path: String) -> StoreError {
+        let isDirectory =
+            (try? FileDescriptor.currentWorkingDirectory.status(of: root + "/" + path, followSymlinks: false))?.kind
+            == .directory
+        do { try refuseIgnored(path, isDirectory: isDirectory) } catch { return error }
+        return .notFound(path)
     }
 
     private static func emptyDocument(_ registration: DocumentTypeRegistry.Registration) throws -> any AutosaveDocument
@@ -354,7 +406,10 @@ public actor DocumentStore {
     public func apply(_ edit: DocumentEdit, to path: String, create: Bool = false) throws(StoreError) -> DocumentInfo {
         let path = try DocumentPath.validate(path)
         guard accepting else { throw .shuttingDown }
-        return try apply(edit, at: index(forEditing: path, create: create), path: path, knownType: nil).info(path: path)
+        if let index = entries.index(forKey: path) {
+            return try apply(edit, at: index, path: path, knownType: nil).info(path: path)
+        }
+        return try applyUnopened(edit, path: path, create: create, knownType: nil).info(path: path)
     }
 
     /// ``apply(_:to:create:)`` for a path ``DocumentPath/validate(_:)`` has accepted,
@@ -366,24 +421,41 @@ public actor DocumentStore {
         knownType: UTType? = nil
     ) throws -> EditOutcome {
         guard accepting else { throw StoreError.shuttingDown }
-        let index: [String: Entry].Index
         if let existing = entries.index(forKey: path) {
-            index = existing
-        } else {
-            try unopened.checkUnopened(path)
-            index = try self.index(forEditing: path, create: create)
+            return try apply(edit, at: existing, path: path, knownType: knownType)
         }
-        return try apply(edit, at: index, path: path, knownType: knownType)
+        try unopened.checkUnopened(path)
+        return try applyUnopened(edit, path: path, create: create, knownType: knownType)
     }
 
-    /// The entry of `path`, read from disk (or, with `create`, made new) if the store does not hold it.
-    private func index(forEditing path: String, create: Bool) throws(StoreError) -> [String: Entry].Index {
-        if let existing = entries.index(forKey: path) { return existing }
-        do { try load(path) } catch .notFound(let missing) {
+    /// Applies `edit` to a document the store does not hold: read from disk (or, with
+    /// `create`, made new), edited, and only then added. A refused edit leaves the store
+    /// as it was: no document opened or created, no event.
+    private func applyUnopened(
+        _ edit: DocumentEdit, path: String, create: Bool, knownType: UTType?
+    ) throws(StoreError) -> EditOutcome {
+        var entry: Entry
+        do { entry = try loadEntry(path) } catch .notFound(let missing) {
             guard create else { throw .notFound(missing) }
-            try makeNew(path)
+            entry = try newEntry(path)
         }
-        return entries.index(forKey: path)!
+        do {
+            try entry.document.apply(edit, existingFile: entry.existingFile)
+        } catch {
+            throw Self.storeError(error, path: path)
+        }
+        entry.changeCount += 1
+        entries[path] = entry
+        emit(.opened(document: path))
+        let index = entries.index(forKey: path)!
+        let now = Moment.now
+        let delays = scheduleDelays
+        let (outcome, decision) = modifyEntry(at: index) { entry in
+            let decision = Self.recordEdit(&entry, now: now, delays: delays)
+            return (self.outcome(entry, now: now, knownType: knownType), decision)
+        }
+        if let decision { queue(path, decision) }
+        return outcome
     }
 
     /// Applies `edit` to the entry at `index` and schedules its save: one access to the
@@ -466,7 +538,7 @@ public actor DocumentStore {
     /// `save(_:wait:)` still waiting for edits that are now gone are answered with
     /// `superseded` and `reason` (what happened to those edits).
     func reread(_ path: String, reason: @autoclosure () -> String) throws(StoreError) {
-        guard let old = entries[path] else { throw .notFound(path) }
+        guard let old = entries[path] else { throw missing(path) }
         var entry = try loadEntry(path)
         entry.changeCount = old.changeCount
         entry.savedChangeCount = old.changeCount
@@ -485,7 +557,7 @@ public actor DocumentStore {
     /// Throws away unsaved edits and reads the document from disk again.
     public func revert(_ path: String) throws(StoreError) -> DocumentInfo {
         let path = try DocumentPath.validate(path)
-        guard let old = entries[path] else { throw .notFound(path) }
+        guard let old = entries[path] else { throw missing(path) }
         if old.savingToken != nil {
             throw .unsupported(path, message: "a save is being written; revert once it is done")
         }
@@ -500,7 +572,7 @@ public actor DocumentStore {
     /// Saves the document if it has unsaved edits, then forgets it.
     public func close(_ path: String) async throws {
         let path = try DocumentPath.validate(path)
-        guard entries.index(forKey: path) != nil else { throw StoreError.notFound(path) }
+        guard entries.index(forKey: path) != nil else { throw missing(path) }
         try await save(path, wait: true)
         if let entry = entries[path], !entry.isDirty, entry.savingToken == nil {
             entries[path] = nil
@@ -514,7 +586,7 @@ public actor DocumentStore {
     /// are durable on disk (or throws the save's failure).
     public func save(_ path: String, wait: Bool) async throws {
         let path = try DocumentPath.validate(path)
-        guard let entry = entries[path] else { throw StoreError.notFound(path) }
+        guard let entry = entries[path] else { throw missing(path) }
         guard entry.isDirty else { return }
         let token = entry.changeCount
         entries[path]!.forcedToken = max(entry.forcedToken ?? 0, token)
@@ -619,14 +691,14 @@ public actor DocumentStore {
     /// The fingerprint of the document's file as last read or saved, `nil` before its first save.
     public func fingerprint(_ path: String) throws(StoreError) -> Fingerprint? {
         let path = try DocumentPath.validate(path)
-        guard let entry = entries[path] else { throw .notFound(path) }
+        guard let entry = entries[path] else { throw missing(path) }
         return entry.fingerprint
     }
 
     /// The state of the document at `path`.
     public func info(_ path: String) throws(StoreError) -> DocumentInfo {
         let path = try DocumentPath.validate(path)
-        guard let entry = entries[path] else { throw .notFound(path) }
+        guard let entry = entries[path] else { throw missing(path) }
         return info(path, entry)
     }
 

@@ -34,6 +34,8 @@ final class FileWatcher: @unchecked Sendable {
     private let inotify: Inotify
     private let root: String
     private let pollInterval: Duration
+    /// Directories the rules ignore get no watch and are not polled.
+    private let ignore: SharedIgnoreRules
     private let deliver: @Sendable ([WatchEvent]) -> Void
     private let log: (@Sendable (String) -> Void)
 
@@ -65,12 +67,13 @@ final class FileWatcher: @unchecked Sendable {
     ]
 
     init(
-        root: String, pollInterval: Duration = .seconds(2), log: @escaping @Sendable (String) -> Void,
-        deliver: @escaping @Sendable ([WatchEvent]) -> Void
+        root: String, pollInterval: Duration = .seconds(2), ignore: SharedIgnoreRules,
+        log: @escaping @Sendable (String) -> Void, deliver: @escaping @Sendable ([WatchEvent]) -> Void
     ) throws {
         inotify = try Inotify()
         self.root = root
         self.pollInterval = pollInterval
+        self.ignore = ignore
         self.deliver = deliver
         self.log = log
         watchTree("")
@@ -106,6 +109,7 @@ final class FileWatcher: @unchecked Sendable {
         var files: [String] = []
         var pending = [relative]
         while let directory = pending.popLast() {
+            if !directory.isEmpty, ignore.ignoring(directory, isDirectory: true) != nil { continue }
             let full = absolute(directory)
             var isPolled = false
             do {
@@ -131,6 +135,17 @@ final class FileWatcher: @unchecked Sendable {
             }
         }
         return files
+    }
+
+    /// The ignore rules changed: directories they now ignore lose their watch (and stop
+    /// being polled), and those they no longer ignore get one.
+    func ignoreRulesChanged() {
+        let watched = state.withLock { $0.directories.values.filter { !$0.isEmpty } }
+        let polledNow = polled.withLock { Array($0.keys) }
+        for directory in Set(watched + polledNow) where ignore.ignoring(directory, isDirectory: true) != nil {
+            forgetTree(directory, removingWatches: true)
+        }
+        watchTree("")
     }
 
     /// The absolute path of a root-relative directory (`""` is the root).

@@ -118,6 +118,17 @@ public struct WatchSummary: Sendable, Equatable {
     public var overflows: Int
 }
 
+/// The ignore rules in force, for `status`.
+public struct IgnoreSummary: Sendable, Equatable {
+    /// Patterns in force: the defaults, `Ignore=` and every ignore file's.
+    public var patterns: Int
+    /// The directories (relative to the root, `""` for the root) with an ignore file.
+    public var files: [String]
+    /// Paths under the root that the scans and the watcher found ignored (an ignored
+    /// directory counts once, whatever it holds).
+    public var ignoredPaths: Int
+}
+
 /// Something that happened in the store, for subscribers and logs.
 public enum StoreEvent: Sendable, Equatable {
     case saved(document: String, bytes: Int, duration: Duration)
@@ -250,6 +261,21 @@ extension DocumentPath {
     }
 }
 
+extension Fingerprint {
+    /// What a save must find at the file's place before it replaces it.
+    var expectedDestination: ExpectedDestination {
+        isDirectory
+            ? .directory(device: device, inode: inode)
+            : .file(device: device, inode: inode, size: size, modified: modified, changed: changed)
+    }
+
+    /// The same bytes, whatever the metadata says (a `touch`, a `chmod`, a copy of the same contents).
+    func sameContents(as other: Fingerprint) -> Bool {
+        !isDirectory && !other.isDirectory && size == other.size && contentHash != nil
+            && contentHash == other.contentHash
+    }
+}
+
 /// What identifies a document's file on disk: where it is, its size and modification
 /// time, and a hash of its bytes (regular files only). Recorded at load and after each
 /// save, so that a later look at the disk can tell the daemon's own writes from others'.
@@ -258,6 +284,10 @@ public struct Fingerprint: Sendable, Hashable {
     public var inode: UInt64
     public var size: Int64
     public var modified: FileTime
+    /// The inode's change time: a rename, link, chmod or chown changes it even when the
+    /// modification time is kept.
+    public var changed: FileTime
+    public var isDirectory: Bool
     /// A hash of the bytes (process-local: compare only within one run); `nil` for packages.
     public var contentHash: Int?
 
@@ -266,6 +296,8 @@ public struct Fingerprint: Sendable, Hashable {
         inode = status.inode
         size = status.size
         modified = status.modified
+        changed = status.changed
+        isDirectory = status.kind == .directory
         contentHash = contents.map { data in
             var hasher = Hasher()
             data.withUnsafeBytes { hasher.combine(bytes: $0) }

@@ -93,20 +93,26 @@ public struct DurableWriter: Sendable {
     ///     wrappers' `filename`s to the names written.
     ///   - originalContentsPath: Where unchanged children of a package can be
     ///     hard-linked from; defaults to `path`.
+    ///   - expected: What must be at `path` when it is replaced (see ``ExpectedDestination``);
+    ///     `nil`: whatever is there.
     /// - Returns: What was written.
-    /// - Throws: ``DocumentError`` naming the operation, the path and the errno.
+    /// - Throws: ``DocumentError`` naming the operation, the path and the errno;
+    ///   ``DestinationChanged`` when `expected` does not match, with nothing replaced.
     @discardableResult
     public func write(
         _ wrapper: FileWrapper, to path: String, options: FileWrapper.WritingOptions = [],
-        originalContentsPath: String? = nil
+        originalContentsPath: String? = nil, expecting expected: ExpectedDestination? = nil
     ) throws -> Report {
         var session = WriteSession(policy: symlinkPolicy, swap: packageSwap, keepsContents: keepsWrittenContents)
         defer { session.closeAll() }
         if let confinement { try session.confine(to: confinement) }
         let location = try session.resolve(path, followingLinks: !wrapper.isSymbolicLink)
+        if let expected, case .directory = wrapper.node, !expected.matches(location.existing) {
+            throw DestinationChanged(path: location.path, expected: expected, found: location.existing)
+        }
         switch wrapper.node {
         case .regularFile:
-            try session.writeRegularFile(wrapper, at: location, syncDirectory: true)
+            try session.writeRegularFile(wrapper, at: location, syncDirectory: true, expecting: expected)
         case .symbolicLink(let destination):
             try session.writeSymbolicLink(wrapper, destination: destination, at: location, syncDirectory: true)
         case .directory:
@@ -441,9 +447,20 @@ struct WriteSession {
         TreeRemover.remove(staged.temporary, in: staged.location.directory)
     }
 
-    mutating func writeRegularFile(_ wrapper: FileWrapper, at location: Location, syncDirectory: Bool) throws {
+    mutating func writeRegularFile(
+        _ wrapper: FileWrapper, at location: Location, syncDirectory: Bool, expecting expected: ExpectedDestination? = nil
+    ) throws {
         let staged = try stageRegularFile(wrapper, at: location)
-        do { try commit(staged, syncDirectory: syncDirectory) } catch {
+        do {
+            // Looked at again right before the rename: the contents took time to write and sync.
+            if let expected {
+                let found = try stat(location.name, in: location.directory, path: location.path)
+                if !expected.matches(found) {
+                    throw DestinationChanged(path: location.path, expected: expected, found: found)
+                }
+            }
+            try commit(staged, syncDirectory: syncDirectory)
+        } catch {
             discard(staged)
             throw error
         }

@@ -1,0 +1,356 @@
+import Posix
+import Synchronization
+
+/// One ignore pattern, in gitignore's syntax, with where it came from.
+///
+/// A pattern without a slash (other than a trailing one) matches a name at any depth
+/// below its base directory; a pattern with a slash is anchored at its base directory
+/// (a leading slash only anchors). `*` and `?` match within one component, `[…]` a
+/// character class (`[!…]` or `[^…]` negated, ranges with `-`), `\` escapes the next
+/// character, and `**` as a whole component matches any number of directories
+/// (`**/x`, `a/**`, `a/**/b`). A trailing `/` matches only directories; a leading `!`
+/// re-includes what an earlier pattern excluded.
+public struct IgnorePattern: Sendable, Equatable, CustomStringConvertible {
+    /// The pattern as written (after trimming).
+    public let text: String
+    /// Where it came from, for messages: `built-in default`, `Ignore=`, `notes/.autosavedignore line 3`.
+    public let source: String
+    /// The directory (relative to the root, `""` for the root) whose paths it applies to.
+    public let base: String
+    public let negated: Bool
+    public let directoryOnly: Bool
+    /// Matched against the path relative to `base`; otherwise against the last component.
+    public let anchored: Bool
+    /// The glob, leading `!`, leading `/` and trailing `/` removed.
+    let glob: [UInt8]
+
+    /// Parses one line; `nil` for a blank line or a comment.
+    public init?(_ line: some StringProtocol, source: String, base: String = "") {
+        var text = String(line)
+        if text.hasSuffix("\r") { text.removeLast() }
+        // Trailing spaces are dropped unless escaped with a backslash.
+        while text.hasSuffix(" "), !text.hasSuffix("\\ ") { text.removeLast() }
+        var bytes = Array(text.utf8)
+        guard !bytes.isEmpty, bytes[0] != UInt8(ascii: "#") else { return nil }
+        var negated = false
+        if bytes[0] == UInt8(ascii: "!") {
+            negated = true
+            bytes.removeFirst()
+        } else if bytes.count >= 2, bytes[0] == UInt8(ascii: "\\"),
+            bytes[1] == UInt8(ascii: "!") || bytes[1] == UInt8(ascii: "#")
+        {
+            bytes.removeFirst()
+        }
+        var directoryOnly = false
+        while bytes.count > 1, bytes.last == UInt8(ascii: "/") {
+            directoryOnly = true
+            bytes.removeLast()
+        }
+        var anchored = false
+        if bytes.first == UInt8(ascii: "/") {
+            anchored = true
+            bytes.removeFirst()
+        }
+        guard !bytes.isEmpty, bytes != [UInt8(ascii: "/")] else { return nil }
+        if bytes.contains(UInt8(ascii: "/")) { anchored = true }
+        self.text = text
+        self.source = source
+        self.base = base
+        self.negated = negated
+        self.directoryOnly = directoryOnly
+        self.anchored = anchored
+        self.glob = bytes
+    }
+
+    public var description: String { "'\(text)' (\(source))" }
+
+    /// Whether the pattern matches `path` (relative to the root; `isDirectory` tells what it names).
+    func matches(_ path: UnsafeBufferPointer<UInt8>, isDirectory: Bool) -> Bool {
+        if directoryOnly && !isDirectory { return false }
+        var subject = path
+        if !base.isEmpty {
+            // Only paths strictly beneath the base directory.
+            let count = base.utf8.count
+            guard path.count > count + 1, path[count] == UInt8(ascii: "/"),
+                path[..<count].elementsEqual(base.utf8)
+            else { return false }
+            subject = UnsafeBufferPointer(rebasing: path[(count + 1)...])
+        }
+        if !anchored, let slash = subject.lastIndex(of: UInt8(ascii: "/")) {
+            subject = UnsafeBufferPointer(rebasing: subject[(slash + 1)...])
+        }
+        return glob.withUnsafeBufferPointer { Wildmatch.match($0, subject) == .match }
+    }
+
+    /// The patterns of an ignore file's text, one per line, `#` comments; `file` names it in sources.
+    public static func parse(_ text: String, file: String, base: String) -> [IgnorePattern] {
+        var patterns: [IgnorePattern] = []
+        for (index, line) in text.split(separator: "\n", omittingEmptySubsequences: false).enumerated() {
+            if let pattern = IgnorePattern(line, source: "\(file) line \(index + 1)", base: base) {
+                patterns.append(pattern)
+            }
+        }
+        return patterns
+    }
+}
+
+/// gitignore's glob matching (git's `wildmatch` with `WM_PATHNAME`): `*`, `?` and `[…]`
+/// never match a `/`; `**` as a whole component matches across them. The two abort
+/// results cut the search short where no later position can match, which keeps a
+/// pattern with many stars linear in practice instead of exponential.
+enum Wildmatch {
+    enum Result { case match, noMatch, abortAll, abortToDoubleStar }
+
+    static func match(_ pattern: UnsafeBufferPointer<UInt8>, _ text: UnsafeBufferPointer<UInt8>) -> Result {
+        match(pattern, 0, text, 0)
+    }
+
+    private static let slash = UInt8(ascii: "/")
+
+    private static func match(
+        _ p: UnsafeBufferPointer<UInt8>, _ pStart: Int, _ t: UnsafeBufferPointer<UInt8>, _ tStart: Int
+    ) -> Result {
+        var pi = pStart
+        var ti = tStart
+        while pi < p.count {
+            let pc = p[pi]
+            if ti >= t.count && pc != UInt8(ascii: "*") { return .abortAll }
+            switch pc {
+            case UInt8(ascii: "\\"):
+                pi += 1
+                guard pi < p.count, p[pi] == t[ti] else { return .noMatch }
+            case UInt8(ascii: "?"):
+                if t[ti] == slash { return .noMatch }
+            case UInt8(ascii: "*"):
+                var doubleStar = false
+                let starStart = pi
+                pi += 1
+                if pi < p.count, p[pi] == UInt8(ascii: "*") {
+                    while pi < p.count, p[pi] == UInt8(ascii: "*") { pi += 1 }
+                    let before = starStart == 0 || p[starStart - 1] == slash
+                    let after = pi == p.count || p[pi] == slash
+                    if before && after {
+                        doubleStar = true
+                        // `**/` also matches no directory at all.
+                        if pi < p.count, p[pi] == slash {
+                            if match(p, pi + 1, t, ti) == .match { return .match }
+                        }
+                    }
+                }
+                if pi == p.count {
+                    // A trailing star: the rest matches, unless a plain star meets a slash.
+                    if !doubleStar, t[ti...].contains(slash) { return .noMatch }
+                    return .match
+                }
+                if !doubleStar, p[pi] == slash {
+                    // `*/`: skip to the next slash of the text.
+                    guard let next = t[ti...].firstIndex(of: slash) else { return .noMatch }
+                    ti = next
+                    continue
+                }
+                while ti < t.count {
+                    let result = match(p, pi, t, ti)
+                    if result != .noMatch {
+                        if !doubleStar || result != .abortToDoubleStar { return result }
+                    } else if !doubleStar && t[ti] == slash {
+                        return .abortToDoubleStar
+                    }
+                    ti += 1
+                }
+                return .abortAll
+            case UInt8(ascii: "["):
+                guard let (matched, next) = matchClass(p, pi, t[ti]) else {
+                    // An unclosed bracket is a literal `[`.
+                    if t[ti] != pc { return .noMatch }
+                    break
+                }
+                if !matched || t[ti] == slash { return .noMatch }
+                pi = next - 1
+            default:
+                if t[ti] != pc { return .noMatch }
+            }
+            pi += 1
+            ti += 1
+        }
+        return ti == t.count ? .match : .noMatch
+    }
+
+    /// Matches `byte` against the class starting at `p[start]` (`[`); returns whether it
+    /// matched and the index after the closing `]`, or `nil` for a class that is not closed.
+    private static func matchClass(
+        _ p: UnsafeBufferPointer<UInt8>, _ start: Int, _ byte: UInt8
+    ) -> (Bool, Int)? {
+        var i = start + 1
+        var negated = false
+        if i < p.count, p[i] == UInt8(ascii: "!") || p[i] == UInt8(ascii: "^") {
+            negated = true
+            i += 1
+        }
+        var matched = false
+        var first = true
+        while i < p.count {
+            var c = p[i]
+            if c == UInt8(ascii: "]") && !first { return (matched != negated, i + 1) }
+            first = false
+            if c == UInt8(ascii: "\\"), i + 1 < p.count {
+                i += 1
+                c = p[i]
+            }
+            if i + 2 < p.count, p[i + 1] == UInt8(ascii: "-"), p[i + 2] != UInt8(ascii: "]") {
+                var high = p[i + 2]
+                i += 2
+                if high == UInt8(ascii: "\\"), i + 1 < p.count {
+                    i += 1
+                    high = p[i]
+                }
+                if byte >= c && byte <= high { matched = true }
+            } else if byte == c {
+                matched = true
+            }
+            i += 1
+        }
+        return nil
+    }
+}
+
+/// Which paths under the root are not documents: the built-in defaults, `[Store]
+/// Ignore=`, and the ignore files (`IgnoreFile=`) in the root and the directories below
+/// it. Later patterns win over earlier ones (an ignore file deeper in the tree over one
+/// above it, over `Ignore=`, over the defaults), and a path inside an ignored directory
+/// is ignored whatever comes later, as in git.
+public struct IgnoreRules: Sendable, Equatable {
+    /// Version control, editors' swap, lock and backup files, desktop litter.
+    public static let defaults = [
+        ".git", ".hg", ".svn", ".bzr", "_darcs", ".jj", "CVS",
+        ".*.swp", ".*.swo", ".*.swx", "4913", "*~", "\\#*#", ".#*", ".*.kate-swp", ".goutputstream-*",
+        "*___jb_tmp___", "*___jb_old___",
+        ".DS_Store", "Thumbs.db", "desktop.ini",
+    ]
+
+    /// The defaults (when on) and `Ignore=`.
+    public private(set) var base: [IgnorePattern]
+    /// The name of the ignore files, or `nil` when they are not read.
+    public let fileName: String?
+    /// The patterns of each ignore file read, by its directory (relative to the root).
+    public private(set) var files: [String: [IgnorePattern]] = [:]
+
+    public init(configuration: Configuration) {
+        var base: [IgnorePattern] = []
+        if configuration.ignoreDefaults {
+            base += Self.defaults.compactMap {
+                IgnorePattern($0, source: "built-in default; IgnoreDefaults=no turns the defaults off")
+            }
+        }
+        base += configuration.ignore.compactMap { IgnorePattern($0, source: "Ignore= in the configuration") }
+        self.base = base
+        fileName = configuration.ignoreFile.isEmpty ? nil : configuration.ignoreFile
+    }
+
+    /// Every pattern in force, in the order they are applied.
+    public var all: [IgnorePattern] {
+        base
+            + files.keys.sorted(by: { $0.utf8.count < $1.utf8.count || ($0.utf8.count == $1.utf8.count && $0 < $1) })
+            .flatMap { files[$0]! }
+    }
+
+    /// Sets the patterns of the ignore file in `directory` (`[]` when it has none); `true` if they changed.
+    @discardableResult
+    public mutating func setFile(_ directory: String, _ patterns: [IgnorePattern]) -> Bool {
+        let old = files[directory] ?? []
+        if patterns.isEmpty { files[directory] = nil } else { files[directory] = patterns }
+        return old != patterns
+    }
+
+    /// Reads the ignore file in the root-relative `directory` of `root`; `[]` when there is none.
+    public func readFile(in directory: String, root: String) -> [IgnorePattern] {
+        guard let fileName else { return [] }
+        let relative = directory.isEmpty ? fileName : directory + "/" + fileName
+        guard let fd = try? FileDescriptor.open(root + "/" + relative, options: [.noFollow]) else { return [] }
+        guard let bytes = try? fd.closeAfter({ () throws(Errno) -> [UInt8] in try fd.readToEnd() }) else { return [] }
+        return IgnorePattern.parse(String(decoding: bytes, as: UTF8.self), file: relative, base: directory)
+    }
+
+    /// Reads every ignore file under `root`, in the root and in each directory below it
+    /// that is not itself ignored (links are not followed); files no longer there are forgotten.
+    public mutating func readFiles(root: String) {
+        files = [:]
+        guard fileName != nil else { return }
+        var pending = [""]
+        while let directory = pending.popLast() {
+            setFile(directory, readFile(in: directory, root: root))
+            let full = directory.isEmpty ? root : root + "/" + directory
+            guard
+                let fd = try? FileDescriptor.open(
+                    full, options: directory.isEmpty ? [.directory] : [.directory, .noFollow]),
+                let entries = try? fd.closeAfter({ () throws(Errno) -> [DirectoryEntry] in try fd.directoryEntries() })
+            else { continue }
+            for entry in entries {
+                let path = directory.isEmpty ? entry.name : directory + "/" + entry.name
+                let kind =
+                    entry.kind ?? (try? FileDescriptor.currentWorkingDirectory.status(of: root + "/" + path))?.kind
+                if kind == .directory, ignoring(path, isDirectory: true) == nil { pending.append(path) }
+            }
+        }
+    }
+
+    /// Whether `name` is an ignore file's name (ignore files are never documents).
+    public func isIgnoreFile(_ name: some StringProtocol) -> Bool { fileName.map { $0 == name } ?? false }
+
+    /// The pattern that makes `path` (relative to the root) not a document, or `nil` if it
+    /// is one. `isDirectory` says what `path` itself names; its parents are directories.
+    public func ignoring(_ path: String, isDirectory: Bool) -> IgnorePattern? {
+        var path = path
+        return path.withUTF8 { bytes in
+            var end = 0
+            while end < bytes.count {
+                let slash = bytes[end...].firstIndex(of: UInt8(ascii: "/")) ?? bytes.count
+                let prefix = UnsafeBufferPointer(rebasing: bytes[..<slash])
+                let last = slash == bytes.count
+                if last, let fileName, bytes[end...].elementsEqual(fileName.utf8) {
+                    return IgnorePattern(fileName, source: "an ignore file (IgnoreFile=), which is never a document")
+                }
+                if let pattern = decision(prefix, isDirectory: last ? isDirectory : true) { return pattern }
+                end = slash + 1
+            }
+            return nil
+        }
+    }
+
+    /// The last pattern matching `path` alone, if it excludes.
+    private func decision(_ path: UnsafeBufferPointer<UInt8>, isDirectory: Bool) -> IgnorePattern? {
+        var found: IgnorePattern?
+        for pattern in base where pattern.matches(path, isDirectory: isDirectory) { found = pattern }
+        if !files.isEmpty {
+            // Ignore files apply from the shallowest directory to the deepest.
+            var directory = ""
+            if let patterns = files[""] {
+                for pattern in patterns where pattern.matches(path, isDirectory: isDirectory) { found = pattern }
+            }
+            var index = 0
+            while let slash = path[index...].firstIndex(of: UInt8(ascii: "/")) {
+                directory = String(decoding: UnsafeBufferPointer(rebasing: path[..<slash]), as: UTF8.self)
+                if let patterns = files[directory] {
+                    for pattern in patterns where pattern.matches(path, isDirectory: isDirectory) { found = pattern }
+                }
+                index = slash + 1
+            }
+        }
+        guard let found, !found.negated else { return nil }
+        return found
+    }
+}
+
+/// The rules shared by the store and its watcher's thread.
+final class SharedIgnoreRules: Sendable {
+    private let rules: Mutex<IgnoreRules>
+
+    init(_ rules: IgnoreRules) { self.rules = Mutex(rules) }
+
+    var current: IgnoreRules { rules.withLock { $0 } }
+
+    func replace(_ new: IgnoreRules) { rules.withLock { $0 = new } }
+
+    func ignoring(_ path: String, isDirectory: Bool) -> IgnorePattern? {
+        rules.withLock { $0.ignoring(path, isDirectory: isDirectory) }
+    }
+}

@@ -1,0 +1,305 @@
+import Control
+import Documents
+import Foundation
+@preconcurrency import Glibc
+import Posix
+import TestSupport
+import Testing
+
+@testable import Autosave
+
+/// gitignore's pattern semantics, pattern by pattern.
+@Suite("Ignore patterns")
+struct IgnorePatternTests {
+    func ignored(_ patterns: [String], _ path: String, directory: Bool = false, file: String? = nil) -> Bool {
+        var configuration = Configuration(environment: [:])
+        configuration.ignoreDefaults = false
+        configuration.ignore = patterns
+        var rules = IgnoreRules(configuration: configuration)
+        if let file {
+            let parts = file.split(separator: ":", maxSplits: 1).map(String.init)
+            rules.setFile(parts[0], IgnorePattern.parse(parts[1], file: parts[0] + "/.autosavedignore", base: parts[0]))
+        }
+        return rules.ignoring(path, isDirectory: directory) != nil
+    }
+
+    @Test(
+        "Names at any depth, anchoring, wildcards, classes, **, directory-only and re-included patterns",
+        arguments: [
+            (["*.log"], "a.log", false, true), (["*.log"], "d/e/a.log", false, true),
+            (["*.log"], "a.logx", false, false),
+            (["/a.txt"], "a.txt", false, true), (["/a.txt"], "d/a.txt", false, false),
+            (["d/a.txt"], "d/a.txt", false, true), (["d/a.txt"], "x/d/a.txt", false, false),
+            (["a?c"], "abc", false, true), (["a?c"], "a/c", false, false), (["a*c"], "a/c", false, false),
+            (["[ab]x"], "bx", false, true), (["[!ab]x"], "bx", false, false), (["[a-c]x"], "cx", false, true),
+            (["[^a-c]x"], "dx", false, true), (["\\#x"], "#x", false, true), (["\\!x"], "!x", false, true),
+            (["**/b"], "b", false, true), (["**/b"], "a/c/b", false, true), (["a/**"], "a/b/c", false, true),
+            (["a/**"], "a", true, false), (["a/**/b"], "a/b", false, true), (["a/**/b"], "a/x/y/b", false, true),
+            (["a/**/b"], "ab", false, false), (["a**b"], "a/x/b", false, false), (["a**b"], "axxb", false, true),
+            (["build/"], "build", true, true), (["build/"], "build", false, false),
+            (["build/"], "build/x.txt", false, true),
+            (["*.txt", "!keep.txt"], "keep.txt", false, false), (["*.txt", "!keep.txt"], "other.txt", false, true),
+            // A path inside an ignored directory cannot be re-included.
+            (["d/", "!d/keep.txt"], "d/keep.txt", false, true),
+            (["*~"], "b.txt~", false, true), (["\\#*#"], "#a#", false, true), (["#*#"], "#a#", false, false),
+            (["a\\*"], "a*", false, true),
+            (["a\\*"], "ab", false, false), (["*"], "anything/at/all", false, true), (["[a"], "[a", false, true),
+        ] as [([String], String, Bool, Bool)])
+    func patterns(_ patterns: [String], _ path: String, _ directory: Bool, _ expected: Bool) {
+        #expect(ignored(patterns, path, directory: directory) == expected, "\(patterns) on \(path)")
+    }
+
+    @Test("An ignore file's patterns apply below its directory, win over Ignore=, and are named in the match")
+    func files() throws {
+        #expect(ignored([], "notes/x.tmp", file: "notes:*.tmp"))
+        #expect(!ignored([], "x.tmp", file: "notes:*.tmp"))
+        #expect(ignored([], "notes/sub/x.tmp", file: "notes:*.tmp"))
+        #expect(ignored([], "notes/a/x", file: "notes:/a/x"))
+        #expect(!ignored([], "notes/b/a/x", file: "notes:/a/x"))
+        #expect(!ignored(["*.tmp"], "notes/x.tmp", file: "notes:!x.tmp"))
+        var rules = IgnoreRules(configuration: Configuration(environment: [:]))
+        rules.setFile("", IgnorePattern.parse("# comment\n\n*.bak  \nlogs/\n", file: ".autosavedignore", base: ""))
+        #expect(rules.files[""]?.map(\.text) == ["*.bak", "logs/"])
+        let match = try #require(rules.ignoring("a.bak", isDirectory: false))
+        #expect(match.description == "'*.bak' (.autosavedignore line 3)")
+        #expect(rules.ignoring(".git/HEAD", isDirectory: false)?.text == ".git")
+        #expect(rules.ignoring("d/.autosavedignore", isDirectory: false) != nil, "ignore files are never documents")
+    }
+
+    @Test("The built-in defaults cover version control, editors' files and desktop litter, unless turned off")
+    func defaults() {
+        let rules = IgnoreRules(configuration: Configuration(environment: [:]))
+        for path in [
+            ".git/HEAD", "d/.hg/store", ".svn", ".bzr/x", "_darcs/p", ".jj/repo", "CVS/Entries", ".a.txt.swp",
+            "d/.b.md.swo", ".c.swx", "4913", "a.txt~", "#a.txt#", ".#a.txt", ".a.txt.kate-swp", ".goutputstream-AB12",
+            "a.txt___jb_tmp___", "a.txt___jb_old___", ".DS_Store", "d/Thumbs.db", "desktop.ini",
+        ] {
+            #expect(rules.ignoring(path, isDirectory: false) != nil, "\(path)")
+        }
+        for path in ["a.txt", "notes/todo.md", "git/HEAD", "a.swp", "x4913", "d/a.json"] {
+            #expect(rules.ignoring(path, isDirectory: false) == nil, "\(path)")
+        }
+        var configuration = Configuration(environment: [:])
+        configuration.ignoreDefaults = false
+        #expect(IgnoreRules(configuration: configuration).ignoring(".git/HEAD", isDirectory: false) == nil)
+    }
+
+    @Test("Ignore= adds patterns, an empty assignment resets them, IgnoreFile= takes a name; --check-config lists them")
+    func configuration() throws {
+        var configuration = Configuration(environment: [:])
+        #expect(configuration.apply("[Store]\nIgnore=*.log build/\nIgnore=*.tmp\n", file: "c").isEmpty)
+        #expect(configuration.ignore == ["*.log", "build/", "*.tmp"])
+        #expect(configuration.apply("[Store]\nIgnore=\nIgnore=x\n", file: "c").isEmpty)
+        #expect(configuration.ignore == ["x"])
+        let errors = configuration.apply("[Store]\nIgnoreFile=a/b\nIgnoreDefaults=maybe\n", file: "c")
+        #expect(errors.map { $0.line } == [2, 3])
+        #expect(errors.first?.message.contains("not a path") == true)
+        #expect(configuration.rendered.contains("#   .git  (built-in default"))
+        #expect(configuration.rendered.contains("#   x  (Ignore= in the configuration)"))
+    }
+}
+
+/// Writes `text` to `path`, making its directories first.
+private func write(_ text: String, to path: String) throws {
+    try FileManager.default.createDirectory(atPath: PathName.parent(path), withIntermediateDirectories: true)
+    try Disk.write(text, to: path)
+}
+
+/// Ignore rules on a real root, with real programs: git, vim, an ignore file edited while running.
+@Suite("Ignored paths on a real root", .serialized, .timeLimit(.minutes(3)))
+struct IgnoreTests {
+    func harness(configure: (inout Configuration) -> Void = { _ in }) async throws -> StoreHarness {
+        let harness = await StoreHarness(quiet: .seconds(3600), maxDelay: .seconds(3600), configure: configure)
+        return harness
+    }
+
+    @discardableResult
+    func sh(_ script: String, in root: String) throws -> Machine.Output {
+        let result = try Machine.run("/bin/sh", ["-c", "cd '\(root)' && " + script])
+        #expect(result.status == 0, "\(script): \(result.stderr)")
+        return result
+    }
+
+    func openedPaths(_ harness: StoreHarness) async -> [String] {
+        await harness.log.events.compactMap {
+            if case .opened(let document) = $0 { return document }
+            return nil
+        }
+    }
+
+    @Test("git init, commits, checkout of another branch and gc leave no document under .git/ and git status clean")
+    func git() async throws {
+        guard Machine.has("git") else { throw Failure("git is not installed (scripts/bootstrap installs it)") }
+        let harness = try await harness()
+        let git = "git -c user.name=t -c user.email=t@example.org -c init.defaultBranch=main"
+        try write("one\n", to: harness.file("a.txt"))
+        try sh("\(git) init -q && \(git) add a.txt && \(git) commit -qm one", in: harness.root)
+        await harness.store.openAll()
+        try await harness.store.startWatching()
+        #expect(await harness.store.list().map(\.path) == ["a.txt"])
+        // Only the root has a watch: nothing inside .git/ is watched.
+        #expect(await harness.store.watchSummary?.watchedDirectories == 1)
+
+        try sh(
+            "\(git) checkout -qb other && echo two > a.txt && echo new > b.txt && \(git) add -A && \(git) commit -qm two",
+            in: harness.root)
+        await harness.store.sync()
+        #expect(try await harness.store.read("b.txt") == .text("new\n"))
+        try sh("\(git) checkout -q main && \(git) gc -q --prune=now", in: harness.root)
+        await harness.store.sync()
+        #expect(try await harness.store.read("a.txt") == .text("one\n"), "the checkout is read again")
+        let paths = await harness.store.list().map(\.path)
+        #expect(paths == ["a.txt"], "b.txt went with the checkout; nothing under .git/")
+        #expect(await openedPaths(harness).allSatisfy { !$0.hasPrefix(".git") })
+        #expect(await harness.store.watchSummary?.watchedDirectories == 1)
+        let status = try sh("git status --porcelain --ignored", in: harness.root)
+        #expect(status.stdout.isEmpty, "git sees no file of the daemon's: \(status.stdout)")
+        await harness.store.stopWatching()
+    }
+
+    @Test("vim editing a document (swap file, 4913 probe, a backup) adds no document; the edit is read again")
+    func vim() async throws {
+        guard Machine.has("vim"), Machine.has("script") else {
+            throw Failure("vim or script is not installed (scripts/bootstrap installs them)")
+        }
+        let harness = try await harness()
+        try write("one\n", to: harness.file("a.txt"))
+        await harness.store.openAll()
+        try await harness.store.startWatching()
+        // vim waits on a FIFO after writing, with its swap file still there.
+        let fifo = harness.directory.sub("hold")
+        #expect(mkfifo(fifo, 0o600) == 0)
+        let vim = Process()
+        vim.executableURL = URL(fileURLWithPath: "/usr/bin/script")
+        vim.currentDirectoryURL = URL(fileURLWithPath: harness.root)
+        vim.arguments = [
+            "-qec",
+            "vim -u NONE -i NONE -N -X -c 'set backup backupskip= backupcopy=auto' -c 'normal Gotwo' -c 'w' -c 'silent !cat \(fifo) >/dev/null' -c 'q' a.txt",
+            "/dev/null",
+        ]
+        vim.standardOutput = FileHandle.nullDevice
+        vim.standardInput = Pipe()
+        try vim.run()
+        // Opening the FIFO for writing returns once vim reads it: the write is done, the swap file is there.
+        let hold = open(fifo, O_WRONLY)
+        #expect(hold >= 0)
+        await harness.store.sync()
+        #expect(FileManager.default.fileExists(atPath: harness.file(".a.txt.swp")), "vim's swap file exists")
+        #expect(FileManager.default.fileExists(atPath: harness.file("a.txt~")), "vim's backup exists")
+        #expect(await harness.store.list().map(\.path) == ["a.txt"])
+        close(hold)
+        vim.waitUntilExit()
+        await harness.store.sync()
+        #expect(await harness.store.list().map(\.path) == ["a.txt"])
+        #expect(try await harness.store.read("a.txt") == .text("one\ntwo\n"))
+        // vim renames a.txt to its backup and writes a new a.txt: the document may be closed and opened again.
+        #expect(await openedPaths(harness).allSatisfy { $0 == "a.txt" }, "no swap file, probe or backup was ever opened")
+        #expect(await harness.store.ignoreSummary.ignoredPaths >= 1)
+        await harness.store.stopWatching()
+    }
+
+    @Test("An ignore file written while running closes what it ignores; removing a pattern opens what it hid")
+    func ignoreFileLive() async throws {
+        let harness = try await harness()
+        try write("log\n", to: harness.file("logs/x.log"))
+        try write("keep\n", to: harness.file("logs/keep.txt"))
+        await harness.store.openAll()
+        try await harness.store.startWatching()
+        #expect(await harness.store.list().map(\.path) == ["logs/keep.txt", "logs/x.log"])
+        try await harness.store.apply(.setText("edited log\n"), to: "logs/x.log")
+
+        try write("# logs are not documents\n*.log\n", to: harness.file(".autosavedignore"))
+        await harness.store.sync()
+        await harness.next { $0 == .closed(document: "logs/x.log") }
+        #expect(await harness.store.ignoreSummary.files == [""])
+        #expect(try harness.text(onDisk: "logs/x.log") == "edited log\n", "its unsaved edit was saved first")
+        #expect(await harness.store.list().map(\.path) == ["logs/keep.txt"])
+        do {
+            _ = try await harness.store.read("logs/x.log")
+            Issue.record("an ignored path was read")
+        } catch {
+            #expect(error.code == "invalid-path")
+            #expect(error.description.contains("'*.log' (.autosavedignore line 2)"), "\(error)")
+        }
+        try write("new\n", to: harness.file("logs/y.log"))
+        await harness.store.sync()
+        #expect(await harness.store.list().map(\.path) == ["logs/keep.txt"])
+
+        try write("# nothing\n", to: harness.file(".autosavedignore"))
+        await harness.store.sync()
+        #expect(await harness.store.list().map(\.path) == ["logs/keep.txt", "logs/x.log", "logs/y.log"])
+        #expect(await harness.store.ignoreSummary.files == [], "an ignore file without patterns counts for nothing")
+        await harness.store.stopWatching()
+    }
+
+    @Test("A reload that removes a pattern opens the files it hid; IgnoreDefaults=no makes .git/HEAD a document")
+    func reload() async throws {
+        let harness = try await harness { $0.ignore = ["*.tmp"] }
+        try write("t\n", to: harness.file("a.tmp"))
+        try write("ref: refs/heads/main\n", to: harness.file(".git/HEAD"))
+        await harness.store.openAll()
+        #expect(await harness.store.list().map(\.path).isEmpty)
+        var configuration = await harness.store.configuration
+        configuration.ignore = []
+        await harness.store.reconfigure(configuration)
+        #expect(await harness.store.list().map(\.path) == ["a.tmp"])
+        configuration.ignoreDefaults = false
+        await harness.store.reconfigure(configuration)
+        #expect(await harness.store.list().map(\.path) == [".git/HEAD", "a.tmp"])
+        configuration.ignore = ["a.*"]
+        configuration.ignoreDefaults = true
+        await harness.store.reconfigure(configuration)
+        #expect(await harness.store.list().map(\.path).isEmpty)
+    }
+}
+
+/// Requests naming ignored paths, through the built daemon and autosavectl.
+@Suite("Ignored paths through the socket", .serialized, .timeLimit(.minutes(2)))
+struct IgnoredRequestTests {
+    @Test("get, set and create of .git/HEAD, .a.txt.swp and a path under .git/ are refused naming the rule")
+    func refused() async throws {
+        let daemon = try await RunningDaemon(quiet: "1h")
+        try write("ref: refs/heads/main\n", to: daemon.root + "/.git/HEAD")
+        try write("swap\n", to: daemon.root + "/.a.txt.swp")
+        for path in [".git/HEAD", ".a.txt.swp", ".git/objects/new.txt", "d/Thumbs.db"] {
+            for command in [
+                ["get", path], ["set", path, "--text", "x"], ["create", path], ["save", path, "--wait"],
+            ] {
+                let result = try daemon.ctl(command)
+                #expect(result.status == 1, "\(command): \(result)")
+                #expect(
+                    result.stderr.contains("invalid-path") && result.stderr.contains("it is ignored: it matches '"),
+                    "\(command): \(result.stderr)")
+                #expect(result.stderr.contains("built-in default"), "\(result.stderr)")
+            }
+        }
+        let status = try daemon.ctl("--json", "status")
+        #expect(status.stdout.contains("\"ignore\""), "\(status.stdout)")
+        let list = try daemon.ctl("list")
+        #expect(list.stdout == "no open documents\n", "\(list)")
+        #expect(try String(contentsOfFile: daemon.root + "/.git/HEAD", encoding: .utf8) == "ref: refs/heads/main\n")
+        #expect(try String(contentsOfFile: daemon.root + "/.a.txt.swp", encoding: .utf8) == "swap\n")
+        #expect(!FileManager.default.fileExists(atPath: daemon.root + "/.git/objects/new.txt"))
+        #expect(await daemon.stop() == 0)
+    }
+
+    @Test("A refused edit of a new document creates nothing: set new.json with text that is not JSON")
+    func refusedCreation() async throws {
+        let daemon = try await RunningDaemon(quiet: "50ms")
+        let client = try daemon.client()
+        _ = try client.send(["cmd": "subscribe", "events": ["saved", "closed"]])
+        _ = try client.receive()
+        var result = try daemon.ctl("set", "new.json", "--text", "nope")
+        #expect(result.status == 1 && result.stderr.contains("bad-request"), "\(result)")
+        result = try daemon.ctl("--json", "list")
+        #expect(!result.stdout.contains("new.json"), "\(result.stdout)")
+        result = try daemon.ctl("get", "new.json")
+        #expect(result.status == 1 && result.stderr.contains("not-found"), "\(result)")
+        // A later document's save is the first event: nothing came for new.json.
+        try daemon.ctl("set", "later.txt", "--text", "x")
+        let event = try client.receive()
+        #expect(event["event"]?.stringValue == "saved" && event["doc"]?.stringValue == "later.txt", "\(event)")
+        #expect(!FileManager.default.fileExists(atPath: daemon.root + "/new.json"))
+        #expect(await daemon.stop() == 0)
+    }
+}
