@@ -116,7 +116,10 @@ extension DocumentStore {
                 if ignoredPaths.remove(path) != nil || isIgnored(path) { continue }
                 let document = documentPath(for: path)
                 if document != path {
-                    if entries[document] != nil {
+                    // A member removed by a save of this store is not seen as a change by another program.
+                    if entries[document]?.savingToken != nil {
+                        pendingChecks.insert(document)
+                    } else if entries[document] != nil {
                         checkExternalChange(document, member: String(path.dropFirst(document.count + 1)))
                     }
                 } else if entries[document] != nil {
@@ -376,6 +379,12 @@ extension DocumentStore {
             // Packages: a member that still is what the saved wrapper recorded is our own write.
             if let member, let wrapper = memberWrapper(entry.existingFile, member),
                 wrapper.matchesContents(of: URL(fileURLWithPath: full + "/" + member))
+            {
+                return
+            }
+            // A member gone from disk and from what was last saved: the save removed it.
+            if let member, memberWrapper(entry.existingFile, member) == nil,
+                (try? FileDescriptor.currentWorkingDirectory.status(of: full + "/" + member)) == nil
             {
                 return
             }

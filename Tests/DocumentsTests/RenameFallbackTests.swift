@@ -1,9 +1,10 @@
-@testable import Documents
 import Foundation
 @preconcurrency import Glibc
 import Posix
 import TestSupport
 import Testing
+
+@testable import Documents
 
 /// Saves on a file system that refuses `renameat2`'s flags, as FUSE, NFS, CIFS and
 /// GlusterFS do: the power-loss FUSE passthrough, here without cuts.
@@ -91,7 +92,9 @@ final class RenameFallbackTests {
         arguments: ["the mount", "a local disk"])
     func noReplaceKeepsItsGuarantee(where place: String) throws {
         let base = place == "the mount" ? root : directory.sub("local")
-        if place != "the mount" { try FileManager.default.createDirectory(atPath: base, withIntermediateDirectories: false) }
+        if place != "the mount" {
+            try FileManager.default.createDirectory(atPath: base, withIntermediateDirectories: false)
+        }
         let fd = try FileDescriptor.open(base, options: [.directory])
         defer { try? fd.close() }
         try fd.makeDirectory("tree")

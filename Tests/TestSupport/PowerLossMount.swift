@@ -47,7 +47,8 @@ public final class ProcessLines: Sendable {
 
     /// The first line containing `text`, waiting up to `timeout` (`nil`: none came, or the output ended).
     public func first(containing text: String, within timeout: Duration) -> String? {
-        let deadline = Date() + TimeInterval(timeout.components.seconds) + 1e-18 * Double(timeout.components.attoseconds)
+        let deadline =
+            Date() + TimeInterval(timeout.components.seconds) + 1e-18 * Double(timeout.components.attoseconds)
         arrival.lock()
         defer { arrival.unlock() }
         while true {
@@ -112,7 +113,9 @@ public final class PowerLossMount {
         self.path = path
         process = Process()
         process.executableURL = URL(fileURLWithPath: Self.python)
-        var arguments = [Self.script, backing, path, "--ordering", ordering, "--on-exit", cutAtUnmount ? "cut" : "keep"]
+        var arguments = [
+            Self.script, backing, path, "--ordering", ordering, "--on-exit", cutAtUnmount ? "cut" : "keep",
+        ]
         if let crash { arguments += ["--crash-after", crash.description] }
         process.arguments = arguments
         let out = Pipe()

@@ -480,7 +480,7 @@ def main():
     signal.signal(signal.SIGUSR1, on_signal)
     FUSE(
         fs, args.mountpoint, raw_fi=True, foreground=True, nothreads=True, fsname=args.fsname,
-        attr_timeout=0, entry_timeout=0, negative_timeout=0, use_ino=True, hard_remove=True,
+        attr_timeout=0, entry_timeout=0, negative_timeout=0, use_ino=True, hard_remove=True, big_writes=True,
         default_permissions=True,
     )
     say("counts " + " ".join("%s=%d" % (kind, fs.counts[kind]) for kind in KINDS))

@@ -1,0 +1,381 @@
+import Control
+import Documents
+import Foundation
+@preconcurrency import Glibc
+import Posix
+import TestSupport
+import Testing
+
+/// Self-checking contents: each version of a document or member can be told complete
+/// from its bytes alone.
+enum Versions {
+    static func text(_ name: String, _ version: Int) -> String {
+        let filler = String(
+            repeating: Character(UnicodeScalar(UInt8(97 + version % 26))), count: 300 + (version * 379) % 2500)
+        return "\(name) version \(version)\n\(filler)\nend \(version)\n"
+    }
+
+    /// The version `contents` holds; `nil` unless it is exactly one complete version of `name`.
+    static func version(of contents: String, name: String) -> Int? {
+        guard let header = contents.split(separator: "\n", maxSplits: 1).first,
+            header.hasPrefix("\(name) version "), let version = Int(header.dropFirst("\(name) version ".count)),
+            contents == text(name, version)
+        else { return nil }
+        return version
+    }
+}
+
+/// What the daemon acknowledged before the cut: a `save` with `wait: true` answered
+/// `ok`, or a `conflict` event naming the copy written.
+struct Acknowledged {
+    /// Document (or `package/member`) → the highest version acknowledged durable.
+    var versions: [String: Int] = [:]
+    /// Conflict copies announced, with the version of the document they hold.
+    var conflictCopies: [(copy: String, document: String, version: Int)] = []
+    /// Documents another program replaced durably, with the version it wrote.
+    var external: [String: Int] = [:]
+    var saves = 0
+}
+
+/// One workload the daemon runs on the power-loss mount; it stops at the first failure
+/// (after the cut every operation fails with EIO).
+enum Workload: String, CaseIterable, CustomStringConvertible {
+    /// Regular files saved again and again, in the root and in a new subdirectory.
+    case files
+    /// A new package's first save (a whole tree renamed into place), then members
+    /// updated in place, in a subdirectory too, and one removed.
+    case package
+    /// A dirty document changed by another program: the edits go to a conflict copy.
+    case conflict
+
+    var description: String { rawValue }
+
+    static let documents = ["a.txt", "notes/b.txt", "c.md"]
+    static let members = ["m0", "m1", "ch/m2"]
+
+    func run(
+        _ client: ControlClient, events: ControlClient, root: String, isCut: () -> Bool, into acks: inout Acknowledged
+    ) {
+        func save(_ doc: String) -> Bool {
+            guard let reply = try? client.call(["cmd": "save", "doc": .string(doc), "wait": true]),
+                reply["ok"] == true
+            else { return false }
+            acks.saves += 1
+            return true
+        }
+        func ok(_ request: JSONValue) -> Bool { (try? client.call(request))?["ok"] == true }
+
+        switch self {
+        case .files:
+            for step in 1...6 {
+                let doc = Self.documents[step % Self.documents.count]
+                guard ok(["cmd": "set", "doc": .string(doc), "text": .string(Versions.text(doc, step))]),
+                    save(doc)
+                else { return }
+                acks.versions[doc] = step
+            }
+        case .package:
+            let doc = "book.package"
+            guard ok(["cmd": "create", "doc": .string(doc)]) else { return }
+            for step in 1...5 {
+                let changed = step == 1 ? Self.members : [Self.members[step % Self.members.count]]
+                for member in changed {
+                    let name = doc + "/" + member
+                    guard
+                        ok([
+                            "cmd": "put-member", "doc": .string(doc), "member": .string(member),
+                            "text": .string(Versions.text(name, step)),
+                        ])
+                    else { return }
+                }
+                if step == 4 {
+                    guard ok(["cmd": "remove-member", "doc": .string(doc), "member": "m1"]) else { return }
+                }
+                guard save(doc) else { return }
+                for member in changed { acks.versions[doc + "/" + member] = step }
+                if step == 4 { acks.versions[doc + "/m1"] = -1 }
+            }
+        case .conflict:
+            let doc = "c.txt"
+            guard ok(["cmd": "set", "doc": .string(doc), "text": .string(Versions.text(doc, 1))]), save(doc) else {
+                return
+            }
+            acks.versions[doc] = 1
+            guard ok(["cmd": "set", "doc": .string(doc), "text": .string(Versions.text(doc, 2))]) else { return }
+            // Another program saves its own version durably (temp, fsync, rename, directory fsync).
+            guard (try? Self.externalSave(Versions.text(doc, 3), to: doc, in: root)) != nil else { return }
+            acks.external[doc] = 3
+            // The conflict event says the copy is durable; after a cut none comes.
+            let deadline = ContinuousClock.now + .seconds(30)
+            var announced = false
+            while !announced, ContinuousClock.now < deadline, !isCut() {
+                guard let event = try? events.receive() else { continue }
+                if event["event"]?.stringValue == "conflict", let copy = event["copy"]?.stringValue {
+                    acks.conflictCopies.append((copy, doc, 2))
+                    announced = true
+                }
+            }
+            guard announced else { return }
+            // The document now holds the other program's version; an edit on it saves as usual.
+            guard ok(["cmd": "set", "doc": .string(doc), "text": .string(Versions.text(doc, 4))]), save(doc) else {
+                return
+            }
+            acks.versions[doc] = 4
+        }
+    }
+
+    /// A save as an editor does it, under a name the daemon does not use for its own.
+    static func externalSave(_ text: String, to name: String, in root: String) throws {
+        let directory = try FileDescriptor.open(root, options: [.directory])
+        defer { try? directory.close() }
+        let incoming = name + ".incoming"
+        let fd = try FileDescriptor.open(incoming, relativeTo: directory, .writeOnly, options: [.create, .truncate])
+        try fd.closeAfter { () throws(Errno) in
+            try fd.writeAll(Array(text.utf8))
+            try fd.sync()
+        }
+        try directory.rename(incoming, to: name)
+        try directory.sync()
+    }
+}
+
+/// The built daemon on the power-loss file system: run a workload, cut the power,
+/// restart on what a disk would hold, check the contract.
+final class PowerLossRig {
+    let directory = TemporaryDirectory("powerloss")
+    var backing: String { directory.sub("backing") }
+    var mountPoint: String { directory.sub("mnt") }
+    var socket: String { directory.sub("run/control.sock") }
+    var config: String { directory.sub("autosaved.conf") }
+    /// The daemon's output in the run that was cut, for failure messages.
+    var log: [String] = []
+
+    init() throws {
+        for name in ["backing", "mnt", "run"] {
+            try FileManager.default.createDirectory(atPath: directory.sub(name), withIntermediateDirectories: false)
+        }
+        try Disk.write(
+            "[Store]\nRoot=\(mountPoint)\n[Autosave]\nQuietPeriod=1h\nMaxDelay=1h\nRetryInterval=10min\nMaxRetryInterval=1h\n"
+                + "[Control]\nSocket=\(socket)\n[Log]\nLevel=info\n",
+            to: config)
+    }
+
+    /// Starts the daemon and waits until it is ready; `nil` if it exits first (a cut
+    /// during its start-up) or is not ready within a minute.
+    func startDaemon() async throws -> DaemonProcess? {
+        let daemon = try DaemonProcess(Machine.product("autosaved"), ["--config", config])
+        let deadline = ContinuousClock.now + .seconds(60)
+        while ContinuousClock.now < deadline {
+            if daemon.output.contains(where: { $0.contains("started:") }) { return daemon }
+            if !daemon.process.isRunning { break }
+            try await Task.sleep(for: .milliseconds(5))
+        }
+        daemon.signal(SIGKILL)
+        _ = await daemon.exitStatus()
+        return nil
+    }
+
+    static func client(_ socket: String) throws -> ControlClient {
+        let client = try ControlClient(socketPath: socket)
+        // A bound on every reply: a test fails rather than hangs.
+        setReceiveTimeout(client, milliseconds: 60_000)
+        return client
+    }
+
+    static func setReceiveTimeout(_ client: ControlClient, milliseconds: Int) {
+        var timeout = timeval(tv_sec: milliseconds / 1000, tv_usec: (milliseconds % 1000) * 1000)
+        _ = setsockopt(client.descriptor, SOL_SOCKET, SO_RCVTIMEO, &timeout, socklen_t(MemoryLayout<timeval>.size))
+    }
+
+    /// A cut while `workload` runs: returns what was acknowledged, with the cut's line
+    /// (`nil` when the run ended first; unmounting is the cut then).
+    func cutRun(_ workload: Workload, at crash: PowerLossMount.CrashPoint?) async throws -> (
+        Acknowledged, String?, [String: Int]
+    ) {
+        let mount = try PowerLossMount(backing: backing, at: mountPoint, crash: crash)
+        var acks = Acknowledged()
+        do {
+            if let daemon = try await startDaemon() {
+                if let client = try? Self.client(socket), let events = try? Self.client(socket),
+                    (try? events.call(["cmd": "subscribe", "events": ["conflict"]]))?["ok"] == true
+                {
+                    Self.setReceiveTimeout(events, milliseconds: 200)
+                    workload.run(client, events: events, root: mountPoint, isCut: { mount.crashed }, into: &acks)
+                }
+                // A power cut ends the daemon too.
+                daemon.signal(SIGKILL)
+                _ = await daemon.exitStatus()
+                log = daemon.output
+            }
+        }
+        try mount.unmount()
+        let line = mount.lines.all.first { $0.hasPrefix("crashed ") }
+        return (acks, line, mount.counts)
+    }
+
+    /// Restarts the daemon on what the cut left (its start-up recovery cut at `crash`
+    /// too, when given), then once more cleanly, and returns the problems found.
+    func restartAndCheck(_ acks: Acknowledged, recoveryCut crash: PowerLossMount.CrashPoint? = nil) async throws
+        -> [String]
+    {
+        if let crash {
+            let mount = try PowerLossMount(backing: backing, at: mountPoint, crash: crash)
+            if let daemon = try await startDaemon() {
+                daemon.signal(SIGKILL)
+                _ = await daemon.exitStatus()
+            } else {
+                // Cut before it was ready: it exits (or is killed) without having served.
+            }
+            try mount.unmount()
+        }
+        let mount = try PowerLossMount(backing: backing, at: mountPoint)
+        var problems: [String] = []
+        if let daemon = try await startDaemon() {
+            daemon.signal(SIGTERM)
+            let status = await daemon.exitStatus()
+            if status != 0 { problems.append("the daemon exited \(status) after the restart") }
+        } else {
+            problems.append("the daemon did not start after the cut")
+        }
+        try mount.unmount()
+        // The backing directory now holds what a disk would after a cut at the end of the restart.
+        return problems + check(acks)
+    }
+
+    /// The contract, on the durable state in the backing directory.
+    func check(_ acks: Acknowledged) -> [String] {
+        var problems: [String] = []
+        let temporaries = Disk.temporaries(under: backing)
+        if !temporaries.isEmpty { problems.append("temporaries left: \(temporaries)") }
+        func contents(_ name: String) -> String? { try? String(contentsOfFile: backing + "/" + name, encoding: .utf8) }
+
+        for doc in Workload.documents + ["c.txt"] {
+            guard let text = contents(doc) else {
+                if let acked = acks.versions[doc] { problems.append("\(doc): acknowledged version \(acked) is gone") }
+                continue
+            }
+            guard let version = Versions.version(of: text, name: doc) else {
+                problems.append("\(doc): not one complete version (\(text.utf8.count) bytes)")
+                continue
+            }
+            // After another program's durable save, the file is theirs or newer: never the conflicting edit.
+            let required = max(acks.versions[doc] ?? 0, acks.external[doc] ?? 0)
+            if version < required { problems.append("\(doc): holds version \(version), acknowledged \(required)") }
+        }
+        let package = backing + "/book.package"
+        if FileManager.default.fileExists(atPath: package) {
+            for member in Workload.members {
+                let name = "book.package/" + member
+                let acked = acks.versions[name]
+                guard let text = contents(name) else {
+                    if let acked, acked > 0 { problems.append("\(name): acknowledged version \(acked) is gone") }
+                    continue
+                }
+                guard let version = Versions.version(of: text, name: name) else {
+                    problems.append("\(name): not one complete version (\(text.utf8.count) bytes)")
+                    continue
+                }
+                if acked == -1 { problems.append("\(name): removed in an acknowledged save, still there") }
+                if let acked, version < acked {
+                    problems.append("\(name): holds version \(version), acknowledged \(acked)")
+                }
+            }
+        } else if acks.versions.keys.contains(where: { $0.hasPrefix("book.package/") }) {
+            problems.append("book.package: acknowledged, gone")
+        }
+        for (copy, doc, version) in acks.conflictCopies {
+            guard let text = contents(copy) else {
+                problems.append("conflict copy \(copy): announced, gone")
+                continue
+            }
+            if Versions.version(of: text, name: doc) != version {
+                problems.append("conflict copy \(copy): does not hold version \(version) of \(doc)")
+            }
+        }
+        // Nothing but documents, conflict copies and their directories.
+        let known = Set(
+            Workload.documents.map { $0.split(separator: "/").first.map(String.init)! } + ["c.txt", "book.package"])
+        for name in (try? Disk.names(in: backing)) ?? [] where !known.contains(name) && !name.contains("(conflict ") {
+            problems.append("unexpected entry \(name)")
+        }
+        return problems
+    }
+}
+
+@Suite(
+    "Power loss: the built daemon on a file system that forgets what was not synced",
+    .enabled(if: PowerLossMount.isAvailable, "needs root, /dev/fuse and Debian's python3-fusepy"), .serialized)
+struct PowerLossTests {
+    /// One cut: the workload to the cut, a restart, the checks.
+    func cut(_ workload: Workload, at crash: PowerLossMount.CrashPoint?, recoveryCut: PowerLossMount.CrashPoint? = nil)
+        async throws -> (problems: [String], crashed: Bool, counts: [String: Int])
+    {
+        let rig = try PowerLossRig()
+        let (acks, line, counts) = try await rig.cutRun(workload, at: crash)
+        let problems = try await rig.restartAndCheck(acks, recoveryCut: recoveryCut)
+        var described = problems.map {
+            "\(workload) cut at \(crash?.description ?? "the end") (\(line ?? "unmount")): \($0)"
+        }
+        if !problems.isEmpty {
+            described.append("acknowledged: \(acks.versions.sorted { $0.key < $1.key }), \(acks.saves) saves")
+            described.append("the daemon before the cut:\n" + rig.log.suffix(20).joined(separator: "\n"))
+        }
+        return (described, line != nil, counts)
+    }
+
+    @Test(
+        "A cut after the whole run: every acknowledged save is on disk, complete (catches a missing file or directory fsync)",
+        arguments: Workload.allCases)
+    func cutAtTheEnd(workload: Workload) async throws {
+        let (problems, _, counts) = try await cut(workload, at: nil)
+        #expect(problems.isEmpty, "\(problems.joined(separator: "\n"))")
+        #expect((counts["fsync"] ?? 0) > 0 && (counts["rename"] ?? 0) > 0, "the run saved: \(counts)")
+    }
+
+    @Test(
+        "A cut after every fsync, directory fsync and rename of a run, in turn",
+        arguments: Workload.allCases)
+    func enumeratedCuts(workload: Workload) async throws {
+        // How many of each the whole run makes.
+        let (_, _, counts) = try await cut(workload, at: nil)
+        var points: [PowerLossMount.CrashPoint] = []
+        for kind in ["fsync", "fsyncdir", "rename"] {
+            points += (1...max(1, counts[kind] ?? 0)).map { PowerLossMount.CrashPoint(kind, $0) }
+        }
+        var crashed = 0
+        for point in points {
+            let (problems, didCrash, _) = try await cut(workload, at: point)
+            #expect(problems.isEmpty, "\(problems.joined(separator: "\n"))")
+            if didCrash { crashed += 1 }
+            if !problems.isEmpty { break }
+        }
+        #expect(crashed >= points.count * 3 / 4, "most points were reached: \(crashed) of \(points.count)")
+    }
+
+    @Test("Cuts after random writes and operations (seeded; the seed is in any failure)")
+    func randomCuts() async throws {
+        let seed = UInt64.random(in: 1...UInt64(UInt32.max))
+        var generator = SeededGenerator(state: seed)
+        for _ in 0..<6 {
+            let workload = Workload.allCases.randomElement(using: &generator)!
+            let point =
+                Bool.random(using: &generator)
+                ? PowerLossMount.CrashPoint("write", Int.random(in: 1...30, using: &generator))
+                : PowerLossMount.CrashPoint("op", Int.random(in: 50...1500, using: &generator))
+            let (problems, _, _) = try await cut(workload, at: point)
+            #expect(problems.isEmpty, "seed \(seed): \(problems.joined(separator: "\n"))")
+        }
+    }
+
+    @Test("Start-up recovery cut by a power loss of its own, then a clean start", arguments: [1, 2, 3])
+    func recoveryCut(count: Int) async throws {
+        // Cuts inside package saves leave temporary files and trees for the restart to remove.
+        for point in [PowerLossMount.CrashPoint("fsync", 2), .init("write", 4), .init("fsync", 6)] {
+            for kind in ["unlink", "rmdir", "fsyncdir"] {
+                let (problems, _, _) = try await cut(
+                    .package, at: point, recoveryCut: PowerLossMount.CrashPoint(kind, count))
+                #expect(problems.isEmpty, "recovery cut at \(kind):\(count): \(problems.joined(separator: "\n"))")
+            }
+        }
+    }
+}
