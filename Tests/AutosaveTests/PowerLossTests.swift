@@ -149,8 +149,16 @@ final class PowerLossRig {
     var config: String { directory.sub("autosaved.conf") }
     /// The daemon's output in the run that was cut, for failure messages.
     var log: [String] = []
+    /// Temporary files and trees the cut left for the restart's recovery.
+    var temporariesAfterCut = 0
+    /// Whether the restart's recovery was cut too.
+    var recoveryWasCut = false
+    /// The power-loss model: `strict` (POSIX) or `ordered` (ext4 data=ordered-like).
+    let ordering: String
 
-    init() throws {
+    init(ordering: String = "strict") throws {
+        self.ordering = ordering
+
         for name in ["backing", "mnt", "run"] {
             try FileManager.default.createDirectory(atPath: directory.sub(name), withIntermediateDirectories: false)
         }
@@ -192,7 +200,7 @@ final class PowerLossRig {
     func cutRun(_ workload: Workload, at crash: PowerLossMount.CrashPoint?) async throws -> (
         Acknowledged, String?, [String: Int]
     ) {
-        let mount = try PowerLossMount(backing: backing, at: mountPoint, crash: crash)
+        let mount = try PowerLossMount(backing: backing, at: mountPoint, crash: crash, ordering: ordering)
         var acks = Acknowledged()
         do {
             if let daemon = try await startDaemon() {
@@ -218,8 +226,10 @@ final class PowerLossRig {
     func restartAndCheck(_ acks: Acknowledged, recoveryCut crash: PowerLossMount.CrashPoint? = nil) async throws
         -> [String]
     {
+        temporariesAfterCut = Disk.temporaries(under: backing).count
         if let crash {
-            let mount = try PowerLossMount(backing: backing, at: mountPoint, crash: crash)
+            let mount = try PowerLossMount(backing: backing, at: mountPoint, crash: crash, ordering: ordering)
+            defer { recoveryWasCut = mount.crashed }
             if let daemon = try await startDaemon() {
                 daemon.signal(SIGKILL)
                 _ = await daemon.exitStatus()
@@ -228,7 +238,7 @@ final class PowerLossRig {
             }
             try mount.unmount()
         }
-        let mount = try PowerLossMount(backing: backing, at: mountPoint)
+        let mount = try PowerLossMount(backing: backing, at: mountPoint, ordering: ordering)
         var problems: [String] = []
         if let daemon = try await startDaemon() {
             daemon.signal(SIGTERM)
@@ -294,7 +304,7 @@ final class PowerLossRig {
         }
         // Nothing but documents, conflict copies and their directories.
         let known = Set(
-            Workload.documents.map { $0.split(separator: "/").first.map(String.init)! } + ["c.txt", "book.package"])
+            Workload.documents.map { $0.split(separator: "/").first.map(String.init)! } + ["c.txt", "book.package", "c.txt.incoming"])
         for name in (try? Disk.names(in: backing)) ?? [] where !known.contains(name) && !name.contains("(conflict ") {
             problems.append("unexpected entry \(name)")
         }
@@ -306,11 +316,21 @@ final class PowerLossRig {
     "Power loss: the built daemon on a file system that forgets what was not synced",
     .enabled(if: PowerLossMount.isAvailable, "needs root, /dev/fuse and Debian's python3-fusepy"), .serialized)
 struct PowerLossTests {
-    /// One cut: the workload to the cut, a restart, the checks.
-    func cut(_ workload: Workload, at crash: PowerLossMount.CrashPoint?, recoveryCut: PowerLossMount.CrashPoint? = nil)
-        async throws -> (problems: [String], crashed: Bool, counts: [String: Int])
-    {
-        let rig = try PowerLossRig()
+    struct Outcome {
+        var problems: [String]
+        /// Whether the cut came before the run ended.
+        var crashed: Bool
+        var counts: [String: Int]
+        var temporaries: Int
+        var recoveryWasCut: Bool
+    }
+
+    /// One cut: the workload to the cut, a restart (its recovery cut too, if asked), the checks.
+    func cut(
+        _ workload: Workload, at crash: PowerLossMount.CrashPoint?, recoveryCut: PowerLossMount.CrashPoint? = nil,
+        ordering: String = "strict"
+    ) async throws -> Outcome {
+        let rig = try PowerLossRig(ordering: ordering)
         let (acks, line, counts) = try await rig.cutRun(workload, at: crash)
         let problems = try await rig.restartAndCheck(acks, recoveryCut: recoveryCut)
         var described = problems.map {
@@ -320,62 +340,95 @@ struct PowerLossTests {
             described.append("acknowledged: \(acks.versions.sorted { $0.key < $1.key }), \(acks.saves) saves")
             described.append("the daemon before the cut:\n" + rig.log.suffix(20).joined(separator: "\n"))
         }
-        return (described, line != nil, counts)
+        return Outcome(
+            problems: described, crashed: line != nil, counts: counts, temporaries: rig.temporariesAfterCut,
+            recoveryWasCut: rig.recoveryWasCut)
     }
+
+    static func environment(_ name: String) -> Int? { ProcessInfo.processInfo.environment[name].flatMap { Int($0) } }
 
     @Test(
         "A cut after the whole run: every acknowledged save is on disk, complete (catches a missing file or directory fsync)",
         arguments: Workload.allCases)
     func cutAtTheEnd(workload: Workload) async throws {
-        let (problems, _, counts) = try await cut(workload, at: nil)
-        #expect(problems.isEmpty, "\(problems.joined(separator: "\n"))")
+        let outcome = try await cut(workload, at: nil)
+        #expect(outcome.problems.isEmpty, "\(outcome.problems.joined(separator: "\n"))")
+        let counts = outcome.counts
         #expect((counts["fsync"] ?? 0) > 0 && (counts["rename"] ?? 0) > 0, "the run saved: \(counts)")
     }
 
     @Test(
-        "A cut after every fsync, directory fsync and rename of a run, in turn",
-        arguments: Workload.allCases)
-    func enumeratedCuts(workload: Workload) async throws {
+        "A cut after every fsync, directory fsync and rename of a run, in turn (POSIX's rule, and ext4 data=ordered's)",
+        arguments: Workload.allCases, ["strict", "ordered"])
+    func enumeratedCuts(workload: Workload, ordering: String) async throws {
         // How many of each the whole run makes.
-        let (_, _, counts) = try await cut(workload, at: nil)
+        let counts = try await cut(workload, at: nil, ordering: ordering).counts
         var points: [PowerLossMount.CrashPoint] = []
         for kind in ["fsync", "fsyncdir", "rename"] {
             points += (1...max(1, counts[kind] ?? 0)).map { PowerLossMount.CrashPoint(kind, $0) }
         }
         var crashed = 0
+        var leftovers = 0
         for point in points {
-            let (problems, didCrash, _) = try await cut(workload, at: point)
-            #expect(problems.isEmpty, "\(problems.joined(separator: "\n"))")
-            if didCrash { crashed += 1 }
-            if !problems.isEmpty { break }
+            let outcome = try await cut(workload, at: point, ordering: ordering)
+            #expect(outcome.problems.isEmpty, "\(outcome.problems.joined(separator: "\n"))")
+            if outcome.crashed { crashed += 1 }
+            if outcome.temporaries > 0 { leftovers += 1 }
+            if !outcome.problems.isEmpty { break }
         }
+        print(
+            "power loss, \(workload), \(ordering): \(points.count) crash points (\(counts["fsync"] ?? 0) fsync, "
+                + "\(counts["fsyncdir"] ?? 0) directory fsync, \(counts["rename"] ?? 0) rename), \(crashed) reached, "
+                + "\(leftovers) left temporaries for recovery")
         #expect(crashed >= points.count * 3 / 4, "most points were reached: \(crashed) of \(points.count)")
     }
 
+    /// `AUTOSAVED_POWERLOSS_CUTS` (default 6) cuts; `AUTOSAVED_POWERLOSS_SEED` repeats a run.
     @Test("Cuts after random writes and operations (seeded; the seed is in any failure)")
     func randomCuts() async throws {
-        let seed = UInt64.random(in: 1...UInt64(UInt32.max))
+        let seed = Self.environment("AUTOSAVED_POWERLOSS_SEED").map(UInt64.init) ?? .random(in: 1...UInt64(UInt32.max))
+        let cuts = Self.environment("AUTOSAVED_POWERLOSS_CUTS") ?? 6
         var generator = SeededGenerator(state: seed)
-        for _ in 0..<6 {
+        var crashed = 0
+        var failed = 0
+        for _ in 0..<cuts {
             let workload = Workload.allCases.randomElement(using: &generator)!
             let point =
                 Bool.random(using: &generator)
-                ? PowerLossMount.CrashPoint("write", Int.random(in: 1...30, using: &generator))
-                : PowerLossMount.CrashPoint("op", Int.random(in: 50...1500, using: &generator))
-            let (problems, _, _) = try await cut(workload, at: point)
-            #expect(problems.isEmpty, "seed \(seed): \(problems.joined(separator: "\n"))")
+                ? PowerLossMount.CrashPoint("write", Int.random(in: 1...24, using: &generator))
+                : PowerLossMount.CrashPoint("op", Int.random(in: 1...900, using: &generator))
+            let ordering = Bool.random(using: &generator) ? "strict" : "ordered"
+            let outcome = try await cut(workload, at: point, ordering: ordering)
+            #expect(outcome.problems.isEmpty, "seed \(seed): \(outcome.problems.joined(separator: "\n"))")
+            if outcome.crashed { crashed += 1 }
+            if !outcome.problems.isEmpty { failed += 1 }
         }
+        print("power loss, random: seed \(seed), \(cuts) cuts, \(crashed) inside the run, \(failed) failed")
     }
 
     @Test("Start-up recovery cut by a power loss of its own, then a clean start", arguments: [1, 2, 3])
     func recoveryCut(count: Int) async throws {
-        // Cuts inside package saves leave temporary files and trees for the restart to remove.
+        // Cuts inside package saves leave temporary files and trees for the restart to
+        // remove (with ext4's ordering: under POSIX's rule a temporary's name is never
+        // made durable, its directory is synced only after the rename).
+        var recoveriesCut = 0
+        var withTemporaries = 0
+        var runs = 0
         for point in [PowerLossMount.CrashPoint("fsync", 2), .init("write", 4), .init("fsync", 6)] {
             for kind in ["unlink", "rmdir", "fsyncdir"] {
-                let (problems, _, _) = try await cut(
-                    .package, at: point, recoveryCut: PowerLossMount.CrashPoint(kind, count))
-                #expect(problems.isEmpty, "recovery cut at \(kind):\(count): \(problems.joined(separator: "\n"))")
+                let outcome = try await cut(
+                    .package, at: point, recoveryCut: PowerLossMount.CrashPoint(kind, count), ordering: "ordered")
+                #expect(
+                    outcome.problems.isEmpty,
+                    "recovery cut at \(kind):\(count): \(outcome.problems.joined(separator: "\n"))")
+                runs += 1
+                if outcome.recoveryWasCut { recoveriesCut += 1 }
+                if outcome.temporaries > 0 { withTemporaries += 1 }
             }
         }
+        print(
+            "power loss, recovery cut at its operation \(count): \(runs) runs, \(withTemporaries) with temporaries, \(recoveriesCut) recoveries cut"
+        )
+        #expect(withTemporaries > 0 && recoveriesCut > 0, "the cuts left work for recovery, and recovery was cut")
     }
 }
