@@ -106,10 +106,11 @@ enum Workload: String, CaseIterable, CustomStringConvertible {
             guard (try? Self.externalSave(Versions.text(doc, 3), to: doc, in: root)) != nil else { return }
             acks.external[doc] = 3
             // The conflict event says the copy is durable; after a cut none comes.
-            let deadline = ContinuousClock.now + .seconds(30)
+            let deadline = ContinuousClock.now + .seconds(20)
             var announced = false
             while !announced, ContinuousClock.now < deadline, !isCut() {
-                guard let event = try? events.receive() else { continue }
+                var ready = pollfd(fd: events.descriptor, events: Int16(POLLIN), revents: 0)
+                guard poll(&ready, 1, 100) == 1, let event = try? events.receive() else { continue }
                 if event["event"]?.stringValue == "conflict", let copy = event["copy"]?.stringValue {
                     acks.conflictCopies.append((copy, doc, 2))
                     announced = true
@@ -207,7 +208,6 @@ final class PowerLossRig {
                 if let client = try? Self.client(socket), let events = try? Self.client(socket),
                     (try? events.call(["cmd": "subscribe", "events": ["conflict"]]))?["ok"] == true
                 {
-                    Self.setReceiveTimeout(events, milliseconds: 200)
                     workload.run(client, events: events, root: mountPoint, isCut: { mount.crashed }, into: &acks)
                 }
                 // A power cut ends the daemon too.
