@@ -271,8 +271,13 @@ extension DocumentStore {
                 // Every directory on the way is opened without following a link, and the
                 // writer is confined to the root (see `writer`).
                 try Self.makeParentDirectories(of: path, beneath: root)
-                let report = try writer.write(
-                    wrapper, to: fullPath, options: [], originalContentsPath: fullPath, expecting: expected)
+                let report: DurableWriter.Report
+                do {
+                    report = try writer.write(
+                        wrapper, to: fullPath, options: [], originalContentsPath: fullPath, expecting: expected)
+                } catch let error as DocumentError where error.operation == .syncDirectory {
+                    throw Self.replacedBeforeFailing(error, path: fullPath, bytes: bytes)
+                }
                 let status = try? FileDescriptor.currentWorkingDirectory.status(of: report.path)
                 return SaveOutcome(
                     wrapper: wrapper, report: report, fingerprint: status.map { Fingerprint($0, contents: bytes) })
@@ -375,8 +380,14 @@ extension DocumentStore {
                 "the save of \(path) found the file changed by another program and replaced nothing: \(error)",
                 ["document": path, "message_id": MessageID.externalChange])
             changeFoundBySave(path)
-        case .failure(let error):
+        case .failure(var error):
             var entry = entries[path]!
+            if let replaced = error as? FailedAfterReplacing {
+                // The file in place is this save's: the retry replaces it, and the watcher
+                // does not take it for another program's.
+                entry.fingerprint = replaced.fingerprint
+                error = replaced.error
+            }
             let attempts = (entry.failure?.attempts ?? 0) + 1
             let backoff = backoff(after: attempts)
             let retryAt = Moment.now + backoff
@@ -400,6 +411,15 @@ extension DocumentStore {
         }
         if entries[path]?.isDirty == true { schedule(path) }
         if pendingChecks.remove(path) != nil { checkExternalChange(path) }
+    }
+
+    /// A regular file's save whose directory sync failed after the rename: if the file
+    /// in place holds the save's bytes, the failure carries its fingerprint.
+    nonisolated static func replacedBeforeFailing(_ error: DocumentError, path: String, bytes: Data?) -> any Error {
+        guard let bytes, let status = try? FileDescriptor.currentWorkingDirectory.status(of: path),
+            status.kind == .regular, (try? Data(contentsOf: URL(fileURLWithPath: path))) == bytes
+        else { return error }
+        return FailedAfterReplacing(error: error, fingerprint: Fingerprint(status, contents: bytes))
     }
 
     private static func didSave<D: AutosaveDocument>(_ document: inout D, snapshot: any AutosaveDocument) {
@@ -426,6 +446,13 @@ extension DocumentStore {
             message: "the document could not be serialised: \(error)", attempts: attempts, failedAt: Date(),
             retryAt: retryAt)
     }
+}
+
+/// A save that failed after it had put its file in place (its directory's fsync failed
+/// after the rename): the file there holds the save's bytes, not yet durable.
+struct FailedAfterReplacing: Error {
+    var error: any Error
+    var fingerprint: Fingerprint
 }
 
 /// What a finished save hands back to the store.

@@ -235,8 +235,7 @@ final class EventLoop: SerialExecutor, @unchecked Sendable {
     }
 
     private func signal() {
-        let one: UInt64 = 1
-        withUnsafeBytes(of: one) { try? wakeup.writeAll($0) }
+        try? wakeup.signalEventFD()
     }
 
     /// Stops the loop thread; every waiter is resumed with `false`. Jobs queued after

@@ -129,6 +129,8 @@ int clinux_epoll_ctl_del(void) { return EPOLL_CTL_DEL; }
 
 int clinux_eventfd(void) { return eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK); }
 
+int clinux_eventfd_signal(int fd) { return eventfd_write(fd, 1); }
+
 int clinux_unix_datagram_socket(void) { return socket(AF_UNIX, SOCK_DGRAM | SOCK_CLOEXEC, 0); }
 
 uint64_t clinux_monotonic_usec(void) {

@@ -100,7 +100,8 @@ public struct StderrLogHandler: LogHandler {
             text += value.contains(" ") ? " \(key)=\"\(value)\"" : " \(key)=\(value)"
         }
         text += "\n"
-        // One write(2) per entry: lines from concurrent tasks never interleave.
-        FileHandle.standardError.write(Data(text.utf8))
+        // One write(2) per entry: lines from concurrent tasks never interleave. A failed
+        // write (stderr on a full disk, a closed pipe) loses the line, never the daemon.
+        try? FileHandle.standardError.write(contentsOf: Data(text.utf8))
     }
 }

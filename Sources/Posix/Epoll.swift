@@ -68,4 +68,12 @@ extension FileDescriptor {
     public static func eventFD() throws(Errno) -> FileDescriptor {
         FileDescriptor(rawValue: try valueOrErrno { system_eventfd() }.get())
     }
+
+    /// Adds 1 to this eventfd's counter, waking a thread that waits for it.
+    ///
+    /// The corresponding C function is `eventfd_write`, not `write`: a fault injected
+    /// into file writes (libfiu's `posix/io/rw/write`) does not stop the wake-ups.
+    public func signalEventFD() throws(Errno) {
+        _ = try valueOrErrno { system_eventfd_signal(rawValue) }.get()
+    }
 }

@@ -105,9 +105,10 @@ public final class PowerLossMount {
     ///   - ordering: `strict` (POSIX: a file's data once it is fsynced, a directory's
     ///     entries once it is fsynced) or `ordered` (an idealised ext4 `data=ordered`).
     ///   - cutAtUnmount: whether unmounting is a power cut too (else the live tree stays).
+    ///   - failures: operations that fail with EIO and do nothing (the `count`-th of `kind`).
     public init(
         backing: String, at path: String, crash: CrashPoint? = nil, ordering: String = "strict",
-        cutAtUnmount: Bool = true
+        cutAtUnmount: Bool = true, failing failures: [CrashPoint] = []
     ) throws {
         self.backing = backing
         self.path = path
@@ -117,6 +118,7 @@ public final class PowerLossMount {
             Self.script, backing, path, "--ordering", ordering, "--on-exit", cutAtUnmount ? "cut" : "keep",
         ]
         if let crash { arguments += ["--crash-after", crash.description] }
+        for failure in failures { arguments += ["--fail", failure.description] }
         process.arguments = arguments
         let out = Pipe()
         let err = Pipe()

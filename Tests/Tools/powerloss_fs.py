@@ -25,12 +25,15 @@ is gone), so nothing the program does afterwards can look durable to it. A cut c
                          unlink, rmdir, link, symlink, op (any operation));
   SIGUSR1                at the next operation after the signal;
   at unmount             unless --on-exit keep: the end of a run is a cut too.
+--fail KIND:K[:ERRNO] (repeatable) makes the K-th operation of KIND fail with ERRNO
+(default EIO) and do nothing, without a cut: a disk error on one call.
 When the file system is unmounted (fusermount3 -u / umount) after a cut, BACKING is
 rebuilt from the model alone: exactly the tree a power cut at that instant could leave.
 
 Lines on standard output (flushed at once):
     ready                                  mounted and serving
     crashed KIND K op N                    the cut happened (after op N of the run)
+    failed KIND K with ERRNO               an injected error was returned
     counts write=… fsync=… …               operations of the run, at exit
     rebuilt files=F directories=D  BACKING holds the durable model
 Extra options: --fsname NAME (default powerlossfs).
@@ -74,10 +77,11 @@ class Node:
 class PowerLossFS(Operations):
     use_ns = True
 
-    def __init__(self, backing, ordering, crash_after):
+    def __init__(self, backing, ordering, crash_after, failures=()):
         self.backing = os.path.realpath(backing)
         self.ordering = ordering
         self.crash_kind, self.crash_count = crash_after if crash_after else (None, None)
+        self.failures = {(kind, count): code for kind, count, code in failures}
         self.mutex = threading.RLock()
         self.nodes = {}
         self.by_inode = {}  # backing inode number -> node id, for inodes alive in BACKING
@@ -208,6 +212,13 @@ class PowerLossFS(Operations):
         """Runs one operation: refused once the power is off, counted once done."""
         with self.mutex:
             self._check_alive()
+            code = self.failures.get((kind, self.counts[kind] + 1))
+            if code is not None:
+                # An injected error: the operation does nothing and fails.
+                self.counts["op"] += 1
+                self.counts[kind] += 1
+                say("failed %s %d with %s" % (kind, self.counts[kind], errno.errorcode.get(code, code)))
+                raise FuseOSError(code)
             try:
                 result = body()
             except OSError:
@@ -463,6 +474,7 @@ def main():
     parser.add_argument("--ordering", choices=("strict", "ordered"), default="strict")
     parser.add_argument("--crash-after", metavar="KIND:K")
     parser.add_argument("--on-exit", choices=("cut", "keep"), default="cut")
+    parser.add_argument("--fail", metavar="KIND:K[:ERRNO]", action="append", default=[])
     parser.add_argument("--fsname", default="powerlossfs")
     args = parser.parse_args()
     crash_after = None
@@ -472,7 +484,15 @@ def main():
             parser.error("--crash-after takes KIND:K with KIND one of %s and K >= 1" % ", ".join(KINDS))
         crash_after = (kind, int(count))
 
-    fs = PowerLossFS(args.backing, args.ordering, crash_after)
+    failures = []
+    for spec in args.fail:
+        parts = spec.split(":")
+        if len(parts) not in (2, 3) or parts[0] not in KINDS or not parts[1].isdigit():
+            parser.error("--fail takes KIND:K or KIND:K:ERRNO")
+        code = int(parts[2]) if len(parts) == 3 else errno.EIO
+        failures.append((parts[0], int(parts[1]), code))
+
+    fs = PowerLossFS(args.backing, args.ordering, crash_after, failures)
 
     def on_signal(number, frame):
         fs.signalled = True

@@ -72,6 +72,8 @@ int clinux_epoll_ctl_del(void);
 
 /// eventfd for waking an epoll loop.
 int clinux_eventfd(void);
+/// Adds 1 to an eventfd's counter (eventfd_write).
+int clinux_eventfd_signal(int fd);
 
 /// A Unix datagram socket (close-on-exec), for a NOTIFY_SOCKET-style receiver.
 int clinux_unix_datagram_socket(void);

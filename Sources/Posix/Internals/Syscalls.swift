@@ -141,6 +141,7 @@ internal func system_epoll_wait(
     clinux_epoll_wait(epfd, events, capacity, timeout)
 }
 internal func system_eventfd() -> CInt { clinux_eventfd() }
+internal func system_eventfd_signal(_ fd: CInt) -> CInt { clinux_eventfd_signal(fd) }
 
 /// Runs `body` until it succeeds or fails with something other than EINTR.
 /// `close` never goes through here: after EINTR its descriptor is already gone.

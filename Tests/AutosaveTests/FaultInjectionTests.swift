@@ -1,0 +1,332 @@
+import Control
+import Foundation
+@preconcurrency import Glibc
+import TestSupport
+import Testing
+
+/// The built daemon under `fiu-run -x` (libfiu's POSIX wrappers preloaded, its control
+/// pipe at `<directory>/fiu-<pid>`), with faults switched on and off while it runs.
+final class FaultRig {
+    let directory = TemporaryDirectory("faults")
+    var root: String
+    var socket: String { directory.sub("run/control.sock") }
+    var config: String { directory.sub("autosaved.conf") }
+    var process: DaemonProcess!
+    var pid: Int32 { process.process.processIdentifier }
+
+    /// - Parameters:
+    ///   - root: the store root (default: a directory in the rig's temporary directory).
+    ///   - underFaultInjection: whether the daemon runs under `fiu-run -x`.
+    init(root: String? = nil, underFaultInjection: Bool = true) async throws {
+        self.root = root ?? directory.sub("root")
+        try FileManager.default.createDirectory(atPath: directory.sub("run"), withIntermediateDirectories: true)
+        try Disk.write(
+            "[Store]\nRoot=\(self.root)\n[Autosave]\nQuietPeriod=1h\nMaxDelay=1h\nRetryInterval=200ms\n"
+                + "MaxRetryInterval=400ms\n[Control]\nSocket=\(socket)\n",
+            to: config)
+        let daemon = Machine.product("autosaved")
+        let arguments =
+            underFaultInjection
+            ? ["-x", "-f", directory.sub("fiu"), daemon, "--config", config] : ["--config", config]
+        let program = underFaultInjection ? "/usr/bin/fiu-run" : daemon
+        process = try DaemonProcess(program, arguments)
+        await process.waitForLine(containing: "started:")
+    }
+
+    /// Runs a libfiu control command (`enable name=…,failinfo=…`, `disable name=…`) in the daemon.
+    func fiu(_ command: String) throws {
+        let result = try Machine.run("fiu-ctrl", ["-c", command, "-f", directory.sub("fiu"), "\(pid)"])
+        guard result.status == 0, !result.stderr.contains("Error") else { throw Failure("fiu-ctrl: \(result)") }
+    }
+
+    func client() throws -> ControlClient { try ControlClient(socketPath: socket) }
+
+    func call(_ request: JSONValue) throws -> JSONValue { try client().call(request) }
+
+    func status() throws -> JSONValue { try call(["cmd": "status"]) }
+
+    /// Waits (up to a minute) until no document is unsaved, with no save request: the retries alone.
+    func waitUntilSaved(sourceLocation: SourceLocation = #_sourceLocation) async throws {
+        let deadline = ContinuousClock.now + .seconds(60)
+        while ContinuousClock.now < deadline {
+            let status = try status()
+            if status["unsaved"]?.intValue == 0, status["failed"]?.intValue == 0 { return }
+            try await Task.sleep(for: .milliseconds(50))
+        }
+        Issue.record("still unsaved after a minute: \(try status())", sourceLocation: sourceLocation)
+    }
+
+    func stop() async -> Int32 {
+        process.signal(SIGTERM)
+        return await process.exitStatus()
+    }
+
+    deinit {
+        if process?.process.isRunning == true { process.signal(SIGKILL) }
+    }
+}
+
+/// What one injected fault must leave: the old file whole, the edit in memory, the cause
+/// in `status`, and, once the fault is gone, a retry that saves without a restart.
+struct InjectedFault: Sendable, CustomStringConvertible {
+    var point: String
+    var errno: Int32
+    var errnoName: String
+    var operation: String
+    var description: String { "\(point) \(errnoName)" }
+}
+
+@Suite(
+    "Injected faults: the built daemon under libfiu, and real full, read-only and descriptor-starved file systems",
+    .serialized)
+struct FaultInjectionTests {
+    static let text1 = String(repeating: "old line\n", count: 2000)
+    static let text2 = String(repeating: "new line, longer\n", count: 3000)
+
+    static let faults = [
+        InjectedFault(point: "posix/io/sync/fsync", errno: EIO, errnoName: "EIO", operation: "fsync"),
+        InjectedFault(point: "posix/io/rw/write", errno: EIO, errnoName: "EIO", operation: "write"),
+        InjectedFault(point: "posix/io/rw/write", errno: ENOSPC, errnoName: "ENOSPC", operation: "write"),
+    ]
+
+    @Test(
+        "A fault by name: the old file whole, the edit kept, the cause in status; after it, saved with no restart",
+        .enabled(if: Machine.has("fiu-run") && Machine.has("fiu-ctrl"), "needs Debian's fiu-utils"),
+        arguments: Self.faults)
+    func byName(fault: InjectedFault) async throws {
+        let rig = try await FaultRig()
+        #expect(try rig.call(["cmd": "set", "doc": "doc.txt", "text": .string(Self.text1)])["ok"] == true)
+        #expect(try rig.call(["cmd": "save", "doc": "doc.txt", "wait": true])["ok"] == true)
+        let events = try rig.client()
+        _ = try events.call(["cmd": "subscribe", "events": ["saved", "save-failed"]])
+
+        try rig.fiu("enable name=\(fault.point),failinfo=\(fault.errno)")
+        #expect(try rig.call(["cmd": "set", "doc": "doc.txt", "text": .string(Self.text2)])["ok"] == true)
+        let failed = try rig.call(["cmd": "save", "doc": "doc.txt", "wait": true])
+        #expect(failed["error"]?["code"]?.stringValue == "save-failed", "\(failed)")
+        let message = failed["error"]?["message"]?.stringValue ?? ""
+        #expect(message.contains(fault.operation) && message.contains(fault.errnoName), "\(message)")
+        // Nothing lost: the old file whole, no temporary, the edit in memory.
+        #expect(try String(contentsOfFile: rig.root + "/doc.txt", encoding: .utf8) == Self.text1)
+        #expect(Disk.temporaries(under: rig.root).isEmpty)
+        #expect(try rig.call(["cmd": "get", "doc": "doc.txt"])["text"]?.stringValue == Self.text2)
+        // The cause, in status.
+        let status = try rig.status()
+        let failure = status["last_failure"]
+        #expect(failure?["operation"]?.stringValue == fault.operation, "\(status)")
+        #expect(failure?["errno"]?.stringValue == fault.errnoName, "\(status)")
+        #expect(status["failed"]?.intValue == 1)
+        // Retries keep failing while the fault lasts (at least one more attempt), then succeed once it is gone.
+        while try events.receive()["event"]?.stringValue != "save-failed" {}
+        try rig.fiu("disable name=\(fault.point)")
+        try await rig.waitUntilSaved()
+        #expect(try String(contentsOfFile: rig.root + "/doc.txt", encoding: .utf8) == Self.text2)
+        #expect(Disk.temporaries(under: rig.root).isEmpty)
+        // The retry wrote the whole file again from memory (after an fsync error the
+        // kernel may have dropped the dirty pages; the file whose sync failed was removed).
+        var saved: JSONValue?
+        while saved == nil {
+            let event = try events.receive()
+            if event["event"]?.stringValue == "saved" { saved = event }
+        }
+        #expect(saved?["bytes"]?.intValue == Self.text2.utf8.count, "\(String(describing: saved))")
+        #expect(try rig.status()["last_failure"] != nil, "the last failure stays on record")
+        #expect(await rig.stop() == 0)
+    }
+
+    @Test(
+        "A package member's fsync fails: the member is written again from memory once the fault is gone",
+        .enabled(if: Machine.has("fiu-run") && Machine.has("fiu-ctrl"), "needs Debian's fiu-utils"))
+    func packageMemberSync() async throws {
+        let rig = try await FaultRig()
+        #expect(try rig.call(["cmd": "create", "doc": "book.package"])["ok"] == true)
+        for member in ["a.txt", "ch/b.txt"] {
+            _ = try rig.call([
+                "cmd": "put-member", "doc": "book.package", "member": .string(member), "text": .string(Self.text1),
+            ])
+        }
+        #expect(try rig.call(["cmd": "save", "doc": "book.package", "wait": true])["ok"] == true)
+        try rig.fiu("enable name=posix/io/sync/fsync,failinfo=5")
+        _ = try rig.call([
+            "cmd": "put-member", "doc": "book.package", "member": "ch/b.txt", "text": .string(Self.text2),
+        ])
+        let failed = try rig.call(["cmd": "save", "doc": "book.package", "wait": true])
+        #expect(failed["error"]?["code"]?.stringValue == "save-failed")
+        #expect(try String(contentsOfFile: rig.root + "/book.package/ch/b.txt", encoding: .utf8) == Self.text1)
+        try rig.fiu("disable name=posix/io/sync/fsync")
+        try await rig.waitUntilSaved()
+        #expect(try String(contentsOfFile: rig.root + "/book.package/ch/b.txt", encoding: .utf8) == Self.text2)
+        #expect(try String(contentsOfFile: rig.root + "/book.package/a.txt", encoding: .utf8) == Self.text1)
+        #expect(Disk.temporaries(under: rig.root).isEmpty)
+        #expect(await rig.stop() == 0)
+    }
+
+    @Test(
+        "Faults at random (fsync EIO 30 %, write ENOSPC 20 %) over 3 documents: every save answered, nothing lost",
+        .enabled(if: Machine.has("fiu-run") && Machine.has("fiu-ctrl"), "needs Debian's fiu-utils"))
+    func random() async throws {
+        let rig = try await FaultRig()
+        try rig.fiu("enable_random name=posix/io/sync/fsync,probability=0.3,failinfo=5")
+        try rig.fiu("enable_random name=posix/io/rw/write,probability=0.2,failinfo=28")
+        var latest: [String: String] = [:]
+        var failures = 0
+        var successes = 0
+        let client = try rig.client()
+        for round in 0..<30 {
+            let doc = ["a.txt", "b.txt", "dir/c.txt"][round % 3]
+            let text = "\(doc) round \(round)\n" + String(repeating: "x", count: 100 * round)
+            #expect(try client.call(["cmd": "set", "doc": .string(doc), "text": .string(text)])["ok"] == true)
+            latest[doc] = text
+            let reply = try client.call(["cmd": "save", "doc": .string(doc), "wait": true])
+            if reply["ok"] == true {
+                successes += 1
+                #expect(try String(contentsOfFile: rig.root + "/" + doc, encoding: .utf8) == text)
+            } else {
+                failures += 1
+                #expect(reply["error"]?["code"]?.stringValue == "save-failed", "\(reply)")
+            }
+        }
+        try rig.fiu("disable name=posix/io/sync/fsync")
+        try rig.fiu("disable name=posix/io/rw/write")
+        try await rig.waitUntilSaved()
+        for (doc, text) in latest {
+            #expect(try String(contentsOfFile: rig.root + "/" + doc, encoding: .utf8) == text, "\(doc)")
+        }
+        #expect(Disk.temporaries(under: rig.root).isEmpty)
+        print("injected faults, random: 30 saves, \(successes) succeeded, \(failures) failed and were retried")
+        #expect(failures > 0, "some faults were injected")
+        #expect(await rig.stop() == 0)
+    }
+
+    @Test(
+        "EMFILE: with no descriptor left, saves fail and say so; once the limit is raised, they succeed",
+        .enabled(if: Machine.has("prlimit"), "needs util-linux's prlimit"))
+    func outOfDescriptors() async throws {
+        let rig = try await FaultRig(underFaultInjection: false)
+        #expect(try rig.call(["cmd": "set", "doc": "doc.txt", "text": .string(Self.text1)])["ok"] == true)
+        #expect(try rig.call(["cmd": "save", "doc": "doc.txt", "wait": true])["ok"] == true)
+        // Connections opened first take descriptors; then the limit is set to what is open.
+        let client = try rig.client()
+        _ = try client.call(["cmd": "status"])
+        let open = try FileManager.default.contentsOfDirectory(atPath: "/proc/\(rig.pid)/fd").count
+        var result = try Machine.run("prlimit", ["--pid", "\(rig.pid)", "--nofile=\(open):4096"])
+        #expect(result.status == 0, "\(result)")
+        #expect(try client.call(["cmd": "set", "doc": "doc.txt", "text": .string(Self.text2)])["ok"] == true)
+        let failed = try client.call(["cmd": "save", "doc": "doc.txt", "wait": true])
+        #expect(failed["error"]?["code"]?.stringValue == "save-failed", "\(failed)")
+        #expect(failed["error"]?["message"]?.stringValue?.contains("EMFILE") == true, "\(failed)")
+        #expect(try client.call(["cmd": "status"])["last_failure"]?["errno"]?.stringValue == "EMFILE")
+        #expect(try String(contentsOfFile: rig.root + "/doc.txt", encoding: .utf8) == Self.text1)
+        result = try Machine.run("prlimit", ["--pid", "\(rig.pid)", "--nofile=4096:4096"])
+        #expect(result.status == 0)
+        let deadline = ContinuousClock.now + .seconds(60)
+        while ContinuousClock.now < deadline, try client.call(["cmd": "status"])["unsaved"]?.intValue != 0 {
+            try await Task.sleep(for: .milliseconds(50))
+        }
+        #expect(try String(contentsOfFile: rig.root + "/doc.txt", encoding: .utf8) == Self.text2)
+        #expect(Disk.temporaries(under: rig.root).isEmpty)
+        #expect(await rig.stop() == 0)
+    }
+
+    @Test(
+        "A real full disk (1 MiB tmpfs) and a read-only remount under the running daemon: reported, then saved",
+        .enabled(if: Machine.isRoot, "mounting needs root"))
+    func realFullAndReadOnly() async throws {
+        let scratch = TemporaryDirectory("faults-mounts")
+        let small = scratch.sub("small")
+        try FileManager.default.createDirectory(atPath: small, withIntermediateDirectories: false)
+        let tmpfs = try Mount(tmpfsOfSize: "1m", at: small)
+        defer { withExtendedLifetime(tmpfs) {} }
+        try FileManager.default.createDirectory(atPath: small + "/root", withIntermediateDirectories: false)
+        let rig = try await FaultRig(root: small + "/root", underFaultInjection: false)
+        #expect(try rig.call(["cmd": "set", "doc": "doc.txt", "text": .string(Self.text1)])["ok"] == true)
+        #expect(try rig.call(["cmd": "save", "doc": "doc.txt", "wait": true])["ok"] == true)
+
+        // ENOSPC.
+        try Disk.fill(small)
+        _ = try rig.call(["cmd": "set", "doc": "doc.txt", "text": .string(Self.text2)])
+        let full = try rig.call(["cmd": "save", "doc": "doc.txt", "wait": true])
+        #expect(full["error"]?["message"]?.stringValue?.contains("ENOSPC") == true, "\(full)")
+        #expect(try rig.status()["last_failure"]?["errno"]?.stringValue == "ENOSPC")
+        #expect(try String(contentsOfFile: rig.root + "/doc.txt", encoding: .utf8) == Self.text1)
+        try FileManager.default.removeItem(atPath: small + "/filler")
+        try await rig.waitUntilSaved()
+        #expect(try String(contentsOfFile: rig.root + "/doc.txt", encoding: .utf8) == Self.text2)
+
+        // EROFS: the same file system made read-only under the daemon, then writable again.
+        let remount = try Machine.run("mount", ["-o", "remount,ro", small])
+        #expect(remount.status == 0, "\(remount)")
+        defer { _ = try? Machine.run("mount", ["-o", "remount,rw", small]) }
+        _ = try rig.call(["cmd": "set", "doc": "doc.txt", "text": .string(Self.text1 + "again\n")])
+        let readOnly = try rig.call(["cmd": "save", "doc": "doc.txt", "wait": true])
+        #expect(readOnly["error"]?["message"]?.stringValue?.contains("EROFS") == true, "\(readOnly)")
+        #expect(try rig.status()["last_failure"]?["errno"]?.stringValue == "EROFS")
+        #expect(try String(contentsOfFile: rig.root + "/doc.txt", encoding: .utf8) == Self.text2)
+        #expect(try Machine.run("mount", ["-o", "remount,rw", small]).status == 0)
+        try await rig.waitUntilSaved()
+        #expect(try String(contentsOfFile: rig.root + "/doc.txt", encoding: .utf8) == Self.text1 + "again\n")
+        #expect(Disk.temporaries(under: rig.root).isEmpty)
+        #expect(await rig.stop() == 0)
+    }
+
+    @Test(
+        "The directory's fsync fails after the rename: the file in place is the daemon's own, retried, no conflict",
+        .enabled(if: PowerLossMount.isAvailable, "needs root, /dev/fuse and Debian's python3-fusepy"))
+    func directorySyncFailsAfterRename() async throws {
+        let scratch = TemporaryDirectory("faults-fuse")
+        for name in ["backing", "mnt"] {
+            try FileManager.default.createDirectory(atPath: scratch.sub(name), withIntermediateDirectories: false)
+        }
+        // The daemon's start-up syncs no directory here; the first save syncs one, the second save's fails.
+        let mount = try PowerLossMount(
+            backing: scratch.sub("backing"), at: scratch.sub("mnt"), cutAtUnmount: false,
+            failing: [PowerLossMount.CrashPoint("fsyncdir", 2)])
+        defer { try? mount.unmount() }
+        let rig = try await FaultRig(root: scratch.sub("mnt"), underFaultInjection: false)
+        #expect(try rig.call(["cmd": "set", "doc": "doc.txt", "text": .string(Self.text1)])["ok"] == true)
+        #expect(try rig.call(["cmd": "save", "doc": "doc.txt", "wait": true])["ok"] == true)
+        #expect(try rig.call(["cmd": "set", "doc": "doc.txt", "text": .string(Self.text2)])["ok"] == true)
+        let failed = try rig.call(["cmd": "save", "doc": "doc.txt", "wait": true])
+        #expect(failed["error"]?["code"]?.stringValue == "save-failed", "\(failed)")
+        #expect(failed["error"]?["message"]?.stringValue?.contains("fsync directory") == true, "\(failed)")
+        #expect(mount.lines.all.contains { $0.hasPrefix("failed fsyncdir 2") })
+        // The new file is in place but not durable; the retry writes and syncs it again.
+        try await rig.waitUntilSaved()
+        #expect(try String(contentsOfFile: rig.root + "/doc.txt", encoding: .utf8) == Self.text2)
+        let status = try rig.status()
+        #expect(status["watch"]?["conflicts"]?.intValue == 0, "\(status)")
+        #expect(try Disk.names(in: rig.root) == ["doc.txt"], "no conflict copy")
+        #expect(await rig.stop() == 0)
+    }
+
+    @Test("Log lines that cannot be written (stderr on a full device) do not stop the daemon")
+    func fullStandardError() async throws {
+        let directory = TemporaryDirectory("faults-stderr")
+        let config = directory.sub("autosaved.conf")
+        let socket = directory.sub("control.sock")
+        try Disk.write(
+            "[Store]\nRoot=\(directory.sub("root"))\n[Autosave]\nQuietPeriod=1h\nMaxDelay=1h\n[Control]\nSocket=\(socket)\n",
+            to: config)
+        let daemon = Process()
+        daemon.executableURL = URL(fileURLWithPath: Machine.product("autosaved"))
+        daemon.arguments = ["--config", config]
+        daemon.standardError = FileHandle(forWritingAtPath: "/dev/full")
+        daemon.standardOutput = FileHandle(forWritingAtPath: "/dev/full")
+        try daemon.run()
+        defer { if daemon.isRunning { kill(daemon.processIdentifier, SIGKILL) } }
+        // Its log says when it is ready, but that goes nowhere: wait for the socket to answer.
+        var client: ControlClient?
+        let deadline = ContinuousClock.now + .seconds(60)
+        while client == nil, daemon.isRunning, ContinuousClock.now < deadline {
+            client = try? ControlClient(socketPath: socket)
+            if client == nil { try await Task.sleep(for: .milliseconds(20)) }
+        }
+        let connected = try #require(client, "the daemon answers")
+        #expect(try connected.call(["cmd": "set", "doc": "a.txt", "text": "logged nowhere\n"])["ok"] == true)
+        #expect(try connected.call(["cmd": "save", "doc": "a.txt", "wait": true])["ok"] == true)
+        #expect(try String(contentsOfFile: directory.sub("root/a.txt"), encoding: .utf8) == "logged nowhere\n")
+        kill(daemon.processIdentifier, SIGTERM)
+        daemon.waitUntilExit()
+        #expect(daemon.terminationStatus == 0)
+    }
+}
