@@ -54,9 +54,11 @@ do {
         }
 
     case "loop-package":
-        // loop-package PATH [--atomic] [--rename-aside] [--members M]: save package versions forever.
+        // loop-package PATH [--atomic] [--rename-aside] [--members M] [--versions N]: save
+        // package versions forever, or N of them, saying "saved V" after each.
         let path = arguments[0]
         let members = option("--members", default: 8)
+        let limit = option("--versions", default: 0)
         let options: FileWrapper.WritingOptions = flag("--atomic") ? [.atomic] : []
         let writer = DurableWriter(packageSwap: flag("--rename-aside") ? .renameAside : .exchange)
         var version = 0
@@ -69,12 +71,18 @@ do {
         } else {
             wrapper = CrashVersions.package(version: 0, members: members)
             try writer.write(wrapper, to: path, options: options)
+            if limit > 0 { say("saved 0") }
         }
         var announced = false
         while true {
             version += 1
             CrashVersions.advance(wrapper, to: version, members: members)
             try writer.write(wrapper, to: path, options: options, originalContentsPath: path)
+            if limit > 0 {
+                say("saved \(version)")
+                if version >= limit { break }
+                continue
+            }
             if !announced {
                 say("ready")
                 announced = true

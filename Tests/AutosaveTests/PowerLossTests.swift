@@ -304,7 +304,9 @@ final class PowerLossRig {
         }
         // Nothing but documents, conflict copies and their directories.
         let known = Set(
-            Workload.documents.map { $0.split(separator: "/").first.map(String.init)! } + ["c.txt", "book.package", "c.txt.incoming"])
+            Workload.documents.map { $0.split(separator: "/").first.map(String.init)! } + [
+                "c.txt", "book.package", "c.txt.incoming",
+            ])
         for name in (try? Disk.names(in: backing)) ?? [] where !known.contains(name) && !name.contains("(conflict ") {
             problems.append("unexpected entry \(name)")
         }
@@ -404,6 +406,80 @@ struct PowerLossTests {
             if !outcome.problems.isEmpty { failed += 1 }
         }
         print("power loss, random: seed \(seed), \(cuts) cuts, \(crashed) inside the run, \(failed) failed")
+    }
+
+    /// One `.atomic` package run of the documents probe (a first save, then `versions`
+    /// whole trees swapped in), cut at `crash`; then recovery and the checks on what a
+    /// disk would hold. Returns the problems and the run's operation counts.
+    func atomicRun(swap: String, crash: PowerLossMount.CrashPoint?, versions: Int = 4) throws -> (
+        problems: [String], counts: [String: Int], crashed: Bool
+    ) {
+        let directory = TemporaryDirectory("powerloss-atomic")
+        let backing = directory.sub("backing")
+        let mountPoint = directory.sub("mnt")
+        for path in [backing, mountPoint] {
+            try FileManager.default.createDirectory(atPath: path, withIntermediateDirectories: false)
+        }
+        let mount = try PowerLossMount(backing: backing, at: mountPoint, crash: crash)
+        let run = try Machine.run(
+            Machine.probe,
+            ["loop-package", mountPoint + "/p.pkg", "--atomic", swap, "--members", "4", "--versions", "\(versions)"])
+        try mount.unmount()
+        let acknowledged = run.stdout.split(separator: "\n").compactMap { line in
+            line.hasPrefix("saved ") ? Int(line.dropFirst("saved ".count)) : nil
+        }.max()
+        var problems: [String] = []
+        if crash == nil, run.status != 0 { problems.append("the run failed: \(run)") }
+        // The restart: recovery on what the cut left, itself followed by a cut at unmount.
+        let again = try PowerLossMount(backing: backing, at: mountPoint)
+        let recovery = try Machine.run(Machine.probe, ["recover", mountPoint])
+        try again.unmount()
+        if recovery.status != 0 { problems.append("recovery failed: \(recovery)") }
+        let temporaries = Disk.temporaries(under: backing)
+        if !temporaries.isEmpty { problems.append("temporaries left: \(temporaries)") }
+        if FileManager.default.fileExists(atPath: backing + "/p.pkg") {
+            let check = try Machine.run(Machine.probe, ["check-package", backing + "/p.pkg"])
+            let version =
+                check.status == 0
+                ? Int(check.stdout.dropFirst("version ".count).trimmingCharacters(in: .newlines)) : nil
+            if let version {
+                if let acknowledged, version < acknowledged {
+                    problems.append("p.pkg holds version \(version), acknowledged \(acknowledged)")
+                }
+            } else {
+                problems.append("p.pkg is not one complete version: \(check.stderr)")
+            }
+        } else if let acknowledged {
+            problems.append("p.pkg: version \(acknowledged) acknowledged, gone")
+        }
+        let names = (try? Disk.names(in: backing)) ?? []
+        if !names.allSatisfy({ $0 == "p.pkg" }) { problems.append("unexpected entries: \(names)") }
+        return (
+            problems.map { "\(swap) cut at \(crash?.description ?? "the end"): \($0)" }, mount.counts, mount.crashed
+        )
+    }
+
+    @Test(
+        ".atomic package saves (the exchange refused here, so renamed aside): a cut after every rename and directory fsync",
+        arguments: ["--exchange", "--rename-aside"])
+    func atomicPackageCuts(swap: String) throws {
+        let (problems, counts, _) = try atomicRun(swap: swap, crash: nil)
+        #expect(problems.isEmpty, "\(problems.joined(separator: "\n"))")
+        var points: [PowerLossMount.CrashPoint] = []
+        for kind in ["rename", "fsyncdir"] {
+            points += (1...max(1, counts[kind] ?? 0)).map { PowerLossMount.CrashPoint(kind, $0) }
+        }
+        var crashed = 0
+        for point in points {
+            let outcome = try atomicRun(swap: swap, crash: point)
+            #expect(outcome.problems.isEmpty, "\(outcome.problems.joined(separator: "\n"))")
+            if outcome.crashed { crashed += 1 }
+            if !outcome.problems.isEmpty { break }
+        }
+        print(
+            "power loss, .atomic package \(swap): \(points.count) crash points (\(counts["rename"] ?? 0) rename, "
+                + "\(counts["fsyncdir"] ?? 0) directory fsync), \(crashed) reached")
+        #expect(crashed == points.count)
     }
 
     @Test("Start-up recovery cut by a power loss of its own, then a clean start", arguments: [1, 2, 3])
