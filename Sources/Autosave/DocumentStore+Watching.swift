@@ -15,7 +15,7 @@ extension DocumentStore {
         let (stream, continuation) = AsyncStream<[WatchEvent]>.makeStream()
         let log = log
         watcher = try FileWatcher(
-            root: root, pollInterval: configuration.pollInterval, ignore: ignore,
+            root: root, pollInterval: configuration.pollInterval, mode: configuration.watchMode, ignore: ignore,
             log: { log.error($0, ["message_id": MessageID.watchLimit]) },
             deliver: { batch in continuation.yield(batch) })
         watchStreamEnd = continuation
@@ -43,6 +43,7 @@ extension DocumentStore {
         guard let watcher else { return nil }
         return WatchSummary(
             watchedDirectories: watcher.watchCount, polledDirectories: watcher.polledDirectories.count,
+            mode: configuration.watchMode, polledByChoice: watcher.polledByChoice,
             reloads: externalReloads, conflicts: conflicts, overflows: overflows)
     }
 

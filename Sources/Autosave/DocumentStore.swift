@@ -143,7 +143,9 @@ public actor DocumentStore {
             ignore.replace(rules)
             ignoreRulesChanged()
         }
-        if old.watchEnabled != applied.watchEnabled || old.pollInterval != applied.pollInterval {
+        if old.watchEnabled != applied.watchEnabled || old.pollInterval != applied.pollInterval
+            || old.watchMode != applied.watchMode
+        {
             stopWatching()
             guard applied.watchEnabled else { return }
             do {

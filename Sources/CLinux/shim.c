@@ -2,6 +2,7 @@
 #include "CLinux.h"
 
 #include <errno.h>
+#include <sys/statfs.h>
 #include <fcntl.h>
 #include <linux/openat2.h>
 #include <stdio.h>
@@ -135,4 +136,11 @@ uint64_t clinux_monotonic_usec(void) {
     struct timespec t;
     clock_gettime(CLOCK_MONOTONIC, &t);
     return (uint64_t)t.tv_sec * 1000000u + (uint64_t)t.tv_nsec / 1000u;
+}
+
+int clinux_fstatfs_type(int fd, int64_t *type) {
+    struct statfs buf;
+    if (fstatfs(fd, &buf) != 0) return -1;
+    *type = (int64_t)buf.f_type;
+    return 0;
 }

@@ -231,6 +231,16 @@ extension FileDescriptor {
         return FileStatus(buf)
     }
 
+    /// The magic number of the file system holding this file (`statfs`'s `f_type`:
+    /// `0x65735546` for FUSE, `0x6969` for NFS, …).
+    ///
+    /// The corresponding C function is `fstatfs`.
+    public func fileSystemType() throws(Errno) -> Int64 {
+        var type: Int64 = 0
+        try nothingOrErrno { system_fstatfsType(rawValue, &type) }.get()
+        return type
+    }
+
     /// The status of `name` relative to this directory.
     ///
     /// - Parameter followSymlinks: When `false`, a symbolic link is described itself (`AT_SYMLINK_NOFOLLOW`).

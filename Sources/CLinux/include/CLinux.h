@@ -20,6 +20,9 @@ static inline long clinux_send(int fd, const void *buffer, size_t count, int fla
     return syscall(SYS_sendto, fd, buffer, count, flags, (void *)0, 0);
 }
 
+/// The file system type (statfs's f_type) of the file open at `fd` in `type`; -1 with errno on failure.
+int clinux_fstatfs_type(int fd, int64_t *type);
+
 int clinux_renameat2(int olddirfd, const char *oldpath, int newdirfd, const char *newpath,
                      unsigned int flags);
 unsigned int clinux_rename_exchange(void);

@@ -47,6 +47,7 @@ internal func system_fstatat(_ dir: CInt, _ path: UnsafePointer<CChar>, _ buf: i
 }
 
 internal func system_fstat(_ fd: CInt, _ buf: inout stat) -> CInt { Glibc.fstat(fd, &buf) }
+internal func system_fstatfsType(_ fd: CInt, _ type: inout Int64) -> CInt { clinux_fstatfs_type(fd, &type) }
 
 internal func system_renameat(
     _ oldDir: CInt, _ old: UnsafePointer<CChar>, _ newDir: CInt, _ new: UnsafePointer<CChar>
