@@ -8,6 +8,7 @@
 #include <stddef.h>
 #include <string.h>
 #include <sys/epoll.h>
+#include <sys/file.h>
 #include <sys/eventfd.h>
 #include <sys/random.h>
 #include <sys/un.h>
@@ -136,3 +137,5 @@ uint64_t clinux_monotonic_usec(void) {
     clock_gettime(CLOCK_MONOTONIC, &t);
     return (uint64_t)t.tv_sec * 1000000u + (uint64_t)t.tv_nsec / 1000u;
 }
+
+int clinux_flock_exclusive_nonblocking(int fd) { return flock(fd, LOCK_EX | LOCK_NB); }
