@@ -254,6 +254,7 @@ extension Journal {
             guard !s.recovering else { return [] }
             var victims: [SegmentEntry] = []
             while s.oldestIsObsolete { victims.append(s.segments.removeFirst()) }
+            s.statistics.segmentsDeleted += victims.count
             return victims
         }
         guard !victims.isEmpty else { return }
@@ -278,7 +279,7 @@ extension Journal {
         }
         state.withLock { s in
             s.segments.insert(contentsOf: victims[done...], at: 0)
-            s.statistics.segmentsDeleted += done
+            s.statistics.segmentsDeleted -= victims.count - done
         }
         if let failure { onFailure(failure) }
     }

@@ -84,7 +84,8 @@ public final class Journal: Sendable {
     }
 
     deinit {
-        let segments = state.withLock { s in s.phase == .closed ? [] : s.segments }
+        let segments = state.withLock { s in s.phase == .closed ? nil : s.segments }
+        guard let segments else { return }
         for case let fd? in segments.map(\.descriptor) { try? FileDescriptor(rawValue: fd).close() }
         try? FileDescriptor(rawValue: directoryDescriptor).close()
     }
@@ -338,7 +339,8 @@ public final class Journal: Sendable {
     // MARK: Closing
 
     /// Flushes what was appended, waits for the sync thread to sync it (one attempt at
-    /// recovery when a failure is pending), stops the thread and closes the files.
+    /// recovery when a failure is pending), stops the thread, closes the files and
+    /// releases the directory's lock. Nothing may be appended afterwards.
     ///
     /// - Returns: The failure that left records undurable, or `nil` when everything
     ///   appended is durable.
@@ -357,6 +359,7 @@ public final class Journal: Sendable {
             if s.phase != .closed {
                 for case let fd? in s.segments.map(\.descriptor) { try? FileDescriptor(rawValue: fd).close() }
                 for i in s.segments.indices { s.segments[i].descriptor = nil }
+                try? FileDescriptor(rawValue: directoryDescriptor).close()
                 s.phase = .closed
             }
             if s.durableThrough >= s.nextLSN.previous { return nil }
