@@ -17,6 +17,8 @@ extension Journal {
         var validEnd = SegmentFormat.headerSize
         var last: LSN
         var records = 0
+        /// The last segment stops inside its header: created, then the crash came.
+        var tornHeader = false
         /// The first bad record, when the segment does not end cleanly.
         var defect: (offset: Int, defect: JournalProblem.RecordDefect)?
     }
@@ -61,7 +63,7 @@ extension Journal {
         }
 
         var walked = LSN.zero
-        for scan in scans where scan.header == nil && scan.validEnd > SegmentFormat.headerSize {
+        for scan in scans where scan.header == nil && !scan.tornHeader && scan.validEnd > SegmentFormat.headerSize {
             let bytes = try readSegment(scan.name, upTo: scan.validEnd)
             var offset = SegmentFormat.headerSize
             while offset < scan.validEnd {
@@ -229,7 +231,7 @@ extension Journal {
                             JournalProblem(kind: .tornTail(bytesDropped: scans[i].size), segment: scans[i].name, offset: 0))
                     }
                     scans[i].header = nil
-                    scans[i].validEnd = 0
+                    scans[i].tornHeader = true
                     continue
                 }
                 report.problems.append(JournalProblem(kind: .badHeader(defect), segment: scans[i].name, offset: 0))
@@ -286,11 +288,17 @@ extension Journal {
     /// but its header, else a new one after every LSN seen — syncs it, deletes what is not
     /// pinned, and starts the sync thread.
     private func start(after highest: LSN, scans: [Scan]) throws(JournalFailure) {
-        let maxBase = scans.last?.base ?? .zero
-        let reusable = scans.last.map { $0.header == nil && $0.records == 0 && $0.defect == nil && $0.size > 0 } ?? false
-        var next = max(highest.next, scans.isEmpty ? LSN(1) : maxBase.next)
+        var scans = scans
+        if let last = scans.last, last.tornHeader {
+            try? directoryFD.unlink(last.name)
+            scans.removeLast()
+        }
+        var next = max(highest.next, scans.last?.base.next ?? LSN(1))
         var current: SegmentEntry
-        if reusable, let last = scans.last, last.base >= highest.next, last.size == SegmentFormat.headerSize {
+        if let last = scans.last, last.header == nil, last.records == 0, last.defect == nil,
+            last.size == SegmentFormat.headerSize, last.base >= highest.next
+        {
+            // The segment the last run started and never wrote to: go on in it.
             next = last.base
             do {
                 let fd = try FileDescriptor.open(last.name, relativeTo: directoryFD, .writeOnly, options: [.append])
@@ -301,10 +309,6 @@ extension Journal {
                 throw JournalFailure(.open, path: path(last.name), errno: error)
             }
         } else {
-            if let last = scans.last, last.records == 0, last.header == nil || last.validEnd == 0 {
-                // A leftover without records (or a torn header): nothing in it to keep.
-                try? directoryFD.unlink(last.name)
-            }
             current = try createSegment(base: next)
         }
         let fd = FileDescriptor(rawValue: current.descriptor!)
@@ -318,17 +322,9 @@ extension Journal {
         }
         current.syncedSize = current.size
         current.needsDirectorySync = false
-        let reused = current.base == scans.last?.base
         state.withLock { s in
-            if reused {
-                s.segments[s.segments.count - 1] = current
-            } else {
-                s.segments.removeAll { $0.base == current.base || ($0.live == 0 && $0.size == 0) }
-                if let last = scans.last, last.records == 0, last.header == nil || last.validEnd == 0 {
-                    s.segments.removeAll { $0.name == last.name }
-                }
-                s.segments.append(current)
-            }
+            s.segments.removeAll { $0.base == current.base || $0.size < SegmentFormat.headerSize }
+            s.segments.append(current)
             s.nextLSN = next
             s.writtenThrough = next.previous
             s.durableThrough = next.previous

@@ -51,6 +51,7 @@ extension Journal {
 
     private func decide(_ s: inout JournalState, now: ContinuousClock.Instant) -> (SyncWork?, ContinuousClock.Instant?) {
         s.syncThreadIdle = false
+        s.syncThreadWaitsForSignal = false
         if s.recovering {
             if s.closing {
                 if s.closeRetried { return (.exit, nil) }
@@ -75,6 +76,7 @@ extension Journal {
         if s.housekeeping { return (.housekeep, nil) }
         if s.closing { return (.exit, nil) }
         s.syncThreadIdle = true
+        s.syncThreadWaitsForSignal = deadline == nil
         return (nil, deadline)
     }
 

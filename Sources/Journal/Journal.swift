@@ -177,7 +177,8 @@ public final class Journal: Sendable {
             s.writtenThrough = batch.last
             s.statistics.writes += 1
             s.statistics.bytesWritten += batch.bytes.count
-            let wanted = options.mode == .always || s.syncRequested > s.durableThrough
+            let wanted =
+                options.mode == .always || s.syncRequested > s.durableThrough || s.syncThreadWaitsForSignal
             return (s.writtenThrough, Outcome(), wanted && s.syncThreadIdle)
         }
         if signal { signalSyncThread() }

@@ -75,6 +75,12 @@ public struct JournalProblem: Sendable, Hashable, CustomStringConvertible {
     /// The byte offset in the segment where the problem starts.
     public var offset: Int
 
+    public init(kind: Kind, segment: String, offset: Int) {
+        self.kind = kind
+        self.segment = segment
+        self.offset = offset
+    }
+
     /// Whether acknowledged data may be missing or unreadable (everything but a superseded
     /// tail; a torn tail is expected after a crash but still means records were lost).
     public var isDamage: Bool {

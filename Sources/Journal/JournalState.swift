@@ -86,6 +86,8 @@ struct JournalState {
     var lastSyncMark = ContinuousClock.now
     var threadExited = false
     var syncThreadIdle = false
+    /// The idle sync thread has no deadline: a periodic write must wake it to start one.
+    var syncThreadWaitsForSignal = false
 
     var statistics = JournalStatistics()
 
