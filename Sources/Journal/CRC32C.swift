@@ -49,7 +49,9 @@ public enum CRC32C {
 
     /// The checksum of a byte collection (`[UInt8]`, `Data`, a string's `utf8`, …).
     public static func checksum<C: Collection<UInt8>>(of bytes: C, continuing crc: UInt32 = 0) -> UInt32 {
-        if let result = bytes.withContiguousStorageIfAvailable({ checksum(of: UnsafeRawBufferPointer($0), continuing: crc) }) {
+        if let result = bytes.withContiguousStorageIfAvailable({
+            checksum(of: UnsafeRawBufferPointer($0), continuing: crc)
+        }) {
             return result
         }
         return Array(bytes).withUnsafeBytes { checksum(of: $0, continuing: crc) }

@@ -168,7 +168,8 @@ extension Journal {
 
     /// Why the record at `offset` is not the valid record numbered `expected`, or `nil`.
     @inline(__always)
-    static func checkRecord(_ b: UnsafeRawBufferPointer, at offset: Int, expected: LSN?) -> JournalProblem.RecordDefect? {
+    static func checkRecord(_ b: UnsafeRawBufferPointer, at offset: Int, expected: LSN?) -> JournalProblem.RecordDefect?
+    {
         guard b.count - offset >= SegmentFormat.recordHeaderSize else { return .truncated }
         let length = Int(b.loadLittleEndianUInt32(at: offset))
         guard length >= SegmentFormat.recordFixedSize, length <= maxRecordLength else {
@@ -179,7 +180,9 @@ extension Journal {
             // The LSN is checked before the checksum only when its bytes are plausible.
             let lsn = LSN(b.loadLittleEndianUInt64(at: offset + 8))
             if lsn != expected {
-                if SegmentFormat.recordChecksum(b, at: offset, length: length) != b.loadLittleEndianUInt32(at: offset + 4) {
+                if SegmentFormat.recordChecksum(b, at: offset, length: length)
+                    != b.loadLittleEndianUInt32(at: offset + 4)
+                {
                     return .checksumMismatch
                 }
                 return .unexpectedLSN(expected: expected, found: lsn)
@@ -205,7 +208,8 @@ extension Journal {
                 let length = Int(b.loadLittleEndianUInt32(at: q))
                 let lsn = b.loadLittleEndianUInt64(at: q + 8)
                 if length >= SegmentFormat.recordFixedSize, q + SegmentFormat.recordHeaderSize + length <= b.count,
-                    lsn > after.rawValue, lsn - after.rawValue <= limit, Self.checkRecord(b, at: q, expected: nil) == nil
+                    lsn > after.rawValue, lsn - after.rawValue <= limit,
+                    Self.checkRecord(b, at: q, expected: nil) == nil
                 {
                     found.append((q, LSN(lsn), b.loadLittleEndianUInt64(at: q + 16)))
                     q += SegmentFormat.recordHeaderSize + length
@@ -228,7 +232,8 @@ extension Journal {
                     // Created, then the crash came before its header was written.
                     if scans[i].size > 0 {
                         report.problems.append(
-                            JournalProblem(kind: .tornTail(bytesDropped: scans[i].size), segment: scans[i].name, offset: 0))
+                            JournalProblem(
+                                kind: .tornTail(bytesDropped: scans[i].size), segment: scans[i].name, offset: 0))
                     }
                     scans[i].header = nil
                     scans[i].tornHeader = true
@@ -323,7 +328,7 @@ extension Journal {
         current.syncedSize = current.size
         current.needsDirectorySync = false
         state.withLock { s in
-            s.segments.removeAll { $0.base == current.base || $0.size < SegmentFormat.headerSize }
+            s.segments.removeAll { $0.base == current.base }
             s.segments.append(current)
             s.nextLSN = next
             s.writtenThrough = next.previous

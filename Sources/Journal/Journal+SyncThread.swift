@@ -49,7 +49,8 @@ extension Journal {
         }
     }
 
-    private func decide(_ s: inout JournalState, now: ContinuousClock.Instant) -> (SyncWork?, ContinuousClock.Instant?) {
+    private func decide(_ s: inout JournalState, now: ContinuousClock.Instant) -> (SyncWork?, ContinuousClock.Instant?)
+    {
         s.syncThreadIdle = false
         s.syncThreadWaitsForSignal = false
         if s.recovering {
@@ -129,7 +130,9 @@ extension Journal {
                 }
             }
             for base in snapshot.directory {
-                if let i = s.segments.firstIndex(where: { $0.base == base }) { s.segments[i].needsDirectorySync = false }
+                if let i = s.segments.firstIndex(where: { $0.base == base }) {
+                    s.segments[i].needsDirectorySync = false
+                }
             }
             s.durableThrough = max(s.durableThrough, snapshot.target)
             let durable = s.durableThrough
@@ -175,7 +178,8 @@ extension Journal {
         do throws(JournalFailure) {
             let fd: FileDescriptor
             do {
-                fd = try FileDescriptor.open(temporary, relativeTo: directoryFD, .writeOnly, options: [.exclusiveCreate])
+                fd = try FileDescriptor.open(
+                    temporary, relativeTo: directoryFD, .writeOnly, options: [.exclusiveCreate])
             } catch { throw JournalFailure(.open, path: path(temporary), errno: error) }
             descriptor = fd
             do {
@@ -199,7 +203,9 @@ extension Journal {
                 s.statistics.syncFailures += 1
                 s.retryAt = .now + s.retryDelay
                 s.retryDelay = min(s.retryDelay * 2, options.maxRetryDelay)
-                return Outcome(failure: failure, waiters: [])
+                let waiters = s.waiters.map(\.handler)
+                s.waiters = []
+                return Outcome(failure: failure, waiters: waiters)
             }
             outcome.deliver(self)
             return
@@ -277,7 +283,9 @@ extension Journal {
             done += 1
         }
         if done > 0, failure == nil {
-            do { try directoryFD.sync() } catch { failure = JournalFailure(.fsyncDirectory, path: directory, errno: error) }
+            do { try directoryFD.sync() } catch {
+                failure = JournalFailure(.fsyncDirectory, path: directory, errno: error)
+            }
         }
         state.withLock { s in
             s.segments.insert(contentsOf: victims[done...], at: 0)

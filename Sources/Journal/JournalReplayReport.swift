@@ -93,7 +93,8 @@ public struct JournalProblem: Sendable, Hashable, CustomStringConvertible {
         case .tornTail(let bytes):
             return "\(segment): torn tail at offset \(offset), \(bytes) bytes cut off"
         case .badRecord(let defect, let owners):
-            let affected = owners.isEmpty ? "" : "; owners of skipped records: \(owners.map(String.init).joined(separator: ", "))"
+            let affected =
+                owners.isEmpty ? "" : "; owners of skipped records: \(owners.map(String.init).joined(separator: ", "))"
             return "\(segment): bad record at offset \(offset) (\(defect)), rest of segment not replayed\(affected)"
         case .badHeader(let defect):
             return "\(segment): bad header (\(defect)), segment not replayed"
