@@ -37,7 +37,8 @@ public final class Journal: Sendable {
     public static let reservedOwner = UInt64.max
 
     /// Opens the journal in `directory` (created, mode 0700, when missing) and takes its
-    /// lock: a second journal on the same directory fails with `flock`/`EWOULDBLOCK`.
+    /// lock: a second journal on the same directory fails with `flock`/`EWOULDBLOCK`
+    /// (after half a second of retries).
     ///
     /// - Parameters:
     ///   - directory: A directory of its own, outside any tree the caller watches.
@@ -70,11 +71,21 @@ public final class Journal: Sendable {
         } catch {
             throw JournalFailure(.open, path: directory, errno: error)
         }
-        do {
-            try fd.lockExclusively()
-        } catch {
-            try? fd.close()
-            throw JournalFailure(.lock, path: directory, errno: error)
+        // A child forked by another thread holds a copy of a descriptor until it calls
+        // exec, and with it the lock: a lock that stays taken for half a second is another
+        // journal's.
+        var attempts = 0
+        while true {
+            do {
+                try fd.lockExclusively()
+                break
+            } catch Errno.wouldBlock where attempts < 50 {
+                attempts += 1
+                usleep(10_000)
+            } catch {
+                try? fd.close()
+                throw JournalFailure(.lock, path: directory, errno: error)
+            }
         }
         directoryDescriptor = fd.rawValue
         var initial = JournalState()

@@ -80,7 +80,16 @@ final class JournalTests {
         #expect(batchWrites.allSatisfy { $0 == 10 * (100 + 24) }, "each write holds the whole batch")
         let syncs = after.syncs - before.syncs
         #expect(syncs >= 1 && syncs < passes / 2, "\(syncs) syncs for \(passes) batches")
-        #expect(journal.statistics.syncs == syncs)
+        let figures = journal.statistics
+        #expect(figures.syncs == syncs)
+        #expect(figures.mode == "always")
+        #expect(figures.writes == passes)
+        #expect(figures.bytesWritten == passes * 10 * 124)
+        #expect(figures.lastSync != nil)
+        #expect((figures.lastSyncDuration ?? .zero) >= .milliseconds(20))
+        #expect(figures.unreleasedRecords == passes * 10)
+        #expect(figures.segments == 1)
+        #expect(figures.bytes == 32 + passes * 10 * 124)
         journal.close()
     }
 

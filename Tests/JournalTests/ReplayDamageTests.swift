@@ -196,3 +196,66 @@ final class ReplayDamageTests {
         journal.close()
     }
 }
+
+/// Segments as a rewrite after a failure leaves them: the old segment still holds (part
+/// of) the records the next one holds again.
+@Suite("Journal replay of rewritten segments")
+final class ReplayOverlapTests {
+    let directory = TemporaryDirectory("journal-overlap")
+
+    static func header(base: UInt64) -> [UInt8] {
+        var bytes = Array("ASJOURNL".utf8)
+        for value in [UInt32(1), UInt32(32)] { withUnsafeBytes(of: value.littleEndian) { bytes += $0 } }
+        withUnsafeBytes(of: base.littleEndian) { bytes += $0 }
+        withUnsafeBytes(of: UInt32(0)) { bytes += $0 }
+        withUnsafeBytes(of: CRC32C.checksum(of: bytes).littleEndian) { bytes += $0 }
+        return bytes
+    }
+
+    /// One segment of 15 records, and a second one (base 11) holding records 11…15 again.
+    func overlapping(_ path: String) throws -> [Replayed] {
+        let (journal, _, _) = try openJournal(path)
+        var written: [Replayed] = []
+        for i in 0..<15 {
+            let lsn = try journal.append(owner: 7, payload: payload(i))
+            written.append(Replayed(lsn: lsn.rawValue, owner: 7, payload: payload(i)))
+        }
+        journal.flush()
+        #expect(journal.close() == nil)
+        let old = try Bytes.read(path + "/00000000000000000001.journal")
+        let tail = old[(32 + 10 * 124)...]
+        try Bytes.write(Self.header(base: 11) + tail, to: path + "/00000000000000000011.journal")
+        return written
+    }
+
+    @Test("Records present in two segments are delivered once")
+    func duplicatesOnce() throws {
+        let path = directory.sub("dup")
+        let written = try overlapping(path)
+        let (journal, report, records) = try openJournal(path)
+        #expect(records == written)
+        #expect(report.problems.isEmpty, "\(report)")
+        #expect(try journal.append(owner: 7, payload: [0]) == LSN(16))
+        journal.close()
+    }
+
+    @Test("A damaged tail that the next segment rewrote is superseded, not damage")
+    func supersededTail() throws {
+        let path = directory.sub("superseded")
+        let written = try overlapping(path)
+        let file = path + "/00000000000000000001.journal"
+        var old = try Bytes.read(file)
+        old[32 + 12 * 124 + 50] ^= 0x10
+        try Bytes.write(old, to: file)
+        let (journal, report, records) = try openJournal(path)
+        #expect(records == written)
+        #expect(
+            report.problems == [
+                JournalProblem(
+                    kind: .supersededTail(bytes: 3 * 124), segment: "00000000000000000001.journal",
+                    offset: 32 + 12 * 124)
+            ], "\(report)")
+        #expect(report.isClean)
+        journal.close()
+    }
+}
