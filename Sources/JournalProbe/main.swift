@@ -106,6 +106,52 @@ do {
             say("\(last.rawValue)")
         }
 
+    case "sync-failure":
+        // sync-failure DIR: for a fault-injection harness (fiu-run, fiu-ctrl). Opens in always
+        // mode and prints "ready"; then obeys lines on stdin: "append" appends 5 records,
+        // flushes and waits for the first failure or for durability ("failed OP ERRNO
+        // FIRST LAST durable N" or "durable N"); "wait" waits for durability ("durable N
+        // rewrites R"); "close" closes ("closed" or "closed failure …").
+        let failures = Mutex<[JournalFailure]>([])
+        let durable = Mutex(LSN.zero)
+        let journal = try Journal(
+            directory: directory, options: JournalOptions(mode: .always, retryDelay: .milliseconds(50)),
+            onDurable: { lsn in durable.withLock { $0 = max($0, lsn) } },
+            onFailure: { failure in failures.withLock { $0.append(failure) } })
+        try journal.replay { record in journal.noteReplayed(owner: record.owner, lsn: record.lsn) }
+        say("ready")
+        var last = LSN.zero
+        func waitFor(_ seconds: Double, _ condition: () -> Bool) {
+            let end = ContinuousClock.now + .milliseconds(Int(seconds * 1000))
+            while !condition() && ContinuousClock.now < end { usleep(1000) }
+        }
+        while let line = readLine() {
+            switch line {
+            case "append":
+                for i in 0..<5 {
+                    last = try journal.append(owner: 1, payload: payload(lsn: LSN(UInt64(i)), owner: 1, size: 10))
+                }
+                journal.flush()
+                waitFor(5) { !failures.withLock { $0.isEmpty } || durable.withLock { $0 } >= last }
+                if let failure = failures.withLock({ $0.first }) {
+                    let range = failure.notDurable.map { "\($0.lowerBound) \($0.upperBound)" } ?? "- -"
+                    say(
+                        "failed \(failure.operation.rawValue) \(failure.errno.name) \(range) durable \(journal.statistics.durableThrough)"
+                    )
+                } else {
+                    say("durable \(durable.withLock { $0 })")
+                }
+            case "wait":
+                waitFor(10) { durable.withLock { $0 } >= last }
+                say("durable \(durable.withLock { $0 }) rewrites \(journal.statistics.rewrites)")
+            case "close":
+                if let failure = journal.close() { say("closed failure \(failure)") } else { say("closed") }
+                exit(0)
+            default:
+                fail("unknown line \(line)")
+            }
+        }
+
     case "replay":
         // replay DIR: prints the replay report and the record count.
         let journal = try Journal(directory: directory)
