@@ -3,8 +3,9 @@ public struct JournalRecord: Sendable {
     public var lsn: LSN
     /// The owner given to ``Journal/append(owner:payload:)``; the journal does not interpret it.
     public var owner: UInt64
-    /// The payload, a slice of the segment as read (copy it to keep it past the call cheaply
-    /// or not: a slice keeps the whole segment's buffer alive).
+    /// The payload: a slice of the segment as read, so its indices start at `startIndex`,
+    /// not 0. Copy it (`Array(payload)`) to keep it: the slice keeps the whole segment's
+    /// buffer alive.
     public var payload: ArraySlice<UInt8>
 }
 
