@@ -19,6 +19,11 @@ final class FaultyDisk: Sendable {
         var writeError = Errno.noSpace
         /// Each `fdatasync` sleeps this long first (a slow disk).
         var syncDelayMicroseconds: UInt32 = 0
+        /// While closed, every `fdatasync` waits (a sync that takes as long as the test wants).
+        var gateClosed = false
+        var syncsInFlight = 0
+        /// Writes made while an `fdatasync` was in flight.
+        var writesDuringSync = 0
     }
 
     let counts = Mutex(Counts())
@@ -32,12 +37,16 @@ final class FaultyDisk: Sendable {
                         return c.writeError
                     }
                     c.writes.append(bytes.count)
+                    if c.syncsInFlight > 0 { c.writesDuringSync += 1 }
                     return nil
                 }
                 if let error { throw error }
                 try fd.writeAll(bytes)
             },
             dataSync: { [self] fd throws(Errno) in
+                counts.withLock { $0.syncsInFlight += 1 }
+                defer { counts.withLock { $0.syncsInFlight -= 1 } }
+                while counts.withLock({ $0.gateClosed }) { usleep(1000) }
                 let (delay, error) = counts.withLock { c -> (UInt32, Errno?) in
                     c.syncs += 1
                     if c.failingSyncs > 0 {
