@@ -61,6 +61,10 @@ public final class Journal: Sendable {
         self.onFailure = onFailure
         do {
             try FileDescriptor.currentWorkingDirectory.makeDirectory(directory, permissions: .init(rawValue: 0o700))
+            // The new directory's entry is durable once its parent is synced.
+            let parent = PathName.parent(directory)
+            let parentFD = try FileDescriptor.open(parent.isEmpty ? "." : parent, .readOnly, options: [.directory])
+            try parentFD.closeAfter { () throws(Errno) in try parentFD.sync() }
         } catch Errno.fileExists {
         } catch {
             throw JournalFailure(.open, path: directory, errno: error)
