@@ -78,6 +78,42 @@ final class JournalFailureTests {
         again.close()
     }
 
+    @Test("A failed sync across rollovers: segments holding nothing durable go, one new segment holds their records")
+    func failingSyncAcrossRollovers() throws {
+        let disk = FaultyDisk()
+        let reports = Reports()
+        let options = JournalOptions(mode: .always, segmentSize: 1024, io: disk.io)
+        let (journal, _, _) = try openJournal(path, options: options, reports: reports)
+        for i in 0..<4 { try journal.append(owner: 1, payload: payload(i)) }
+        journal.flush()
+        #expect(eventually { reports.durable == LSN(4) })
+        // Hold the next sync while batches roll over into new segments, then fail it.
+        disk.counts.withLock { $0.gateClosed = true }
+        for i in 4..<40 {
+            try journal.append(owner: UInt64(1 + i % 2), payload: payload(i))
+            journal.flush()
+            if i == 4 { #expect(eventually { disk.counts.withLock { $0.syncsInFlight } == 1 }) }
+        }
+        let rolled = journal.segmentNames
+        #expect(rolled.count >= 4)
+        disk.counts.withLock { c in
+            c.failingSyncs = 1
+            c.gateClosed = false
+        }
+        #expect(eventually { reports.durable == LSN(40) })
+        #expect(reports.failures.first?.notDurable == LSN(5)...LSN(40))
+        #expect(journal.segmentNames == ["00000000000000000001.journal", "00000000000000000005.journal"])
+        #expect(try segmentFiles(path) == journal.segmentNames, "the rolled segments are gone from the disk")
+        #expect(journal.pinningOwners() == [1])
+        #expect(journal.statistics.unreleasedRecords == 40)
+        #expect(journal.close() == nil)
+        let (again, report, records) = try openJournal(path)
+        #expect(records.map(\.lsn) == Array(1...40))
+        #expect(records.map(\.payload) == (0..<40).map { payload($0) })
+        #expect(report.isClean, "\(report)")
+        again.close()
+    }
+
     @Test("A failing write (ENOSPC) is reported; the batch is written again to a new segment")
     func failingWrite() throws {
         let disk = FaultyDisk()
