@@ -9,6 +9,7 @@
 #include <stddef.h>
 #include <string.h>
 #include <sys/epoll.h>
+#include <sys/file.h>
 #include <sys/eventfd.h>
 #include <sys/random.h>
 #include <sys/un.h>
@@ -144,3 +145,5 @@ int clinux_fstatfs_type(int fd, int64_t *type) {
     *type = (int64_t)buf.f_type;
     return 0;
 }
+
+int clinux_flock_exclusive_nonblocking(int fd) { return flock(fd, LOCK_EX | LOCK_NB); }

@@ -78,6 +78,8 @@ int clinux_eventfd(void);
 
 /// A Unix datagram socket (close-on-exec), for a NOTIFY_SOCKET-style receiver.
 int clinux_unix_datagram_socket(void);
+/// flock(LOCK_EX | LOCK_NB): Swift sees only `struct flock` under that name.
+int clinux_flock_exclusive_nonblocking(int fd);
 /// CLOCK_MONOTONIC in microseconds.
 uint64_t clinux_monotonic_usec(void);
 
