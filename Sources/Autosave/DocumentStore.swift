@@ -77,7 +77,8 @@ public actor DocumentStore {
     @exclusivity(unchecked) var accepting = true
     var sleeper: CheckedContinuation<Void, Never>?
     @exclusivity(unchecked) var sleepTarget: Moment?
-    var timer: Task<Void, Never>?
+    /// Where saves are serialised and written.
+    nonisolated let saveThreads = SaveThreads()
     var subscribers: [UUID: AsyncStream<StoreEvent>.Continuation] = [:]
     var watcher: FileWatcher?
     var watchStreamEnd: AsyncStream<[WatchEvent]>.Continuation?
@@ -104,6 +105,7 @@ public actor DocumentStore {
 
     deinit {
         watcher?.stop()
+        saveThreads.stop()
         loop.stop()
     }
 
@@ -594,7 +596,8 @@ public actor DocumentStore {
         entries[path]!.forcedToken = max(entry.forcedToken ?? 0, token)
         entries[path]!.retryAt = nil
         schedule(path)
-        wake()
+        // Due now: started here, without waiting for the scheduler's turn.
+        processDue()
         guard wait else { return }
         try await withCheckedThrowingContinuation { (continuation: CheckedContinuation<Void, any Error>) in
             entries[path]!.waiters.append((token, continuation))
