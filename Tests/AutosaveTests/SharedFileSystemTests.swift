@@ -54,7 +54,8 @@ final class GlusterVolume {
         // No attribute or entry caching: what one mount sees of the other's changes is current.
         for mount in [here, otherHost] {
             let status = try detached(
-                "/bin/mount", ["-t", "glusterfs", "-o", "attribute-timeout=0,entry-timeout=0", "\(host):/\(name)", mount])
+                "/bin/mount",
+                ["-t", "glusterfs", "-o", "attribute-timeout=0,entry-timeout=0", "\(host):/\(name)", mount])
             guard status == 0 else { throw Failure("mount glusterfs failed with status \(status)") }
             mounted.append(mount)
         }
