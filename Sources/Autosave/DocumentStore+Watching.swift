@@ -208,7 +208,7 @@ extension DocumentStore {
                 log.info("\(path) is now ignored; closing it once its unsaved edits are saved", ["document": path])
                 Task { [weak self] in try? await self?.closeIgnored(path) }
             } else {
-                entries[path] = nil
+                remove(path)
                 log.info("\(path) is now ignored; closed", ["document": path])
                 emit(.closed(document: path))
             }
@@ -226,7 +226,7 @@ extension DocumentStore {
         if let entry = entries[path], !entry.isDirty, entry.savingToken == nil,
             ignore.ignoring(path, isDirectory: entry.isPackage) != nil
         {
-            entries[path] = nil
+            remove(path)
             emit(.closed(document: path))
         }
     }
@@ -240,6 +240,7 @@ extension DocumentStore {
 
     /// The open documents inside the directory `path`.
     private func documents(under path: String) -> [String] {
+        guard directoryUses[path] != nil else { return [] }
         let prefix = path + "/"
         return entries.keys.filter { $0.hasPrefix(prefix) }.sorted()
     }
@@ -281,7 +282,7 @@ extension DocumentStore {
                 ["document": document, "message_id": MessageID.externalChange])
             emit(.recreated(document: document))
         } else {
-            entries[document] = nil
+            remove(document)
             let lost = entry.changeCount - entry.savedChangeCount
             failWaiters(
                 entry,
@@ -356,8 +357,8 @@ extension DocumentStore {
             handle([.removed(from), .changed(to)])
             return
         }
-        entries[from] = nil
-        entries[to] = entry
+        remove(from)
+        insert(entry, at: to)
         entries[to]!.queuedAt = nil
         if entry.isDirty { schedule(to) }
         log.info(

@@ -71,6 +71,10 @@ public actor DocumentStore {
     }
 
     @exclusivity(unchecked) var entries: [String: Entry] = [:]
+    /// How many open documents lie beneath each directory (relative to the root) that
+    /// holds one: whether a path is the directory of open documents is one lookup, not a
+    /// walk over every document. Kept by ``insert(_:at:)`` and ``remove(_:)``.
+    var directoryUses: [String: Int] = [:]
     var heap = DeadlineHeap()
     var ready: [String] = []
     var savesInFlight = 0
@@ -229,7 +233,7 @@ public actor DocumentStore {
     @discardableResult
     private func load(_ path: String) throws(StoreError) -> Entry {
         let entry = try loadEntry(path)
-        entries[path] = entry
+        insert(entry, at: path)
         emit(.opened(document: path))
         return entry
     }
@@ -264,8 +268,7 @@ public actor DocumentStore {
             }
             end = path.utf8.index(after: slash)
         }
-        let inside = path + "/"
-        if entries.keys.contains(where: { $0.utf8.starts(with: inside.utf8) }) {
+        if directoryUses[path] != nil {
             throw .invalidPath(path, reason: "it is the directory of open documents")
         }
     }
@@ -320,6 +323,29 @@ public actor DocumentStore {
         return entry
     }
 
+    /// Adds a document the store did not hold.
+    func insert(_ entry: Entry, at path: String) {
+        if entries.updateValue(entry, forKey: path) == nil { countDirectories(of: path, by: 1) }
+    }
+
+    /// Forgets a document; returns what it held.
+    @discardableResult
+    func remove(_ path: String) -> Entry? {
+        guard let entry = entries.removeValue(forKey: path) else { return nil }
+        countDirectories(of: path, by: -1)
+        return entry
+    }
+
+    private func countDirectories(of path: String, by change: Int) {
+        var end = path.utf8.startIndex
+        while let slash = path.utf8[end...].firstIndex(of: UInt8(ascii: "/")) {
+            let directory = String(Substring(path.utf8[..<slash]))
+            let count = (directoryUses[directory] ?? 0) + change
+            directoryUses[directory] = count > 0 ? count : nil
+            end = path.utf8.index(after: slash)
+        }
+    }
+
     /// Whether the store holds the document at `path` (exactly as given).
     public func isOpen(_ path: String) -> Bool { entries.index(forKey: path) != nil }
 
@@ -349,7 +375,7 @@ public actor DocumentStore {
 
     private func makeNew(_ path: String) throws(StoreError) {
         let entry = try newEntry(path)
-        entries[path] = entry
+        insert(entry, at: path)
         noteEdit(path)
         emit(.opened(document: path))
     }
@@ -449,7 +475,7 @@ public actor DocumentStore {
             throw Self.storeError(error, path: path)
         }
         entry.changeCount += 1
-        entries[path] = entry
+        insert(entry, at: path)
         emit(.opened(document: path))
         let index = entries.index(forKey: path)!
         let now = Moment.now
@@ -579,7 +605,7 @@ public actor DocumentStore {
         guard entries.index(forKey: path) != nil else { throw missing(path) }
         try await save(path, wait: true)
         if let entry = entries[path], !entry.isDirty, entry.savingToken == nil {
-            entries[path] = nil
+            remove(path)
             emit(.closed(document: path))
         }
     }
