@@ -530,11 +530,16 @@ public actor DocumentStore {
     ) throws -> R {
         let path = try DocumentPath.validate(path)
         guard accepting else { throw StoreError.shuttingDown }
-        if entries.index(forKey: path) == nil { try load(path) }
-        guard var document = entries[path]!.document as? D else {
+        let opened = entries.index(forKey: path) == nil
+        let entry = opened ? try loadEntry(path) : entries[path]!
+        guard var document = entry.document as? D else {
             throw StoreError.unsupported(path, message: "the document is not a \(D.self)")
         }
         let result = try body(&document)
+        if opened {
+            insert(entry, at: path)
+            emit(.opened(document: path))
+        }
         entries[path]!.document = document
         entries[path]!.changeCount += 1
         noteEdit(path)
@@ -544,21 +549,34 @@ public actor DocumentStore {
     /// Answers `query` about the document at `path`, opening it from disk if needed.
     public func read(_ path: String, _ query: DocumentQuery = .contents) throws(StoreError) -> QueryResult {
         let path = try DocumentPath.validate(path)
-        if entries.index(forKey: path) == nil { try load(path) }
-        let entry = entries[path]!
+        // A document not open yet is opened only if the query can be answered: a refused
+        // query leaves the store as it was.
+        let opened = entries.index(forKey: path) == nil
+        let entry = opened ? try loadEntry(path) : entries[path]!
+        let result: QueryResult
         do {
-            return try entry.document.read(query, existingFile: entry.existingFile)
+            result = try entry.document.read(query, existingFile: entry.existingFile)
         } catch {
             throw Self.storeError(error, path: path)
         }
+        if opened {
+            insert(entry, at: path)
+            emit(.opened(document: path))
+        }
+        return result
     }
 
     /// The document's value as its Swift type.
     public func document<D: AutosaveDocument>(_ path: String, as type: D.Type) throws -> D {
         let path = try DocumentPath.validate(path)
-        if entries.index(forKey: path) == nil { try load(path) }
-        guard let document = entries[path]!.document as? D else {
+        let opened = entries.index(forKey: path) == nil
+        let entry = opened ? try loadEntry(path) : entries[path]!
+        guard let document = entry.document as? D else {
             throw StoreError.unsupported(path, message: "the document is not a \(D.self)")
+        }
+        if opened {
+            insert(entry, at: path)
+            emit(.opened(document: path))
         }
         return document
     }
