@@ -11,6 +11,7 @@ let package = Package(
     products: [
         .library(name: "Documents", targets: ["Documents"]),
         .library(name: "Posix", targets: ["Posix"]),
+        .library(name: "Journal", targets: ["Journal"]),
         .library(name: "Autosave", targets: ["Autosave"]),
         .library(name: "Control", targets: ["Control"]),
         .executable(name: "autosaved", targets: ["autosaved"]),
@@ -27,6 +28,8 @@ let package = Package(
         ),
         .target(name: "Posix", dependencies: ["CLinux"], swiftSettings: strictSettings),
         .target(name: "Documents", dependencies: ["Posix"], swiftSettings: strictSettings),
+        // The edit journal: segment files of checksummed records, group commit, replay.
+        .target(name: "Journal", dependencies: ["Posix"], swiftSettings: strictSettings),
         // Logger and log levels, with the stderr handler; Systemd adds the journald one.
         .target(name: "Logging", swiftSettings: strictSettings),
         // sd_notify, the watchdog, socket activation and the journald log handler.
@@ -48,11 +51,18 @@ let package = Package(
             dependencies: ["Documents", "Posix"],
             swiftSettings: strictSettings
         ),
+        // A command-line driver over Journal for the crash test and the benchmark.
+        .executableTarget(name: "JournalProbe", dependencies: ["Journal", "Posix"], swiftSettings: strictSettings),
         // Temporary directories, mounts and processes for the test suites.
         .target(
             name: "TestSupport", dependencies: ["Documents", "Posix"], path: "Tests/TestSupport",
             swiftSettings: strictSettings),
         .testTarget(name: "PosixTests", dependencies: ["Posix"], swiftSettings: strictSettings),
+        .testTarget(
+            name: "JournalTests",
+            dependencies: ["Journal", "Posix", "TestSupport", "JournalProbe"],
+            swiftSettings: strictSettings
+        ),
         .testTarget(
             name: "AutosaveTests",
             dependencies: [

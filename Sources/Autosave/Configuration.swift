@@ -37,8 +37,10 @@ public struct Configuration: Sendable, Equatable {
     public var watchEnabled = true
     /// Whether files and packages that appear under the root are opened.
     public var openNewFiles = true
-    /// How often directories beyond the inotify watch limit (and a missing root) are looked at.
+    /// How often polled directories (and a missing root) are looked at.
     public var pollInterval: Duration = .seconds(2)
+    /// inotify, polling, or inotify except on file systems where it cannot see other hosts' changes.
+    public var watchMode: WatchMode = .auto
 
     // [Conflicts]
     /// Which version keeps the document's name when another program changes a document
@@ -92,6 +94,18 @@ public struct Configuration: Sendable, Equatable {
 public enum ConflictVersion: String, Sendable, CaseIterable {
     case disk
     case memory
+}
+
+/// How the watcher learns of other programs' changes.
+public enum WatchMode: String, Sendable, CaseIterable {
+    /// inotify, except on shared and network file systems (FUSE — GlusterFS among them —
+    /// NFS, CIFS/SMB, CephFS, 9p, AFS, OCFS2, GFS2), whose other hosts' changes inotify
+    /// never sees: their directories are polled.
+    case auto
+    /// inotify everywhere (polling only past the watch limit).
+    case inotify
+    /// Every directory polled.
+    case poll
 }
 
 /// What happens to an open document whose file another program removes.
@@ -221,7 +235,7 @@ extension Configuration {
             "QuietPeriod", "MaxDelay", "MaxConcurrentSaves", "RetryInterval", "MaxRetryInterval",
             "RefuseEditsWhenSaveFails",
         ],
-        "Watch": ["Enabled", "OpenNewFiles", "PollInterval"],
+        "Watch": ["Enabled", "Mode", "OpenNewFiles", "PollInterval"],
         "Conflicts": ["Keep", "WhenRemoved"],
         "Control": [
             "Socket", "SocketMode", "AllowUsers", "AllowGroups", "MaxConnections", "MaxRequestSize",
@@ -284,6 +298,11 @@ extension Configuration {
         case ("Watch", "OpenNewFiles"):
             guard let flag = Self.boolean(value) else { return "expected yes or no" }
             openNewFiles = flag
+        case ("Watch", "Mode"):
+            guard let mode = WatchMode(rawValue: value.lowercased()) else {
+                return "expected one of \(WatchMode.allCases.map(\.rawValue).joined(separator: ", "))"
+            }
+            watchMode = mode
         case ("Watch", "PollInterval"):
             return parseSpan(value) { pollInterval = $0 }
         case ("Conflicts", "Keep"):
@@ -429,6 +448,7 @@ extension Configuration {
 
             [Watch]
             Enabled=\(watchEnabled ? "yes" : "no")
+            Mode=\(watchMode.rawValue)
             OpenNewFiles=\(openNewFiles ? "yes" : "no")
             PollInterval=\(TimeSpan.format(pollInterval))
 

@@ -483,6 +483,7 @@ final class ControlSession: Sendable {
                     [
                         "watched_directories": JSONValue(watch.watchedDirectories),
                         "polled_directories": JSONValue(watch.polledDirectories),
+                        "mode": .string(watch.mode.rawValue), "polled_by_choice": JSONValue(watch.polledByChoice),
                         "reloads": JSONValue(watch.reloads), "conflicts": JSONValue(watch.conflicts),
                         "overflows": JSONValue(watch.overflows),
                     ]

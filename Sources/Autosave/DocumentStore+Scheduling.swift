@@ -188,11 +188,9 @@ extension DocumentStore {
                 }
                 sleeper = continuation
                 sleepTarget = deadline
+                // The loop's own timer: no task or thread sleeps for it.
                 if let deadline {
-                    timer = Task { [weak self, clock] in
-                        try? await clock.sleep(until: deadline.instant)
-                        await self?.wake()
-                    }
+                    loop.setTimer(at: deadline.nanoseconds) { [weak self] in self?.isolatedHere { $0.wake() } }
                 }
             }
         } onCancel: {
@@ -202,8 +200,7 @@ extension DocumentStore {
 
     /// Ends the scheduler's current sleep so it looks at the heap again.
     func wake() {
-        timer?.cancel()
-        timer = nil
+        if sleepTarget != nil { loop.setTimer(at: nil) }
         sleepTarget = nil
         if let sleeper {
             self.sleeper = nil
@@ -241,8 +238,21 @@ extension DocumentStore {
 
     // MARK: Saving
 
-    /// Where saves run; concurrency is bounded by `MaxConcurrentSaves`, counted by the store.
-    static let saveQueue = DispatchQueue(label: "autosaved.saves", qos: .utility, attributes: .concurrent)
+    /// Runs `body` on the store from the loop's thread, in the loop's next pass between
+    /// jobs: sound, since the loop is the store's serial executor (as
+    /// ``ConnectionReader``'s readiness calls are). How a save thread's result and the
+    /// loop's timer reach the store without a task or a further hop.
+    nonisolated func onLoop(_ body: @escaping @Sendable (isolated DocumentStore) -> Void) {
+        loop.execute { [self] in isolatedHere(body) }
+    }
+
+    /// Runs `body` on the store now; the caller is on the loop's thread between jobs (see ``onLoop(_:)``).
+    nonisolated func isolatedHere(_ body: @Sendable (isolated DocumentStore) -> Void) {
+        precondition(loop.isCurrent, "the store used off its thread")
+        withoutActuallyEscaping(body) { body in
+            unsafeBitCast(body, to: (@Sendable (DocumentStore) -> Void).self)(self)
+        }
+    }
 
     private func startSave(_ path: String) {
         var entry = entries[path]!
@@ -261,9 +271,10 @@ extension DocumentStore {
         let root = root
         let writer = writer
         let clock = clock
-        // Serialising and writing block on memory copies and on the disk: they run on
-        // Dispatch's threads, never on the store's thread that edits (and the socket) run on.
-        Self.saveQueue.async { @Sendable [weak self] in
+        // Serialising and writing block on memory copies and on the disk: they run on the
+        // save threads, never on the store's thread that edits (and the socket) run on; the
+        // result comes back to the loop with one wake-up.
+        saveThreads.submit { @Sendable [weak self] in
             let start = clock.now
             let result = Result { () throws -> SaveOutcome in
                 let wrapper = try snapshot.fileWrapper(configuration: .init(contentType: type, existingFile: existing))
@@ -283,7 +294,7 @@ extension DocumentStore {
                     wrapper: wrapper, report: report, fingerprint: status.map { Fingerprint($0, contents: bytes) })
             }
             let duration = clock.now - start
-            Task { await self?.finishSave(path, token: token, snapshot: snapshot, result: result, duration: duration) }
+            self?.onLoop { $0.finishSave(path, token: token, snapshot: snapshot, result: result, duration: duration) }
         }
     }
 

@@ -15,7 +15,7 @@ extension DocumentStore {
         let (stream, continuation) = AsyncStream<[WatchEvent]>.makeStream()
         let log = log
         watcher = try FileWatcher(
-            root: root, pollInterval: configuration.pollInterval, ignore: ignore,
+            root: root, pollInterval: configuration.pollInterval, mode: configuration.watchMode, ignore: ignore,
             log: { log.error($0, ["message_id": MessageID.watchLimit]) },
             deliver: { batch in continuation.yield(batch) })
         watchStreamEnd = continuation
@@ -43,6 +43,7 @@ extension DocumentStore {
         guard let watcher else { return nil }
         return WatchSummary(
             watchedDirectories: watcher.watchCount, polledDirectories: watcher.polledDirectories.count,
+            mode: configuration.watchMode, polledByChoice: watcher.polledByChoice,
             reloads: externalReloads, conflicts: conflicts, overflows: overflows)
     }
 
@@ -210,7 +211,7 @@ extension DocumentStore {
                 log.info("\(path) is now ignored; closing it once its unsaved edits are saved", ["document": path])
                 Task { [weak self] in try? await self?.closeIgnored(path) }
             } else {
-                entries[path] = nil
+                remove(path)
                 log.info("\(path) is now ignored; closed", ["document": path])
                 emit(.closed(document: path))
             }
@@ -228,7 +229,7 @@ extension DocumentStore {
         if let entry = entries[path], !entry.isDirty, entry.savingToken == nil,
             ignore.ignoring(path, isDirectory: entry.isPackage) != nil
         {
-            entries[path] = nil
+            remove(path)
             emit(.closed(document: path))
         }
     }
@@ -242,6 +243,7 @@ extension DocumentStore {
 
     /// The open documents inside the directory `path`.
     private func documents(under path: String) -> [String] {
+        guard directoryUses[path] != nil else { return [] }
         let prefix = path + "/"
         return entries.keys.filter { $0.hasPrefix(prefix) }.sorted()
     }
@@ -283,7 +285,7 @@ extension DocumentStore {
                 ["document": document, "message_id": MessageID.externalChange])
             emit(.recreated(document: document))
         } else {
-            entries[document] = nil
+            remove(document)
             let lost = entry.changeCount - entry.savedChangeCount
             failWaiters(
                 entry,
@@ -358,8 +360,8 @@ extension DocumentStore {
             handle([.removed(from), .changed(to)])
             return
         }
-        entries[from] = nil
-        entries[to] = entry
+        remove(from)
+        insert(entry, at: to)
         entries[to]!.queuedAt = nil
         if entry.isDirty { schedule(to) }
         log.info(

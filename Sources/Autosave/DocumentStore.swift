@@ -71,13 +71,18 @@ public actor DocumentStore {
     }
 
     @exclusivity(unchecked) var entries: [String: Entry] = [:]
+    /// How many open documents lie beneath each directory (relative to the root) that
+    /// holds one: whether a path is the directory of open documents is one lookup, not a
+    /// walk over every document. Kept by ``insert(_:at:)`` and ``remove(_:)``.
+    var directoryUses: [String: Int] = [:]
     var heap = DeadlineHeap()
     var ready: [String] = []
     var savesInFlight = 0
     @exclusivity(unchecked) var accepting = true
     var sleeper: CheckedContinuation<Void, Never>?
     @exclusivity(unchecked) var sleepTarget: Moment?
-    var timer: Task<Void, Never>?
+    /// Where saves are serialised and written.
+    nonisolated let saveThreads = SaveThreads()
     var subscribers: [UUID: AsyncStream<StoreEvent>.Continuation] = [:]
     var watcher: FileWatcher?
     var watchStreamEnd: AsyncStream<[WatchEvent]>.Continuation?
@@ -104,6 +109,7 @@ public actor DocumentStore {
 
     deinit {
         watcher?.stop()
+        saveThreads.stop()
         loop.stop()
     }
 
@@ -143,7 +149,9 @@ public actor DocumentStore {
             ignore.replace(rules)
             ignoreRulesChanged()
         }
-        if old.watchEnabled != applied.watchEnabled || old.pollInterval != applied.pollInterval {
+        if old.watchEnabled != applied.watchEnabled || old.pollInterval != applied.pollInterval
+            || old.watchMode != applied.watchMode
+        {
             stopWatching()
             guard applied.watchEnabled else { return }
             do {
@@ -225,7 +233,7 @@ public actor DocumentStore {
     @discardableResult
     private func load(_ path: String) throws(StoreError) -> Entry {
         let entry = try loadEntry(path)
-        entries[path] = entry
+        insert(entry, at: path)
         emit(.opened(document: path))
         return entry
     }
@@ -260,8 +268,7 @@ public actor DocumentStore {
             }
             end = path.utf8.index(after: slash)
         }
-        let inside = path + "/"
-        if entries.keys.contains(where: { $0.utf8.starts(with: inside.utf8) }) {
+        if directoryUses[path] != nil {
             throw .invalidPath(path, reason: "it is the directory of open documents")
         }
     }
@@ -316,6 +323,29 @@ public actor DocumentStore {
         return entry
     }
 
+    /// Adds a document the store did not hold.
+    func insert(_ entry: Entry, at path: String) {
+        if entries.updateValue(entry, forKey: path) == nil { countDirectories(of: path, by: 1) }
+    }
+
+    /// Forgets a document; returns what it held.
+    @discardableResult
+    func remove(_ path: String) -> Entry? {
+        guard let entry = entries.removeValue(forKey: path) else { return nil }
+        countDirectories(of: path, by: -1)
+        return entry
+    }
+
+    private func countDirectories(of path: String, by change: Int) {
+        var end = path.utf8.startIndex
+        while let slash = path.utf8[end...].firstIndex(of: UInt8(ascii: "/")) {
+            let directory = String(Substring(path.utf8[..<slash]))
+            let count = (directoryUses[directory] ?? 0) + change
+            directoryUses[directory] = count > 0 ? count : nil
+            end = path.utf8.index(after: slash)
+        }
+    }
+
     /// Whether the store holds the document at `path` (exactly as given).
     public func isOpen(_ path: String) -> Bool { entries.index(forKey: path) != nil }
 
@@ -345,7 +375,7 @@ public actor DocumentStore {
 
     private func makeNew(_ path: String) throws(StoreError) {
         let entry = try newEntry(path)
-        entries[path] = entry
+        insert(entry, at: path)
         noteEdit(path)
         emit(.opened(document: path))
     }
@@ -445,7 +475,7 @@ public actor DocumentStore {
             throw Self.storeError(error, path: path)
         }
         entry.changeCount += 1
-        entries[path] = entry
+        insert(entry, at: path)
         emit(.opened(document: path))
         let index = entries.index(forKey: path)!
         let now = Moment.now
@@ -500,11 +530,16 @@ public actor DocumentStore {
     ) throws -> R {
         let path = try DocumentPath.validate(path)
         guard accepting else { throw StoreError.shuttingDown }
-        if entries.index(forKey: path) == nil { try load(path) }
-        guard var document = entries[path]!.document as? D else {
+        let opened = entries.index(forKey: path) == nil
+        let entry = opened ? try loadEntry(path) : entries[path]!
+        guard var document = entry.document as? D else {
             throw StoreError.unsupported(path, message: "the document is not a \(D.self)")
         }
         let result = try body(&document)
+        if opened {
+            insert(entry, at: path)
+            emit(.opened(document: path))
+        }
         entries[path]!.document = document
         entries[path]!.changeCount += 1
         noteEdit(path)
@@ -514,21 +549,34 @@ public actor DocumentStore {
     /// Answers `query` about the document at `path`, opening it from disk if needed.
     public func read(_ path: String, _ query: DocumentQuery = .contents) throws(StoreError) -> QueryResult {
         let path = try DocumentPath.validate(path)
-        if entries.index(forKey: path) == nil { try load(path) }
-        let entry = entries[path]!
+        // A document not open yet is opened only if the query can be answered: a refused
+        // query leaves the store as it was.
+        let opened = entries.index(forKey: path) == nil
+        let entry = opened ? try loadEntry(path) : entries[path]!
+        let result: QueryResult
         do {
-            return try entry.document.read(query, existingFile: entry.existingFile)
+            result = try entry.document.read(query, existingFile: entry.existingFile)
         } catch {
             throw Self.storeError(error, path: path)
         }
+        if opened {
+            insert(entry, at: path)
+            emit(.opened(document: path))
+        }
+        return result
     }
 
     /// The document's value as its Swift type.
     public func document<D: AutosaveDocument>(_ path: String, as type: D.Type) throws -> D {
         let path = try DocumentPath.validate(path)
-        if entries.index(forKey: path) == nil { try load(path) }
-        guard let document = entries[path]!.document as? D else {
+        let opened = entries.index(forKey: path) == nil
+        let entry = opened ? try loadEntry(path) : entries[path]!
+        guard let document = entry.document as? D else {
             throw StoreError.unsupported(path, message: "the document is not a \(D.self)")
+        }
+        if opened {
+            insert(entry, at: path)
+            emit(.opened(document: path))
         }
         return document
     }
@@ -575,7 +623,7 @@ public actor DocumentStore {
         guard entries.index(forKey: path) != nil else { throw missing(path) }
         try await save(path, wait: true)
         if let entry = entries[path], !entry.isDirty, entry.savingToken == nil {
-            entries[path] = nil
+            remove(path)
             emit(.closed(document: path))
         }
     }
@@ -592,7 +640,8 @@ public actor DocumentStore {
         entries[path]!.forcedToken = max(entry.forcedToken ?? 0, token)
         entries[path]!.retryAt = nil
         schedule(path)
-        wake()
+        // Due now: started here, without waiting for the scheduler's turn.
+        processDue()
         guard wait else { return }
         try await withCheckedThrowingContinuation { (continuation: CheckedContinuation<Void, any Error>) in
             entries[path]!.waiters.append((token, continuation))

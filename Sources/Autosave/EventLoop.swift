@@ -118,6 +118,10 @@ final class EventLoop: SerialExecutor, @unchecked Sendable {
         var flushes: [Connection] = []
         /// Descriptors whose handler stopped reading before `EAGAIN`: called again next pass.
         var reads: [Int32] = []
+        /// Work handed to the loop from other threads (see ``execute(_:)``).
+        var closures: [@Sendable () -> Void] = []
+        /// The timer's deadline (`CLOCK_BOOTTIME` nanoseconds) and what it then does (see ``setTimer(at:_:)``).
+        var timer: (deadline: Int64, action: @Sendable () -> Void)?
         /// The loop is (about to be) blocked in `epoll_wait`: a new job must wake it.
         var sleeping = false
     }
@@ -176,6 +180,18 @@ final class EventLoop: SerialExecutor, @unchecked Sendable {
     /// there), kept without a lock. Touched only on the loop's thread.
     /// Exempt from the runtime's exclusivity checks: appended to once per reply, on one thread.
     @exclusivity(unchecked) private var localFlushes: [Connection] = []
+
+    /// Runs `body` on the loop's thread in its next pass, between jobs: how a thread that
+    /// finished work for the store (a save) hands its result back with one wake-up and
+    /// no task.
+    func execute(_ body: @escaping @Sendable () -> Void) { addWork { $0.closures.append(body) } }
+
+    /// Has `action` run on the loop's thread once `CLOCK_BOOTTIME` reaches `deadline`
+    /// (nanoseconds), replacing the timer set before; `nil` cancels it. The loop sleeps in
+    /// `epoll_wait` with the timer's timeout, so a timer costs no thread of its own.
+    func setTimer(at deadline: Int64?, _ action: @escaping @Sendable () -> Void = {}) {
+        addWork { $0.timer = deadline.map { ($0, action) } }
+    }
 
     /// Has the handler of `fd` called again in the next pass, after everyone else's
     /// readiness: a handler that reads a bounded amount per call asks for this when more
@@ -333,6 +349,15 @@ final class EventLoop: SerialExecutor, @unchecked Sendable {
                 }
             }
             batch.removeAll(keepingCapacity: true)
+            let (closures, due): ([@Sendable () -> Void], (@Sendable () -> Void)?) = jobs.withLock { jobs in
+                var taken: [@Sendable () -> Void] = []
+                swap(&taken, &jobs.closures)
+                guard let timer = jobs.timer, timer.deadline <= Moment.now.nanoseconds else { return (taken, nil) }
+                jobs.timer = nil
+                return (taken, timer.action)
+            }
+            for closure in closures { closure() }
+            due?()
             jobs.withLock { jobs in swap(&reads, &jobs.reads) }
             if !reads.isEmpty {
                 waiters.withLock { all in
@@ -367,15 +392,19 @@ final class EventLoop: SerialExecutor, @unchecked Sendable {
             let idle = queueEmpty && flushes.isEmpty
             for connection in flushes where !connection.flush() { blockWriter(connection) }
             flushes.removeAll(keepingCapacity: true)
-            let sleep: Bool =
+            let sleep: Int32? =
                 idle && localFlushes.isEmpty
-                && jobs.withLock { jobs in
-                    guard jobs.queue.isEmpty, jobs.flushes.isEmpty, jobs.reads.isEmpty else { return false }
+                ? jobs.withLock { jobs in
+                    guard jobs.queue.isEmpty, jobs.flushes.isEmpty, jobs.reads.isEmpty, jobs.closures.isEmpty
+                    else { return nil }
                     jobs.sleeping = true
-                    return true
-                }
-            guard let ready = try? epoll.wait(timeout: sleep ? -1 : 0) else { continue }
-            if sleep { jobs.withLock { $0.sleeping = false } }
+                    guard let timer = jobs.timer else { return -1 }
+                    // Rounded up to whole milliseconds: never early.
+                    let wait = (timer.deadline - Moment.now.nanoseconds + 999_999) / 1_000_000
+                    return Int32(clamping: max(0, wait))
+                } : nil
+            guard let ready = try? epoll.wait(timeout: sleep ?? 0) else { continue }
+            if sleep != nil { jobs.withLock { $0.sleeping = false } }
             var resumed: [UnsafeContinuation<Bool, Never>] = []
             var writable: [Connection] = []
             waiters.withLock { all in

@@ -34,6 +34,7 @@ final class FileWatcher: @unchecked Sendable {
     private let inotify: Inotify
     private let root: String
     private let pollInterval: Duration
+    private let mode: WatchMode
     /// Directories the rules ignore get no watch and are not polled.
     private let ignore: SharedIgnoreRules
     private let deliver: @Sendable ([WatchEvent]) -> Void
@@ -56,6 +57,9 @@ final class FileWatcher: @unchecked Sendable {
     /// Polled directories and their last listing. Held for a whole poll round, so rounds
     /// from the thread and from ``pollNow()`` never interleave.
     private let polled = Mutex([String: [String: Stamp]]())
+    /// The polled directories that are polled by choice (`Mode=poll`, or a file system
+    /// inotify cannot see other hosts' changes on), not for want of a watch: never watched.
+    private let pollOnly = Mutex(Set<String>())
     private let stopping = Atomic<Bool>(false)
     /// Whether an overflow was handed over and not yet handled: further overflows until
     /// then are folded into it (one rescan covers them all).
@@ -67,12 +71,13 @@ final class FileWatcher: @unchecked Sendable {
     ]
 
     init(
-        root: String, pollInterval: Duration = .seconds(2), ignore: SharedIgnoreRules,
+        root: String, pollInterval: Duration = .seconds(2), mode: WatchMode = .auto, ignore: SharedIgnoreRules,
         log: @escaping @Sendable (String) -> Void, deliver: @escaping @Sendable ([WatchEvent]) -> Void
     ) throws {
         inotify = try Inotify()
         self.root = root
         self.pollInterval = pollInterval
+        self.mode = mode
         self.ignore = ignore
         self.deliver = deliver
         self.log = log
@@ -112,17 +117,23 @@ final class FileWatcher: @unchecked Sendable {
             if !directory.isEmpty, ignore.ignoring(directory, isDirectory: true) != nil { continue }
             let full = absolute(directory)
             var isPolled = false
-            do {
-                let watch = try inotify.addWatch(full, events: Self.mask)
-                state.withLock { $0.directories[watch] = directory }
-            } catch .noSpace {
+            let byChoice = pollsByChoice(full)
+            if byChoice {
                 isPolled = true
-            } catch {
-                continue
+                pollOnly.withLock { _ = $0.insert(directory) }
+            } else {
+                do {
+                    let watch = try inotify.addWatch(full, events: Self.mask)
+                    state.withLock { $0.directories[watch] = directory }
+                } catch .noSpace {
+                    isPolled = true
+                } catch {
+                    continue
+                }
             }
             guard let listing = list(directory) else { continue }
             if isPolled {
-                reportLimit(full)
+                if !byChoice { reportLimit(full) }
                 polled.withLock { $0[directory] = listing }
             }
             for (name, stamp) in listing {
@@ -147,6 +158,29 @@ final class FileWatcher: @unchecked Sendable {
         }
         watchTree("")
     }
+
+    /// File systems whose other hosts' (or other mounts') changes inotify never reports:
+    /// FUSE (GlusterFS, sshfs, …), NFS, SMB and CIFS, CephFS, 9p, AFS, OCFS2, GFS2.
+    static let sharedFileSystems: Set<Int64> = [
+        0x6573_5546, 0x6969, 0x517B, 0xFF53_4D42, 0xFE53_4D42, 0x00C3_6400, 0x0102_1997, 0x5346_414F, 0x6B41_4653,
+        0x7461_636F, 0x0116_1970,
+    ]
+
+    /// Whether `full` is polled rather than watched: always with `Mode=poll`, on a shared
+    /// file system with `Mode=auto`.
+    private func pollsByChoice(_ full: String) -> Bool {
+        switch mode {
+        case .inotify: return false
+        case .poll: return true
+        case .auto:
+            guard let fd = try? FileDescriptor.open(full, options: [.directory]) else { return false }
+            let type = try? fd.closeAfter { () throws(Errno) -> Int64 in try fd.fileSystemType() }
+            return type.map { Self.sharedFileSystems.contains($0) } ?? false
+        }
+    }
+
+    /// Directories polled by choice (see ``pollsByChoice(_:)``), not for want of a watch.
+    var polledByChoice: Int { pollOnly.withLock { $0.count } }
 
     /// The absolute path of a root-relative directory (`""` is the root).
     private func absolute(_ directory: String) -> String { directory.isEmpty ? root : root + "/" + directory }
@@ -204,10 +238,13 @@ final class FileWatcher: @unchecked Sendable {
                 guard let after = list(directory) else {
                     // Gone: its parent reports it; the root is reported here.
                     polled.removeValue(forKey: directory)
+                    pollOnly.withLock { _ = $0.remove(directory) }
                     if directory.isEmpty { batch.append(.rootGone) }
                     continue
                 }
-                if let watch = try? inotify.addWatch(full, events: Self.mask) {
+                if !pollOnly.withLock({ $0.contains(directory) }),
+                    let watch = try? inotify.addWatch(full, events: Self.mask)
+                {
                     state.withLock { $0.directories[watch] = directory }
                     polled.removeValue(forKey: directory)
                 } else {
@@ -258,6 +295,7 @@ final class FileWatcher: @unchecked Sendable {
         }
         for watch in watches { try? inotify.removeWatch(watch) }
         polled.withLock { $0 = [:] }
+        pollOnly.withLock { $0 = [] }
     }
 
     // MARK: Reading events
@@ -334,6 +372,7 @@ final class FileWatcher: @unchecked Sendable {
         polled.withLock { polled in
             for directory in polled.keys where inside(directory) { polled.removeValue(forKey: directory) }
         }
+        pollOnly.withLock { $0 = $0.filter { !inside($0) } }
     }
 
     private func wait(milliseconds: Int32) -> Bool {

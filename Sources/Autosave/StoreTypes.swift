@@ -110,8 +110,13 @@ public struct StoreStatus: Sendable, Equatable {
 public struct WatchSummary: Sendable, Equatable {
     /// Directories with an inotify watch.
     public var watchedDirectories: Int
-    /// Directories polled instead, past `fs.inotify.max_user_watches`.
+    /// Directories polled instead: past `fs.inotify.max_user_watches`, or by choice (below).
     public var polledDirectories: Int
+    /// `[Watch] Mode=`.
+    public var mode: WatchMode
+    /// Of the polled directories, those polled by choice: `Mode=poll`, or with `Mode=auto` on
+    /// a shared file system whose other hosts' changes inotify cannot see.
+    public var polledByChoice: Int
     /// Documents read again after another program changed them.
     public var reloads: Int
     public var conflicts: Int

@@ -2,12 +2,14 @@
 #include "CLinux.h"
 
 #include <errno.h>
+#include <sys/statfs.h>
 #include <fcntl.h>
 #include <linux/openat2.h>
 #include <stdio.h>
 #include <stddef.h>
 #include <string.h>
 #include <sys/epoll.h>
+#include <sys/file.h>
 #include <sys/eventfd.h>
 #include <sys/random.h>
 #include <sys/un.h>
@@ -138,3 +140,12 @@ uint64_t clinux_monotonic_usec(void) {
     clock_gettime(CLOCK_MONOTONIC, &t);
     return (uint64_t)t.tv_sec * 1000000u + (uint64_t)t.tv_nsec / 1000u;
 }
+
+int clinux_fstatfs_type(int fd, int64_t *type) {
+    struct statfs buf;
+    if (fstatfs(fd, &buf) != 0) return -1;
+    *type = (int64_t)buf.f_type;
+    return 0;
+}
+
+int clinux_flock_exclusive_nonblocking(int fd) { return flock(fd, LOCK_EX | LOCK_NB); }

@@ -448,7 +448,8 @@ struct WriteSession {
     }
 
     mutating func writeRegularFile(
-        _ wrapper: FileWrapper, at location: Location, syncDirectory: Bool, expecting expected: ExpectedDestination? = nil
+        _ wrapper: FileWrapper, at location: Location, syncDirectory: Bool,
+        expecting expected: ExpectedDestination? = nil
     ) throws {
         let staged = try stageRegularFile(wrapper, at: location)
         do {

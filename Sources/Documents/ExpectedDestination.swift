@@ -61,8 +61,11 @@ public struct DestinationChanged: Error, Sendable, CustomStringConvertible {
 
     public var description: String {
         let now =
-            found.map { "inode \($0.inode), \($0.size) bytes, modified \($0.modified.seconds).\($0.modified.nanoseconds)" }
+            found.map {
+                "inode \($0.inode), \($0.size) bytes, modified \($0.modified.seconds).\($0.modified.nanoseconds)"
+            }
             ?? "no file"
-        return "'\(path)' changed since it was last read or written (expected \(expected), found \(now)); it was not replaced"
+        return
+            "'\(path)' changed since it was last read or written (expected \(expected), found \(now)); it was not replaced"
     }
 }

@@ -203,6 +203,23 @@ extension FileDescriptor {
         try nothingOrErrno { system_fsync(rawValue) }.get()
     }
 
+    /// Flushes the file's data, and the metadata needed to read it back (its size), to the
+    /// storage device; unlike ``sync()`` it skips metadata such as the modification time.
+    ///
+    /// The corresponding C function is `fdatasync`.
+    public func dataSync() throws(Errno) {
+        try nothingOrErrno { system_fdatasync(rawValue) }.get()
+    }
+
+    /// Takes an exclusive advisory lock on the open file without waiting: `EWOULDBLOCK`
+    /// (``Errno/wouldBlock``) when another open file description holds it. The lock goes
+    /// with the last descriptor of this open file description, and with the process.
+    ///
+    /// The corresponding C function is `flock(LOCK_EX | LOCK_NB)`.
+    public func lockExclusively() throws(Errno) {
+        try nothingOrErrno { system_flock_exclusive_nonblocking(rawValue) }.get()
+    }
+
     /// Flushes every file of the file system holding this descriptor, and reports a
     /// write-back error that happened since the descriptor was opened.
     ///
@@ -229,6 +246,16 @@ extension FileDescriptor {
         var buf = stat()
         try nothingOrErrno { system_fstat(rawValue, &buf) }.get()
         return FileStatus(buf)
+    }
+
+    /// The magic number of the file system holding this file (`statfs`'s `f_type`:
+    /// `0x65735546` for FUSE, `0x6969` for NFS, …).
+    ///
+    /// The corresponding C function is `fstatfs`.
+    public func fileSystemType() throws(Errno) -> Int64 {
+        var type: Int64 = 0
+        try nothingOrErrno { system_fstatfsType(rawValue, &type) }.get()
+        return type
     }
 
     /// The status of `name` relative to this directory.

@@ -193,7 +193,8 @@ struct IgnoreTests {
         #expect(await harness.store.list().map(\.path) == ["a.txt"])
         #expect(try await harness.store.read("a.txt") == .text("one\ntwo\n"))
         // vim renames a.txt to its backup and writes a new a.txt: the document may be closed and opened again.
-        #expect(await openedPaths(harness).allSatisfy { $0 == "a.txt" }, "no swap file, probe or backup was ever opened")
+        #expect(
+            await openedPaths(harness).allSatisfy { $0 == "a.txt" }, "no swap file, probe or backup was ever opened")
         #expect(await harness.store.ignoreSummary.ignoredPaths >= 1)
         await harness.store.stopWatching()
     }

@@ -137,7 +137,8 @@ struct RequestFuzzTests {
         try FileManager.default.createDirectory(atPath: daemon.root + "/out", withIntermediateDirectories: true)
 
         var generator = RequestGenerator(random: SeededGenerator(state: seed))
-        let answered = try Self.drive(daemon.socket, requests: 4000, generator: &generator) { problem in
+        let answered = try Self.drive(daemon.socket, requests: 4000, generator: &generator, checkRefusals: true) {
+            problem in
             Issue.record("seed \(seed): \(problem)")
         }
         #expect(answered["ok", default: 0] > 400, "enough requests were valid to reach the documents: \(answered)")
@@ -151,15 +152,32 @@ struct RequestFuzzTests {
         #expect(try Disk.bytes(outside + "/planted.txt") == Data("planted\n".utf8), "nothing outside changed")
     }
 
+    /// The open documents as `list` describes them, without what saves change on their own
+    /// (state, saved changes, times): each one's path, type and change count.
+    static func documents(_ raw: ControlSocketTests.Raw, id: Int) throws -> [String] {
+        try raw.send("{\"id\":\(id),\"cmd\":\"list\"}\n")
+        while let line = try raw.line() {
+            if line["event"] != nil { continue }
+            return (line["documents"]?.arrayValue ?? []).map {
+                "\($0["doc"]?.stringValue ?? "?") \($0["type"]?.stringValue ?? "?") \($0["changes"]?.intValue ?? -1)"
+            }
+        }
+        return ["(no reply to list)"]
+    }
+
     /// Sends `requests` generated requests over one connection, one at a time, and checks
     /// each reply: one per request, its id, `ok`, a documented error code with a message.
+    /// With `checkRefusals` (one client, no other program), every refused request must
+    /// leave the open documents as they were: none opened, created, closed or edited.
     /// Returns how often each outcome came; `problem` hears what was wrong.
     static func drive(
-        _ socket: String, requests: Int, generator: inout RequestGenerator, problem: (String) -> Void
+        _ socket: String, requests: Int, generator: inout RequestGenerator, checkRefusals: Bool = false,
+        problem: (String) -> Void
     ) throws -> [String: Int] {
         let codes = Set(ControlProtocol.ErrorCode.allCases.map(\.rawValue))
         let raw = try ControlSocketTests.Raw(socket)
         var answered: [String: Int] = [:]
+        var before = checkRefusals ? try documents(raw, id: -1) : []
         for id in 0..<requests {
             let request = generator.request(id: id)
             try raw.send(request + "\n")
@@ -188,6 +206,14 @@ struct RequestFuzzTests {
                 if answer["error"]?["message"]?.stringValue?.isEmpty != false { problem("\(text): no message") }
                 answered[code, default: 0] += 1
             }
+            guard checkRefusals else { continue }
+            let after = try documents(raw, id: -1)
+            if !ok && after != before {
+                problem(
+                    "\(request) was refused and yet changed the open documents: \(Set(before).symmetricDifference(after).sorted())"
+                )
+            }
+            before = after
         }
         return answered
     }

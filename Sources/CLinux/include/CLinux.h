@@ -20,6 +20,9 @@ static inline long clinux_send(int fd, const void *buffer, size_t count, int fla
     return syscall(SYS_sendto, fd, buffer, count, flags, (void *)0, 0);
 }
 
+/// The file system type (statfs's f_type) of the file open at `fd` in `type`; -1 with errno on failure.
+int clinux_fstatfs_type(int fd, int64_t *type);
+
 int clinux_renameat2(int olddirfd, const char *oldpath, int newdirfd, const char *newpath,
                      unsigned int flags);
 unsigned int clinux_rename_exchange(void);
@@ -77,6 +80,8 @@ int clinux_eventfd_signal(int fd);
 
 /// A Unix datagram socket (close-on-exec), for a NOTIFY_SOCKET-style receiver.
 int clinux_unix_datagram_socket(void);
+/// flock(LOCK_EX | LOCK_NB): Swift sees only `struct flock` under that name.
+int clinux_flock_exclusive_nonblocking(int fd);
 /// CLOCK_MONOTONIC in microseconds.
 uint64_t clinux_monotonic_usec(void);
 

@@ -41,12 +41,14 @@ internal func system_fdatasync(_ fd: CInt) -> CInt { Glibc.fdatasync(fd) }
 internal func system_fchmod(_ fd: CInt, _ mode: mode_t) -> CInt { Glibc.fchmod(fd, mode) }
 internal func system_fchown(_ fd: CInt, _ uid: uid_t, _ gid: gid_t) -> CInt { Glibc.fchown(fd, uid, gid) }
 internal func system_ftruncate(_ fd: CInt, _ length: off_t) -> CInt { Glibc.ftruncate(fd, length) }
+internal func system_flock_exclusive_nonblocking(_ fd: CInt) -> CInt { clinux_flock_exclusive_nonblocking(fd) }
 
 internal func system_fstatat(_ dir: CInt, _ path: UnsafePointer<CChar>, _ buf: inout stat, _ flags: CInt) -> CInt {
     Glibc.fstatat(dir, path, &buf, flags)
 }
 
 internal func system_fstat(_ fd: CInt, _ buf: inout stat) -> CInt { Glibc.fstat(fd, &buf) }
+internal func system_fstatfsType(_ fd: CInt, _ type: inout Int64) -> CInt { clinux_fstatfs_type(fd, &type) }
 
 internal func system_renameat(
     _ oldDir: CInt, _ old: UnsafePointer<CChar>, _ newDir: CInt, _ new: UnsafePointer<CChar>

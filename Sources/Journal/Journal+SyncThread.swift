@@ -1,0 +1,300 @@
+import Foundation
+import Posix
+import Synchronization
+
+/// The sync thread: group commits, the rewrite after a failure, and deleting segments.
+extension Journal {
+    enum SyncWork {
+        case sync
+        case recover
+        case housekeep
+        case exit
+    }
+
+    func startSyncThread() {
+        let thread = Thread { [self] in self.runSyncThread() }
+        thread.name = "journal-sync"
+        thread.start()
+    }
+
+    private func runSyncThread() {
+        while true {
+            switch nextWork() {
+            case .sync: performSync()
+            case .recover: performRecovery()
+            case .housekeep: performHousekeeping()
+            case .exit:
+                state.withLock { s in s.threadExited = true }
+                signalSyncThread()
+                return
+            }
+        }
+    }
+
+    /// Waits until there is something to do.
+    private func nextWork() -> SyncWork {
+        wake.lock()
+        defer { wake.unlock() }
+        while true {
+            let (work, deadline) = state.withLock { s -> (SyncWork?, ContinuousClock.Instant?) in
+                decide(&s, now: .now)
+            }
+            if let work { return work }
+            if let deadline {
+                let seconds = ContinuousClock.now.duration(to: deadline).seconds
+                if seconds > 0 { _ = wake.wait(until: Date(timeIntervalSinceNow: seconds)) }
+            } else {
+                wake.wait()
+            }
+        }
+    }
+
+    private func decide(_ s: inout JournalState, now: ContinuousClock.Instant) -> (SyncWork?, ContinuousClock.Instant?)
+    {
+        s.syncThreadIdle = false
+        s.syncThreadWaitsForSignal = false
+        if s.recovering {
+            if s.closing {
+                if s.closeRetried { return (.exit, nil) }
+                s.closeRetried = true
+                return (.recover, nil)
+            }
+            if let at = s.retryAt, at <= now { return (.recover, nil) }
+            s.syncThreadIdle = true
+            return (nil, s.retryAt)
+        }
+        var deadline: ContinuousClock.Instant?
+        if s.writtenThrough > s.durableThrough {
+            switch options.mode {
+            case .always:
+                return (.sync, nil)
+            case .periodic(let interval):
+                let due = s.lastSyncMark + interval
+                if s.closing || s.syncRequested > s.durableThrough || due <= now { return (.sync, nil) }
+                deadline = due
+            }
+        }
+        if s.housekeeping { return (.housekeep, nil) }
+        if s.closing { return (.exit, nil) }
+        s.syncThreadIdle = true
+        s.syncThreadWaitsForSignal = deadline == nil
+        return (nil, deadline)
+    }
+
+    /// One group commit: `fdatasync` of every segment with written but unsynced bytes (and
+    /// of the directory when a segment was created), covering every batch written so far.
+    private func performSync() {
+        struct Item {
+            var base: LSN
+            var descriptor: CInt
+            var size: Int
+            var name: String
+        }
+        let snapshot = state.withLock { s -> (target: LSN, items: [Item], directory: [LSN])? in
+            guard !s.recovering, s.writtenThrough > s.durableThrough else { return nil }
+            let items = s.segments.compactMap { segment -> Item? in
+                guard let fd = segment.descriptor, segment.syncedSize < segment.size else { return nil }
+                return Item(base: segment.base, descriptor: fd, size: segment.size, name: segment.name)
+            }
+            return (s.writtenThrough, items, s.segments.filter(\.needsDirectorySync).map(\.base))
+        }
+        guard let snapshot else { return }
+        let start = ContinuousClock.now
+        var failure: JournalFailure?
+        for item in snapshot.items {
+            do {
+                try options.io.dataSync(FileDescriptor(rawValue: item.descriptor))
+            } catch {
+                failure = JournalFailure(.fdatasync, path: path(item.name), errno: error)
+                break
+            }
+        }
+        if failure == nil, !snapshot.directory.isEmpty {
+            do { try directoryFD.sync() } catch {
+                failure = JournalFailure(.fsyncDirectory, path: directory, errno: error)
+            }
+        }
+        let end = ContinuousClock.now
+        let outcome = state.withLock { s -> Outcome in
+            s.statistics.lastSync = end
+            s.statistics.lastSyncDuration = end - start
+            s.lastSyncMark = end
+            if let failure {
+                s.statistics.syncFailures += 1
+                return enterRecovery(&s, failure)
+            }
+            s.statistics.syncs += 1
+            for item in snapshot.items {
+                if let i = s.segments.firstIndex(where: { $0.base == item.base }) {
+                    s.segments[i].syncedSize = max(s.segments[i].syncedSize, item.size)
+                }
+            }
+            for base in snapshot.directory {
+                if let i = s.segments.firstIndex(where: { $0.base == base }) {
+                    s.segments[i].needsDirectorySync = false
+                }
+            }
+            s.durableThrough = max(s.durableThrough, snapshot.target)
+            let durable = s.durableThrough
+            s.unsynced.removeAll { $0.last <= durable }
+            for i in s.segments.indices.dropLast() {
+                if let fd = s.segments[i].descriptor, s.segments[i].syncedSize >= s.segments[i].size {
+                    try? FileDescriptor(rawValue: fd).close()
+                    s.segments[i].descriptor = nil
+                }
+            }
+            if s.oldestIsObsolete { s.housekeeping = true }
+            return Outcome(durable: durable, waiters: s.takeWaiters(through: durable))
+        }
+        outcome.deliver(self)
+    }
+
+    /// After a failed write or sync: every record not proven durable (and what was appended
+    /// since) goes to a new segment, written under a temporary name, synced, renamed into
+    /// place and made durable by a directory sync. The failed segment is never synced again
+    /// (after an `fdatasync` error its pages may be gone while marked clean); its durable
+    /// part stays, its tail is cut back to it, and segments holding nothing durable go.
+    private func performRecovery() {
+        let plan = state.withLock { s -> (base: LSN, batches: [Batch]) in
+            if let first = s.pendingFirst {
+                let current = s.segments.count - 1
+                for (owner, n) in s.pendingCounts {
+                    s.segments[current].ownerCounts[owner, default: 0] += n
+                    s.segments[current].live += n
+                }
+                s.pendingCounts.removeAll()
+                s.unsynced.append(Batch(bytes: s.pending, first: first, last: s.nextLSN.previous))
+                s.pending = []
+                s.pendingFirst = nil
+            }
+            return (s.unsynced.first?.first ?? s.nextLSN, s.unsynced)
+        }
+        let name = SegmentFormat.name(base: plan.base)
+        let temporary = SegmentFormat.temporaryName(base: plan.base)
+        var bytes = SegmentFormat.header(base: plan.base)
+        for batch in plan.batches { bytes.append(contentsOf: batch.bytes) }
+        try? directoryFD.unlink(temporary)
+        var descriptor: FileDescriptor?
+        do throws(JournalFailure) {
+            let fd: FileDescriptor
+            do {
+                fd = try FileDescriptor.open(
+                    temporary, relativeTo: directoryFD, .writeOnly, options: [.exclusiveCreate])
+            } catch { throw JournalFailure(.open, path: path(temporary), errno: error) }
+            descriptor = fd
+            do {
+                try options.io.write(fd, contentsOf: bytes)
+            } catch { throw JournalFailure(.write, path: path(temporary), errno: error) }
+            do { try options.io.dataSync(fd) } catch {
+                throw JournalFailure(.fdatasync, path: path(temporary), errno: error)
+            }
+            do { try directoryFD.rename(temporary, to: name) } catch {
+                throw JournalFailure(.rename, path: path(name), errno: error)
+            }
+            do { try directoryFD.sync() } catch { throw JournalFailure(.fsyncDirectory, path: directory, errno: error) }
+        } catch {
+            if let descriptor { try? descriptor.close() }
+            try? directoryFD.unlink(temporary)
+            let outcome = state.withLock { s -> Outcome in
+                var failure = error
+                let last = s.unsynced.last?.last ?? s.writtenThrough
+                if last > s.durableThrough { failure.notDurable = s.durableThrough.next...last }
+                s.failure = failure
+                s.statistics.syncFailures += 1
+                s.retryAt = .now + s.retryDelay
+                s.retryDelay = min(s.retryDelay * 2, options.maxRetryDelay)
+                let waiters = s.waiters.map(\.handler)
+                s.waiters = []
+                return Outcome(failure: failure, waiters: waiters)
+            }
+            outcome.deliver(self)
+            return
+        }
+        let (outcome, stale) = state.withLock { s -> (Outcome, [String]) in
+            var stale: [String] = []
+            s.segments.removeAll { segment in
+                guard segment.base >= plan.base else { return false }
+                if let fd = segment.descriptor { try? FileDescriptor(rawValue: fd).close() }
+                if segment.name != name { stale.append(segment.name) }
+                return true
+            }
+            for i in s.segments.indices {
+                guard let fd = s.segments[i].descriptor else { continue }
+                let file = FileDescriptor(rawValue: fd)
+                if s.segments[i].syncedSize < s.segments[i].size {
+                    try? file.truncate(to: Int64(s.segments[i].syncedSize))
+                    s.segments[i].size = s.segments[i].syncedSize
+                }
+                try? file.close()
+                s.segments[i].descriptor = nil
+            }
+            s.segments.append(
+                SegmentEntry(
+                    base: plan.base, name: name, descriptor: descriptor!.rawValue, size: bytes.count,
+                    syncedSize: bytes.count, needsDirectorySync: false))
+            if let last = plan.batches.last?.last {
+                s.writtenThrough = max(s.writtenThrough, last)
+                s.durableThrough = max(s.durableThrough, last)
+            }
+            s.unsynced.removeAll()
+            s.recount()
+            s.recovering = false
+            s.failure = nil
+            s.retryAt = nil
+            s.retryDelay = options.retryDelay
+            s.statistics.rewrites += 1
+            s.statistics.writes += 1
+            s.statistics.bytesWritten += bytes.count
+            if s.oldestIsObsolete { s.housekeeping = true }
+            return (Outcome(durable: s.durableThrough, waiters: s.takeWaiters(through: s.durableThrough)), stale)
+        }
+        for name in stale { try? directoryFD.unlink(name) }
+        if !stale.isEmpty { try? directoryFD.sync() }
+        outcome.deliver(self)
+    }
+
+    /// Deletes the oldest segments while everything in them is released, oldest first (a
+    /// segment's release marks may speak of records in the ones before it, so a segment
+    /// never goes before its elders). A damaged one is renamed `<name>.damaged` instead.
+    func performHousekeeping() {
+        let victims = state.withLock { s -> [SegmentEntry] in
+            s.housekeeping = false
+            guard !s.recovering else { return [] }
+            var victims: [SegmentEntry] = []
+            while s.oldestIsObsolete { victims.append(s.segments.removeFirst()) }
+            s.statistics.segmentsDeleted += victims.count
+            return victims
+        }
+        guard !victims.isEmpty else { return }
+        var failure: JournalFailure?
+        var done = 0
+        for victim in victims {
+            do {
+                if victim.damaged {
+                    try directoryFD.rename(victim.name, to: victim.name + SegmentFormat.damagedSuffix)
+                } else {
+                    try directoryFD.unlink(victim.name)
+                }
+            } catch Errno.noSuchFile {
+            } catch {
+                failure = JournalFailure(victim.damaged ? .rename : .unlink, path: path(victim.name), errno: error)
+                break
+            }
+            done += 1
+        }
+        if done > 0, failure == nil {
+            do { try directoryFD.sync() } catch {
+                failure = JournalFailure(.fsyncDirectory, path: directory, errno: error)
+            }
+        }
+        state.withLock { s in
+            s.segments.insert(contentsOf: victims[done...], at: 0)
+            s.statistics.segmentsDeleted -= victims.count - done
+        }
+        if let failure { onFailure(failure) }
+    }
+}
+
+extension Duration {
+    var seconds: Double { Double(components.seconds) + Double(components.attoseconds) / 1e18 }
+}

@@ -1,0 +1,407 @@
+import Foundation
+import Posix
+import Synchronization
+
+/// The edit journal: an append-only sequence of checksummed records in segment files,
+/// written in batches and made durable by group commit.
+///
+/// One thread (the caller's event loop) appends records during a pass and calls
+/// ``flush()`` at the end of it: the batch goes to the current segment with one
+/// `write(2)`, so it survives a crash of the process from then on. A sync thread of the
+/// journal's own runs `fdatasync` for everything written so far — once per interval in
+/// ``JournalOptions/SyncMode/periodic(_:)`` mode, back to back in
+/// ``JournalOptions/SyncMode/always`` — while the loop goes on writing the next batches,
+/// and reports each advance through `onDurable`.
+///
+/// The journal gives each record a 64-bit ``LSN`` and an owner (an opaque number, such as
+/// a document's identity). ``release(owner:through:)`` says an owner's records are no
+/// longer needed (a durable save covers them); segments whose records are all released
+/// are deleted, oldest first.
+///
+/// Lifecycle: `init` opens (and locks) the directory, ``replay(_:)`` delivers what the
+/// directory holds and starts a fresh segment and the sync thread, then
+/// `append`/`flush`/`release` run, and ``close()`` syncs and stops.
+///
+/// `append`, `flush` and `close` belong to one thread at a time; everything else may be
+/// called from any thread.
+public final class Journal: Sendable {
+    public let directory: String
+    public let options: JournalOptions
+    let directoryDescriptor: CInt
+    let state: Mutex<JournalState>
+    let wake = NSCondition()
+    let onDurable: @Sendable (LSN) -> Void
+    let onFailure: @Sendable (JournalFailure) -> Void
+
+    /// The owner value the journal keeps for its own release marks.
+    public static let reservedOwner = UInt64.max
+
+    /// Opens the journal in `directory` (created, mode 0700, when missing) and takes its
+    /// lock: a second journal on the same directory fails with `flock`/`EWOULDBLOCK`
+    /// (after half a second of retries).
+    ///
+    /// - Parameters:
+    ///   - directory: A directory of its own, outside any tree the caller watches.
+    ///   - options: Mode, segment size, limits.
+    ///   - onDurable: Called on the sync thread, outside any lock, each time records
+    ///     through an LSN have become durable.
+    ///   - onFailure: Called on the sync thread or in ``flush()`` when a write, sync or
+    ///     file operation fails; the journal retries by writing the records not proven
+    ///     durable to a new segment.
+    /// - Throws: ``JournalFailure``.
+    public init(
+        directory: String,
+        options: JournalOptions = JournalOptions(),
+        onDurable: @escaping @Sendable (LSN) -> Void = { _ in },
+        onFailure: @escaping @Sendable (JournalFailure) -> Void = { _ in }
+    ) throws(JournalFailure) {
+        self.directory = directory
+        self.options = options
+        self.onDurable = onDurable
+        self.onFailure = onFailure
+        do {
+            try FileDescriptor.currentWorkingDirectory.makeDirectory(directory, permissions: .init(rawValue: 0o700))
+            // The new directory's entry is durable once its parent is synced.
+            let parent = PathName.parent(directory)
+            let parentFD = try FileDescriptor.open(parent.isEmpty ? "." : parent, .readOnly, options: [.directory])
+            try parentFD.closeAfter { () throws(Errno) in try parentFD.sync() }
+        } catch Errno.fileExists {
+        } catch {
+            throw JournalFailure(.open, path: directory, errno: error)
+        }
+        let fd: FileDescriptor
+        do {
+            fd = try FileDescriptor.open(directory, .readOnly, options: [.directory])
+        } catch {
+            throw JournalFailure(.open, path: directory, errno: error)
+        }
+        // A child forked by another thread holds a copy of a descriptor until it calls
+        // exec, and with it the lock: a lock that stays taken for half a second is another
+        // journal's.
+        var attempts = 0
+        while true {
+            do {
+                try fd.lockExclusively()
+                break
+            } catch Errno.wouldBlock where attempts < 50 {
+                attempts += 1
+                usleep(10_000)
+            } catch {
+                try? fd.close()
+                throw JournalFailure(.lock, path: directory, errno: error)
+            }
+        }
+        directoryDescriptor = fd.rawValue
+        var initial = JournalState()
+        initial.retryDelay = options.retryDelay
+        initial.statistics.mode = options.mode.description
+        state = Mutex(initial)
+    }
+
+    deinit {
+        let segments = state.withLock { s in s.phase == .closed ? nil : s.segments }
+        guard let segments else { return }
+        for case let fd? in segments.map(\.descriptor) { try? FileDescriptor(rawValue: fd).close() }
+        try? FileDescriptor(rawValue: directoryDescriptor).close()
+    }
+
+    var directoryFD: FileDescriptor { FileDescriptor(rawValue: directoryDescriptor) }
+
+    func path(_ name: String) -> String { directory + "/" + name }
+
+    // MARK: Appending
+
+    /// Adds a record to the current batch and returns its LSN. No system call: the record
+    /// reaches the file at the next ``flush()``.
+    ///
+    /// - Parameters:
+    ///   - owner: Whose record this is (any value but ``reservedOwner``); what
+    ///     ``release(owner:through:)`` and ``pinningOwners()`` speak of.
+    ///   - payload: The bytes to keep, at most ``JournalOptions/maxPayloadSize``.
+    /// - Throws: ``JournalRecordTooLarge``; nothing is appended then.
+    @discardableResult
+    public func append<Payload: Collection<UInt8>>(owner: UInt64, payload: Payload) throws(JournalRecordTooLarge)
+        -> LSN
+    {
+        precondition(owner != Self.reservedOwner, "the owner value UInt64.max is reserved")
+        let count = payload.count
+        guard count <= options.maxPayloadSize else {
+            throw JournalRecordTooLarge(size: count, limit: options.maxPayloadSize)
+        }
+        if let lsn = payload.withContiguousStorageIfAvailable({ append(owner, UnsafeRawBufferPointer($0)) }) {
+            return lsn
+        }
+        return Array(payload).withUnsafeBytes { append(owner, $0) }
+    }
+
+    private func append(_ owner: UInt64, _ payload: UnsafeRawBufferPointer) -> LSN {
+        state.withLock { s in
+            precondition(s.phase == .running, "Journal.append before replay(_:) or after close()")
+            let lsn = s.nextLSN
+            s.nextLSN = lsn.next
+            SegmentFormat.appendRecord(to: &s.pending, lsn: lsn, owner: owner, payload: payload)
+            if s.pendingFirst == nil { s.pendingFirst = lsn }
+            s.pendingCounts[owner, default: 0] += 1
+            s.owners[owner, default: OwnerLog()].lsns.append(lsn)
+            s.unreleased += 1
+            return lsn
+        }
+    }
+
+    /// Writes the batch appended since the last flush to the current segment with one
+    /// `write(2)` (a segment that reached ``JournalOptions/segmentSize`` is closed first and
+    /// a new one started), and hands it to the sync thread.
+    ///
+    /// - Returns: The LSN through which records are written (in the page cache). After a
+    ///   failure (reported through `onFailure`) it stops advancing until the sync thread
+    ///   has written the records again to a new segment; `onDurable` says when.
+    @discardableResult
+    public func flush() -> LSN {
+        let (written, report, signal) = state.withLock { s -> (LSN, Outcome, Bool) in
+            guard s.phase == .running, let first = s.pendingFirst, !s.recovering else {
+                return (s.writtenThrough, Outcome(), false)
+            }
+            if s.segments[s.segments.count - 1].size >= options.segmentSize {
+                do throws(JournalFailure) {
+                    s.segments.append(try createSegment(base: first))
+                } catch {
+                    s.statistics.writeFailures += 1
+                    return (s.writtenThrough, enterRecovery(&s, error), true)
+                }
+            }
+            let batch = Batch(bytes: s.pending, first: first, last: s.nextLSN.previous)
+            s.pending = []
+            s.pending.reserveCapacity(batch.bytes.count)
+            s.pendingFirst = nil
+            let current = s.segments.count - 1
+            for (owner, n) in s.pendingCounts {
+                s.segments[current].ownerCounts[owner, default: 0] += n
+                s.segments[current].live += n
+            }
+            s.pendingCounts.removeAll(keepingCapacity: true)
+            s.unsynced.append(batch)
+            let fd = FileDescriptor(rawValue: s.segments[current].descriptor!)
+            do throws(Errno) {
+                try options.io.write(fd, contentsOf: batch.bytes)
+            } catch {
+                s.statistics.writeFailures += 1
+                let failure = JournalFailure(.write, path: path(s.segments[current].name), errno: error)
+                return (s.writtenThrough, enterRecovery(&s, failure), true)
+            }
+            s.segments[current].size += batch.bytes.count
+            s.writtenThrough = batch.last
+            s.statistics.writes += 1
+            s.statistics.bytesWritten += batch.bytes.count
+            let wanted =
+                options.mode == .always || s.syncRequested > s.durableThrough || s.syncThreadWaitsForSignal
+            return (s.writtenThrough, Outcome(), wanted && s.syncThreadIdle)
+        }
+        if signal { signalSyncThread() }
+        report.deliver(self)
+        return written
+    }
+
+    /// Creates a segment file with its header, not yet synced.
+    func createSegment(base: LSN) throws(JournalFailure) -> SegmentEntry {
+        let name = SegmentFormat.name(base: base)
+        let fd: FileDescriptor
+        do {
+            fd = try FileDescriptor.open(name, relativeTo: directoryFD, .writeOnly, options: [.exclusiveCreate])
+        } catch {
+            throw JournalFailure(.open, path: path(name), errno: error)
+        }
+        let header = SegmentFormat.header(base: base)
+        do {
+            try options.io.write(fd, contentsOf: header)
+        } catch {
+            try? fd.close()
+            try? directoryFD.unlink(name)
+            throw JournalFailure(.write, path: path(name), errno: error)
+        }
+        return SegmentEntry(
+            base: base, name: name, descriptor: fd.rawValue, size: header.count, syncedSize: 0,
+            needsDirectorySync: true)
+    }
+
+    /// Stops writing to the segment at hand: every record not proven durable is to be
+    /// written again to a new segment by the sync thread. Returns the failure to report,
+    /// with the records it leaves undurable, and the waiters to answer with it.
+    func enterRecovery(_ s: inout JournalState, _ failure: JournalFailure) -> Outcome {
+        var failure = failure
+        let last = max(s.writtenThrough, s.unsynced.last?.last ?? .zero)
+        if last > s.durableThrough { failure.notDurable = s.durableThrough.next...last }
+        s.recovering = true
+        s.retryAt = .now
+        s.failure = failure
+        let waiters = s.waiters.map(\.handler)
+        s.waiters = []
+        return Outcome(failure: failure, waiters: waiters)
+    }
+
+    // MARK: Durability requests
+
+    /// Asks for a sync as soon as records through `lsn` are written, whatever the mode.
+    public func requestSync(through lsn: LSN) {
+        let signal = state.withLock { s -> Bool in
+            s.syncRequested = max(s.syncRequested, lsn)
+            return s.syncThreadIdle && s.writtenThrough > s.durableThrough
+        }
+        if signal { signalSyncThread() }
+    }
+
+    /// Calls `handler` once records through `lsn` are durable (with `nil`), or when a
+    /// failure leaves them undurable (with the failure; the journal goes on retrying and
+    /// a later `onDurable` may still cover them). Requests an early sync.
+    /// The handler runs on the sync thread, or at once on the caller's when `lsn` is
+    /// already durable.
+    public func whenDurable(_ lsn: LSN, _ handler: @escaping @Sendable (JournalFailure?) -> Void) {
+        let now = state.withLock { s -> Bool in
+            if lsn <= s.durableThrough { return true }
+            s.waiters.append((lsn, handler))
+            return false
+        }
+        if now { handler(nil) } else { requestSync(through: lsn) }
+    }
+
+    // MARK: Release
+
+    /// Marks `owner`'s records through `lsn` obsolete (a durable save covers them). The
+    /// mark itself is journalled (as a record of ``reservedOwner``), so replay never
+    /// delivers released records again; the oldest segments whose records are all
+    /// released are deleted by the sync thread.
+    public func release(owner: UInt64, through lsn: LSN) {
+        let signal = state.withLock { s -> Bool in
+            guard var log = s.owners[owner] else { return false }
+            var released = 0
+            while log.head < log.lsns.count, log.lsns[log.head] <= lsn {
+                let record = log.lsns[log.head]
+                log.head += 1
+                released += 1
+                if let first = s.pendingFirst, record >= first {
+                    s.pendingCounts[owner, default: 0] -= 1
+                    if s.pendingCounts[owner] == 0 { s.pendingCounts[owner] = nil }
+                } else if let i = s.segmentIndex(of: record) {
+                    s.segments[i].live -= 1
+                    let left = (s.segments[i].ownerCounts[owner] ?? 1) - 1
+                    s.segments[i].ownerCounts[owner] = left > 0 ? left : nil
+                }
+            }
+            guard released > 0 else { return false }
+            log.compactIfWasteful()
+            s.owners[owner] = log.isEmpty ? nil : log
+            s.unreleased -= released
+            if s.phase == .running {
+                var mark: [UInt8] = []
+                mark.appendLittleEndian(owner)
+                mark.appendLittleEndian(lsn.rawValue)
+                let markLSN = s.nextLSN
+                s.nextLSN = markLSN.next
+                mark.withUnsafeBytes { bytes in
+                    SegmentFormat.appendRecord(to: &s.pending, lsn: markLSN, owner: Self.reservedOwner, payload: bytes)
+                }
+                if s.pendingFirst == nil { s.pendingFirst = markLSN }
+            }
+            if s.oldestIsObsolete && !s.housekeeping {
+                s.housekeeping = true
+                return s.syncThreadIdle
+            }
+            return false
+        }
+        if signal { signalSyncThread() }
+    }
+
+    /// Counts a record that replay delivered as pinned by `owner` until released, so the
+    /// segment holding it stays. Call it from the body given to ``replay(_:)``.
+    public func noteReplayed(owner: UInt64, lsn: LSN) {
+        state.withLock { s in
+            s.owners[owner, default: OwnerLog()].lsns.append(lsn)
+            s.unreleased += 1
+            if let i = s.segmentIndex(of: lsn) {
+                s.segments[i].live += 1
+                s.segments[i].ownerCounts[owner, default: 0] += 1
+            }
+        }
+    }
+
+    // MARK: Queries
+
+    /// The owners whose unreleased records keep the oldest segment alive: saving their
+    /// documents (and releasing) lets it go. Empty when the oldest segment is the current one
+    /// and nothing else exists.
+    public func pinningOwners() -> [UInt64] {
+        state.withLock { s in
+            guard let oldest = s.segments.first else { return [] }
+            return oldest.ownerCounts.keys.sorted()
+        }
+    }
+
+    public var statistics: JournalStatistics {
+        state.withLock { s in
+            var figures = s.statistics
+            figures.bytes = s.segments.reduce(0) { $0 + $1.size }
+            figures.segments = s.segments.count
+            figures.unreleasedRecords = s.unreleased
+            figures.lastLSN = s.nextLSN.previous
+            figures.writtenThrough = s.writtenThrough
+            figures.durableThrough = s.durableThrough
+            figures.failure = s.failure
+            return figures
+        }
+    }
+
+    /// The segment files, oldest first.
+    public var segmentNames: [String] { state.withLock { s in s.segments.map(\.name) } }
+
+    // MARK: Closing
+
+    /// Flushes what was appended, waits for the sync thread to sync it (one attempt at
+    /// recovery when a failure is pending), stops the thread, closes the files and
+    /// releases the directory's lock. Nothing may be appended afterwards.
+    ///
+    /// - Returns: The failure that left records undurable, or `nil` when everything
+    ///   appended is durable.
+    @discardableResult
+    public func close() -> JournalFailure? {
+        let running = state.withLock { s in s.phase == .running }
+        if running {
+            flush()
+            state.withLock { s in s.closing = true }
+            signalSyncThread()
+            wake.lock()
+            while !state.withLock({ s in s.threadExited }) { wake.wait() }
+            wake.unlock()
+        }
+        return state.withLock { s -> JournalFailure? in
+            if s.phase != .closed {
+                for case let fd? in s.segments.map(\.descriptor) { try? FileDescriptor(rawValue: fd).close() }
+                for i in s.segments.indices { s.segments[i].descriptor = nil }
+                try? FileDescriptor(rawValue: directoryDescriptor).close()
+                s.phase = .closed
+            }
+            if s.durableThrough >= s.nextLSN.previous { return nil }
+            return s.failure
+                ?? JournalFailure(
+                    .fdatasync, path: directory, errno: .ioError,
+                    notDurable: s.durableThrough.next...s.nextLSN.previous)
+        }
+    }
+
+    /// What a step under the lock leaves to report once the lock is released.
+    struct Outcome {
+        var durable: LSN?
+        var failure: JournalFailure?
+        var waiters: [@Sendable (JournalFailure?) -> Void] = []
+
+        func deliver(_ journal: Journal) {
+            if let durable { journal.onDurable(durable) }
+            if let failure { journal.onFailure(failure) }
+            for waiter in waiters { waiter(failure) }
+        }
+    }
+
+    func signalSyncThread() {
+        wake.lock()
+        wake.broadcast()
+        wake.unlock()
+    }
+}

@@ -1,0 +1,77 @@
+import Posix
+
+/// How a journal syncs, rolls and reaches the disk.
+public struct JournalOptions: Sendable {
+    /// When written records are made durable with `fdatasync`.
+    public enum SyncMode: Sendable, Hashable, CustomStringConvertible {
+        /// Sync what has been written once per interval (and early when asked through
+        /// ``Journal/requestSync(through:)`` or ``Journal/whenDurable(_:_:)``).
+        case periodic(Duration)
+        /// Sync as soon as anything has been written: group commits back to back, each
+        /// covering every batch written while the previous sync ran.
+        case always
+
+        public var description: String {
+            switch self {
+            case .periodic: "periodic"
+            case .always: "always"
+            }
+        }
+    }
+
+    public var mode: SyncMode
+    /// A segment that has reached this many bytes is closed and the next batch starts a new one.
+    public var segmentSize: Int
+    /// The largest payload ``Journal/append(owner:payload:)`` takes; replay treats a longer
+    /// record length as damage.
+    public var maxPayloadSize: Int
+    /// The wait before the first retry after a failed write or sync; it doubles up to
+    /// `maxRetryDelay` while the failures go on.
+    public var retryDelay: Duration
+    public var maxRetryDelay: Duration
+    /// The calls through which records reach the disk; tests replace them to inject failures.
+    public var io: JournalIO
+
+    public init(
+        mode: SyncMode = .periodic(.seconds(1)),
+        segmentSize: Int = 16 << 20,
+        maxPayloadSize: Int = 16 << 20,
+        retryDelay: Duration = .milliseconds(100),
+        maxRetryDelay: Duration = .seconds(5),
+        io: JournalIO = .system
+    ) {
+        self.mode = mode
+        self.segmentSize = segmentSize
+        self.maxPayloadSize = maxPayloadSize
+        self.retryDelay = retryDelay
+        self.maxRetryDelay = maxRetryDelay
+        self.io = io
+    }
+}
+
+/// The two calls that put records on the disk: `write(2)` of a batch and `fdatasync(2)` of
+/// a segment. Everything else (open, rename, directory fsync) goes straight to Posix.
+public struct JournalIO: Sendable {
+    public var write: @Sendable (FileDescriptor, UnsafeRawBufferPointer) throws(Errno) -> Void
+    public var dataSync: @Sendable (FileDescriptor) throws(Errno) -> Void
+
+    public init(
+        write: @escaping @Sendable (FileDescriptor, UnsafeRawBufferPointer) throws(Errno) -> Void,
+        dataSync: @escaping @Sendable (FileDescriptor) throws(Errno) -> Void
+    ) {
+        self.write = write
+        self.dataSync = dataSync
+    }
+
+    /// `write(2)` (looping over short writes) and `fdatasync(2)`.
+    public static let system = JournalIO(
+        write: { fd, bytes throws(Errno) in try fd.writeAll(bytes) },
+        dataSync: { fd throws(Errno) in try fd.dataSync() })
+}
+
+extension JournalIO {
+    /// ``write`` over an array's bytes.
+    func write(_ fd: FileDescriptor, contentsOf bytes: [UInt8]) throws(Errno) {
+        try bytes.withUnsafeBytes { b in Result { () throws(Errno) in try write(fd, b) } }.get()
+    }
+}

@@ -1,0 +1,140 @@
+/// A segment file as the journal tracks it.
+struct SegmentEntry {
+    var base: LSN
+    var name: String
+    /// Open while the segment may still be written or synced; closed once it is neither.
+    var descriptor: CInt?
+    /// Bytes in the file.
+    var size: Int
+    /// Bytes proven durable by a successful `fdatasync`.
+    var syncedSize: Int
+    /// The file was created since the directory was last synced.
+    var needsDirectorySync: Bool
+    /// Records attributed to this segment that are not released yet.
+    var live = 0
+    /// `live`, per owner.
+    var ownerCounts: [UInt64: Int] = [:]
+    /// Replay found it damaged: it is set aside rather than deleted.
+    var damaged = false
+}
+
+/// Records handed to `write(2)` (or meant for it) that are not proven durable yet: kept
+/// so that a failure can write them again elsewhere.
+struct Batch {
+    var bytes: [UInt8]
+    var first: LSN
+    var last: LSN
+}
+
+/// The LSNs of one owner's records that are not released yet, oldest first.
+struct OwnerLog {
+    var lsns: [LSN] = []
+    var head = 0
+
+    var isEmpty: Bool { head == lsns.count }
+
+    mutating func compactIfWasteful() {
+        if head > 1024 && head * 2 > lsns.count {
+            lsns.removeFirst(head)
+            head = 0
+        } else if head == lsns.count {
+            lsns.removeAll(keepingCapacity: true)
+            head = 0
+        }
+    }
+}
+
+/// Everything that changes, behind the journal's one lock.
+struct JournalState {
+    enum Phase {
+        case opened
+        case running
+        case closed
+    }
+
+    var phase = Phase.opened
+    var nextLSN = LSN(1)
+
+    /// Framed records appended since the last flush.
+    var pending: [UInt8] = []
+    var pendingFirst: LSN?
+    var pendingCounts: [UInt64: Int] = [:]
+
+    var owners: [UInt64: OwnerLog] = [:]
+    var unreleased = 0
+    /// Sorted by base LSN; while running, the last one is the segment being written.
+    var segments: [SegmentEntry] = []
+    var unsynced: [Batch] = []
+
+    var writtenThrough = LSN.zero
+    var durableThrough = LSN.zero
+    var syncRequested = LSN.zero
+    var waiters: [(lsn: LSN, handler: @Sendable (JournalFailure?) -> Void)] = []
+
+    /// After a failed write or sync: nothing more is written to the segment it happened in;
+    /// the sync thread writes every record not proven durable to a new segment.
+    var recovering = false
+    var retryAt: ContinuousClock.Instant?
+    var retryDelay: Duration = .zero
+    var failure: JournalFailure?
+
+    var housekeeping = false
+    var closing = false
+    /// At close, a pending recovery gets one more attempt, without waiting for its retry time.
+    var closeRetried = false
+    /// When the last sync ended (or the journal started): the periodic interval counts from it.
+    var lastSyncMark = ContinuousClock.now
+    var threadExited = false
+    var syncThreadIdle = false
+    /// The idle sync thread has no deadline: a periodic write must wake it to start one.
+    var syncThreadWaitsForSignal = false
+
+    var statistics = JournalStatistics()
+
+    /// The index of the segment an LSN belongs to: the last one whose base is not above it.
+    func segmentIndex(of lsn: LSN) -> Int? {
+        var low = 0
+        var high = segments.count
+        while low < high {
+            let mid = (low + high) / 2
+            if segments[mid].base <= lsn { low = mid + 1 } else { high = mid }
+        }
+        return low == 0 ? nil : low - 1
+    }
+
+    /// Attributes the records still pinned to the segments they are in, from scratch.
+    mutating func recount() {
+        for i in segments.indices {
+            segments[i].live = 0
+            segments[i].ownerCounts = [:]
+        }
+        for (owner, log) in owners {
+            for lsn in log.lsns[log.head...] {
+                if let first = pendingFirst, lsn >= first { continue }
+                guard let i = segmentIndex(of: lsn) else { continue }
+                segments[i].live += 1
+                segments[i].ownerCounts[owner, default: 0] += 1
+            }
+        }
+    }
+
+    /// The waiters whose LSN is durable now, removed from the list.
+    mutating func takeWaiters(through lsn: LSN) -> [@Sendable (JournalFailure?) -> Void] {
+        guard !waiters.isEmpty else { return [] }
+        var ready: [@Sendable (JournalFailure?) -> Void] = []
+        waiters.removeAll { waiter in
+            if waiter.lsn <= lsn {
+                ready.append(waiter.handler)
+                return true
+            }
+            return false
+        }
+        return ready
+    }
+
+    /// The oldest segment can go: it holds nothing pinned, is closed, and is not the one being written.
+    var oldestIsObsolete: Bool {
+        guard segments.count > 1, let oldest = segments.first else { return false }
+        return oldest.live == 0 && oldest.descriptor == nil
+    }
+}

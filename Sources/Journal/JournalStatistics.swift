@@ -1,0 +1,29 @@
+/// Figures for `status` and metrics.
+public struct JournalStatistics: Sendable, Hashable {
+    public var mode = ""
+    /// Bytes in the segment files.
+    public var bytes = 0
+    public var segments = 0
+    /// Appended records that ``Journal/release(owner:through:)`` has not released yet.
+    public var unreleasedRecords = 0
+    /// The last LSN handed out.
+    public var lastLSN = LSN.zero
+    /// Records through this LSN are in the page cache (they survive the daemon's crash).
+    public var writtenThrough = LSN.zero
+    /// Records through this LSN are on the storage device (they survive a power loss).
+    public var durableThrough = LSN.zero
+    public var writes = 0
+    public var bytesWritten = 0
+    public var syncs = 0
+    public var syncFailures = 0
+    public var writeFailures = 0
+    /// Times the records not proven durable were written again to a new segment.
+    public var rewrites = 0
+    public var segmentsDeleted = 0
+    public var lastSync: ContinuousClock.Instant?
+    public var lastSyncDuration: Duration?
+    /// The failure the journal has not recovered from yet.
+    public var failure: JournalFailure?
+
+    public init() {}
+}

@@ -1,0 +1,120 @@
+/// The on-disk layout of segments and records, described for operators in docs/JOURNAL.md.
+///
+/// A segment is a 32-byte header followed by records, all integers little-endian:
+///
+///     header:  magic "ASJOURNL" | version u32 = 1 | header size u32 = 32 | base LSN u64
+///              | reserved u32 = 0 | CRC-32C of the 28 bytes before it
+///     record:  length u32 | CRC-32C u32 | LSN u64 | owner u64 | payload
+///
+/// A record's `length` counts what follows the 8-byte record header (LSN, owner and
+/// payload: 16 bytes + the payload). Its CRC-32C covers the 4 length bytes and then
+/// those `length` bytes, so a damaged length is caught like damaged contents. The
+/// records of one segment carry consecutive LSNs starting at the header's base LSN,
+/// which is also the segment's file name (20 decimal digits + `.journal`).
+enum SegmentFormat {
+    static let magic: [UInt8] = Array("ASJOURNL".utf8)
+    static let version: UInt32 = 1
+    static let headerSize = 32
+    static let recordHeaderSize = 8
+    /// LSN and owner, inside the checksummed part.
+    static let recordFixedSize = 16
+    /// Bytes a record costs beyond its payload.
+    static let recordOverhead = recordHeaderSize + recordFixedSize
+    static let suffix = ".journal"
+    /// A segment set aside after replay found it damaged: kept for inspection, never read again.
+    static let damagedSuffix = ".damaged"
+
+    /// `00000000000000012345.journal`.
+    static func name(base: LSN) -> String {
+        let digits = String(base.rawValue)
+        return String(repeating: "0", count: max(0, 20 - digits.count)) + digits + suffix
+    }
+
+    /// The base LSN a segment file name stands for, or `nil` for any other name.
+    static func base(ofName name: String) -> LSN? {
+        guard name.hasSuffix(suffix) else { return nil }
+        let digits = name.utf8.dropLast(suffix.utf8.count)
+        guard digits.count == 20, digits.allSatisfy({ $0 >= UInt8(ascii: "0") && $0 <= UInt8(ascii: "9") }),
+            let value = UInt64(Substring(digits))
+        else { return nil }
+        return LSN(value)
+    }
+
+    /// The name a recovery segment is written under before it is renamed into place.
+    static func temporaryName(base: LSN) -> String { "." + name(base: base) + ".tmp" }
+
+    static func header(base: LSN) -> [UInt8] {
+        var bytes = magic
+        bytes.appendLittleEndian(version)
+        bytes.appendLittleEndian(UInt32(headerSize))
+        bytes.appendLittleEndian(base.rawValue)
+        bytes.appendLittleEndian(UInt32(0))
+        bytes.appendLittleEndian(CRC32C.checksum(of: bytes))
+        return bytes
+    }
+
+    /// Checks the header at the start of `bytes` against the base LSN the file name gives.
+    static func checkHeader(_ bytes: UnsafeRawBufferPointer, expectedBase: LSN) -> JournalProblem.HeaderDefect? {
+        guard bytes.count >= headerSize else {
+            return bytes.allSatisfy({ $0 == 0 }) && !bytes.isEmpty ? .zeros : .tooShort
+        }
+        let head = UnsafeRawBufferPointer(rebasing: bytes[0..<headerSize])
+        if head.allSatisfy({ $0 == 0 }) { return .zeros }
+        if !head[0..<8].elementsEqual(magic) { return .badMagic }
+        let stored = head.loadLittleEndianUInt32(at: 28)
+        if CRC32C.checksum(of: UnsafeRawBufferPointer(rebasing: head[0..<28])) != stored { return .checksumMismatch }
+        let version = head.loadLittleEndianUInt32(at: 8)
+        if version != Self.version || head.loadLittleEndianUInt32(at: 12) != UInt32(headerSize) {
+            return .unsupportedVersion(version)
+        }
+        let base = LSN(head.loadLittleEndianUInt64(at: 16))
+        if base != expectedBase { return .baseMismatch(base) }
+        return nil
+    }
+
+    /// Appends one framed record to `buffer`.
+    @inline(__always)
+    static func appendRecord(to buffer: inout [UInt8], lsn: LSN, owner: UInt64, payload: UnsafeRawBufferPointer) {
+        let start = buffer.count
+        let length = UInt32(recordFixedSize + payload.count)
+        buffer.appendLittleEndian(length)
+        buffer.appendLittleEndian(UInt32(0))
+        buffer.appendLittleEndian(lsn.rawValue)
+        buffer.appendLittleEndian(owner)
+        buffer.append(contentsOf: payload)
+        buffer.withUnsafeMutableBytes { all in
+            let lengthBytes = UnsafeRawBufferPointer(rebasing: all[start..<start + 4])
+            let body = UnsafeRawBufferPointer(rebasing: all[(start + recordHeaderSize)...])
+            let crc = CRC32C.checksum(of: body, continuing: CRC32C.checksum(of: lengthBytes))
+            all.storeBytes(of: crc.littleEndian, toByteOffset: start + 4, as: UInt32.self)
+        }
+    }
+
+    /// The checksum a record at `offset` should carry, for a body of `length` bytes.
+    @inline(__always)
+    static func recordChecksum(_ bytes: UnsafeRawBufferPointer, at offset: Int, length: Int) -> UInt32 {
+        let lengthBytes = UnsafeRawBufferPointer(rebasing: bytes[offset..<offset + 4])
+        let bodyStart = offset + recordHeaderSize
+        let body = UnsafeRawBufferPointer(rebasing: bytes[bodyStart..<bodyStart + length])
+        return CRC32C.checksum(of: body, continuing: CRC32C.checksum(of: lengthBytes))
+    }
+}
+
+extension [UInt8] {
+    @inline(__always)
+    mutating func appendLittleEndian<T: FixedWidthInteger>(_ value: T) {
+        Swift.withUnsafeBytes(of: value.littleEndian) { append(contentsOf: $0) }
+    }
+}
+
+extension UnsafeRawBufferPointer {
+    @inline(__always)
+    func loadLittleEndianUInt32(at offset: Int) -> UInt32 {
+        UInt32(littleEndian: loadUnaligned(fromByteOffset: offset, as: UInt32.self))
+    }
+
+    @inline(__always)
+    func loadLittleEndianUInt64(at offset: Int) -> UInt64 {
+        UInt64(littleEndian: loadUnaligned(fromByteOffset: offset, as: UInt64.self))
+    }
+}
