@@ -39,7 +39,8 @@ final class FaultRig {
         guard result.status == 0, !result.stderr.contains("Error") else { throw Failure("fiu-ctrl: \(result)") }
     }
 
-    func client() throws -> ControlClient { try ControlClient(socketPath: socket) }
+    /// A client whose every reply is awaited for at most a minute (a test fails rather than hangs).
+    func client() throws -> ControlClient { try PowerLossRig.client(socket) }
 
     func call(_ request: JSONValue) throws -> JSONValue { try client().call(request) }
 
