@@ -36,7 +36,7 @@ Lines on standard output (flushed at once):
     failed KIND K with ERRNO               an injected error was returned
     counts write=… fsync=… …               operations of the run, at exit
     rebuilt files=F directories=D  BACKING holds the durable model
-Extra options: --fsname NAME (default powerlossfs).
+Other options: --fsname NAME (default powerlossfs).
 """
 
 import argparse
@@ -147,10 +147,8 @@ class PowerLossFS(Operations):
         except FileNotFoundError:
             return
         if stat.S_ISDIR(st.st_mode) or st.st_nlink <= 1:
-            node_id = self.by_inode.pop(st.st_ino, None)
-            if node_id is None:
-                return
             # A handle still open on it keeps its node (an fsync through it still counts).
+            self.by_inode.pop(st.st_ino, None)
 
     def _sync_file(self, node_id, fd):
         node = self.nodes[node_id]
@@ -289,12 +287,10 @@ class PowerLossFS(Operations):
                 st = os.fstat(fh.fh)
             else:
                 st = os.lstat(self._real(path))
+            # Times in nanoseconds (use_ns).
             return {
                 key: getattr(st, key)
-                for key in (
-                    "st_mode", "st_ino", "st_dev", "st_nlink", "st_uid", "st_gid", "st_size", "st_blocks",
-                    "st_atime_ns", "st_mtime_ns", "st_ctime_ns",
-                )
+                for key in ("st_mode", "st_ino", "st_dev", "st_nlink", "st_uid", "st_gid", "st_size", "st_blocks")
             } | {"st_atime": st.st_atime_ns, "st_mtime": st.st_mtime_ns, "st_ctime": st.st_ctime_ns}
 
         return self._op("getattr", body)
@@ -380,11 +376,15 @@ class PowerLossFS(Operations):
     def rename(self, old, new):
         def body():
             real_old, real_new = self._real(old), self._real(new)
-            if os.path.lexists(real_new) and not os.path.samefile(real_old, real_new):
+            old_st = os.lstat(real_old)
+            try:
+                new_st = os.lstat(real_new)
+            except FileNotFoundError:
+                new_st = None
+            if new_st is not None and (new_st.st_dev, new_st.st_ino) != (old_st.st_dev, old_st.st_ino):
                 # What is about to be replaced loses its last name (rename fails for a
                 # non-empty directory, before anything changes).
-                st = os.lstat(real_new)
-                if stat.S_ISDIR(st.st_mode) and os.listdir(real_new):
+                if stat.S_ISDIR(new_st.st_mode) and os.listdir(real_new):
                     raise FuseOSError(errno.ENOTEMPTY)
                 self._forget_if_last(real_new)
             os.rename(real_old, real_new)
