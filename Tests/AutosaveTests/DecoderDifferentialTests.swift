@@ -2,11 +2,12 @@ import Control
 import Foundation
 import Testing
 
-/// The request decoders side by side: the two scanners that read a plain `set` or
-/// `append` straight from the bytes may decline any line (the general parser then reads
-/// it), but a line they accept must mean exactly what the general parser makes of it —
-/// the same command, document, text and id — and a line the general parser refuses they
-/// must decline.
+/// The request decoders side by side: the scanner that reads a plain `set` or `append`
+/// straight from the bytes (``EditRequest/scanRaw(_:)``, and ``EditRequest/scan(_:)``
+/// with strings made from it) may decline any line (the general parser then reads it),
+/// but a line it accepts must mean exactly what the general parser makes of it — the
+/// same command, document, text and id, and an id echoed as sent that is JSON for the
+/// same value — and a line the general parser refuses it must decline.
 @Suite("Request decoders agree")
 struct DecoderDifferentialTests {
     /// What the general path makes of a line: the plain edit it is, or `nil` for anything
@@ -50,10 +51,11 @@ struct DecoderDifferentialTests {
             }
             if let raw = EditRequest.scanRaw(bytes) {
                 let command = raw.command == .set ? "set" : "append"
-                let document = String(decoding: raw.document, as: UTF8.self)
+                let document = raw.documentPath
                 if let expected {
+                    let echoed = raw.id.map { try? JSONValue(parsing: Array($0)) }
                     if expected.command != command || expected.document != document || expected.text != raw.text
-                        || expected.id != raw.idValue
+                        || expected.id != raw.idValue || (echoed ?? expected.id) != expected.id
                     {
                         problems.append("scanRaw disagrees on \(shown)")
                     }
