@@ -237,6 +237,20 @@ public struct EditRequest: Sendable {
             let start = position
             var ascii = true
             while position < end {
+                // Eight bytes at a time while none of them ends the plain run: no quote, no
+                // backslash, no control character, nothing outside ASCII (those are looked
+                // at one by one below). Large values are mostly such runs.
+                while end - position >= 8 {
+                    let word = position.loadUnaligned(as: UInt64.self)
+                    let ones: UInt64 = 0x0101_0101_0101_0101
+                    let quote = word ^ (ones &* 0x22)
+                    let backslash = word ^ (ones &* 0x5C)
+                    let stops =
+                        ((quote &- ones) & ~quote) | ((backslash &- ones) & ~backslash) | (word &- ones &* 0x20) | word
+                    if stops & (ones &* 0x80) != 0 { break }
+                    position += 8
+                }
+                guard position < end else { break }
                 let byte = byte(position)
                 if byte == UInt8(ascii: "\"") {
                     let run = UnsafeRawBufferPointer(start: start, count: position - start)

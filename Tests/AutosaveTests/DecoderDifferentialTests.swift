@@ -99,6 +99,26 @@ struct DecoderDifferentialTests {
         #expect(problems.isEmpty, "\(problems)")
     }
 
+    @Test("Long values with one special byte at every position: quotes, backslashes, controls, UTF-8, bad UTF-8")
+    func longValues() {
+        var problems: [String] = []
+        let specials: [[UInt8]] = [
+            Array(#"\""#.utf8), Array(#"\\"#.utf8), Array(#"\n"#.utf8), [0x22], [0x5C], [0x01], [0x1F], [0x7F],
+            [0xC3, 0xA9], [0xE2, 0x80, 0xA8], [0xF0, 0x9F, 0x98, 0x80], [0xFF], [0xC3], [0x20],
+        ]
+        for length in [0, 1, 7, 8, 9, 15, 16, 17, 31, 64] {
+            for at in 0...length {
+                for special in specials {
+                    var text = [UInt8](repeating: UInt8(ascii: "a"), count: length)
+                    text.insert(contentsOf: special, at: at)
+                    let line = Array(#"{"cmd":"set","doc":"a.txt","text":""#.utf8) + text + Array(#""}"#.utf8)
+                    Self.check(line, problems: &problems)
+                }
+            }
+        }
+        #expect(problems.isEmpty, "\(problems.prefix(5))")
+    }
+
     @Test("200,000 seeded random edit lines, mutated byte by byte: the scanners never disagree with the parser")
     func random() {
         var random = SeededGenerator(state: 42)
