@@ -1,3 +1,4 @@
+import Control
 import Dispatch
 import Documents
 import Foundation
@@ -20,7 +21,7 @@ public enum Daemon {
         public static let configuration: Int32 = 78
     }
 
-    public static let version = "0.1.0"
+    public static let version = AutosaveVersion.current
 
     public static let usage = """
         OVERVIEW: autosaved keeps documents in memory and saves them in the background,

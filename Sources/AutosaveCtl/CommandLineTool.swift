@@ -30,7 +30,7 @@ public enum CommandLineTool {
         "--socket", "--text", "--file", "--pointer", "--member", "--offset", "--length", "--patch", "--to", "--type",
         "--events",
     ]
-    static let flagOptions: Set<String> = ["--json", "--wait", "--all", "--members", "--help", "-h"]
+    static let flagOptions: Set<String> = ["--json", "--wait", "--all", "--members", "--help", "-h", "--version"]
 
     static func parse(_ arguments: [String]) throws(UsageError) -> Parsed {
         var parsed = Parsed()
@@ -69,6 +69,10 @@ public enum CommandLineTool {
         let parsed: Parsed
         do { parsed = try parse(arguments) } catch {
             return usage(error.message, subcommand: error.subcommand)
+        }
+        if parsed.flags.contains("--version") {
+            print("autosavectl \(AutosaveVersion.current)")
+            return ExitCode.success
         }
         guard let name = parsed.subcommand else {
             if parsed.flags.contains("--help") {

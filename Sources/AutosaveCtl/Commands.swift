@@ -158,6 +158,7 @@ enum Catalog {
           --socket PATH           The daemon's control socket (default: \(ControlProtocol.defaultSocketPath())).
           --json                  Print the daemon's replies as JSON instead of text.
           -h, --help              Show this help; 'autosavectl <subcommand> --help' for a subcommand's.
+          --version               Print the version and exit.
 
         SUBCOMMANDS:
         \(subcommands.map { "  " + $0.name.padding(toLength: 24, withPad: " ", startingAt: 0) + $0.abstract }.joined(separator: "\n"))
