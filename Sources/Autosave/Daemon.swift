@@ -223,11 +223,11 @@ public enum Daemon {
     }
 
     /// Journald when it is there (without repeating entries on a standard error that
-    /// already goes to it), else lines on standard error.
+    /// already goes to it), else lines on standard error (for people on a terminal).
     static func logHandler() -> any LogHandler {
-        guard JournalLogHandler.isJournalAvailable else { return StderrLogHandler() }
+        guard JournalLogHandler.isJournalAvailable else { return TerminalLogHandler.forStandardError() }
         if JournalLogHandler.standardErrorIsJournal { return JournalLogHandler() }
-        return MultiplexLogHandler([JournalLogHandler(), StderrLogHandler()])
+        return MultiplexLogHandler([JournalLogHandler(), TerminalLogHandler.forStandardError()])
     }
 
     /// The `STATUS=` text: counts, the last save and the last failure, in words.
