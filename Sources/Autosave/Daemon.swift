@@ -285,15 +285,15 @@ public enum Daemon {
 /// `MESSAGE_ID=`s of the well-known journal entries (listed in `docs/LOGGING.md`), so
 /// that `journalctl MESSAGE_ID=…` finds every occurrence of one.
 public enum MessageID {
-    public static let documentSaved = "5b2c7d1e9f0a4c6e8d3b1a2f4e6c8a01"
-    public static let saveFailed = "5b2c7d1e9f0a4c6e8d3b1a2f4e6c8a02"
-    public static let externalChange = "5b2c7d1e9f0a4c6e8d3b1a2f4e6c8a03"
-    public static let conflict = "5b2c7d1e9f0a4c6e8d3b1a2f4e6c8a04"
-    public static let watchLimit = "5b2c7d1e9f0a4c6e8d3b1a2f4e6c8a05"
-    public static let started = "5b2c7d1e9f0a4c6e8d3b1a2f4e6c8a06"
-    public static let stopping = "5b2c7d1e9f0a4c6e8d3b1a2f4e6c8a07"
-    public static let reloaded = "5b2c7d1e9f0a4c6e8d3b1a2f4e6c8a08"
-    public static let failedToStart = "5b2c7d1e9f0a4c6e8d3b1a2f4e6c8a09"
+    public static let documentSaved = "ac57d3817afb416bb2fbbc5ea830fbfa"
+    public static let saveFailed = "f5a2d6ef4129416682c0b482f4b3f25b"
+    public static let externalChange = "f26cb68c10d94b03b54d987e11293131"
+    public static let conflict = "57bcf54bd23f488084dcd6d5819a1d8d"
+    public static let watchLimit = "86012bc4a2794d0286a3816d6d119cad"
+    public static let started = "ff85704b76fb49bc965a220504b5e8de"
+    public static let stopping = "6bb40d6015d24e209607079229404aa0"
+    public static let reloaded = "87f5a7c7b7d043d7afb686c80edda626"
+    public static let failedToStart = "3968f3d40bc541e2afcf70fb205d4c5c"
 }
 
 /// Reads the configuration again (SIGHUP, the `reload` command) and applies it; a bad
