@@ -30,7 +30,9 @@ public enum CommandLineTool {
         "--socket", "--text", "--file", "--pointer", "--member", "--offset", "--length", "--patch", "--to", "--type",
         "--events",
     ]
-    static let flagOptions: Set<String> = ["--json", "--wait", "--all", "--members", "--help", "-h", "--version"]
+    static let flagOptions: Set<String> = [
+        "--json", "--wait", "--all", "--members", "--help", "-h", "--version", "--names",
+    ]
 
     static func parse(_ arguments: [String]) throws(UsageError) -> Parsed {
         var parsed = Parsed()
@@ -88,6 +90,13 @@ public enum CommandLineTool {
             print(subcommand.help, terminator: "")
             return ExitCode.success
         }
+        if subcommand.name == "completion" {
+            guard parsed.positionals.count == 1, let script = Completion.script(for: parsed.positionals[0]) else {
+                return usage("completion takes one shell: bash, zsh or fish", subcommand: "completion")
+            }
+            print(script, terminator: "")
+            return ExitCode.success
+        }
         let request: JSONValue
         do { request = try Requests.build(subcommand.name, parsed) } catch let error as UsageError {
             return usage(error.message, subcommand: subcommand.name)
@@ -101,7 +110,9 @@ public enum CommandLineTool {
             FileHandle.standardError.write(Data("autosavectl: \(error)\n".utf8))
             return ExitCode.unavailable
         }
-        return Session(client: client, json: parsed.flags.contains("--json"), subcommand: subcommand.name).run(request)
+        let session = Session(client: client, json: parsed.flags.contains("--json"), subcommand: subcommand.name)
+        session.namesOnly = parsed.flags.contains("--names")
+        return session.run(request)
     }
 
     static func usage(_ message: String, subcommand: String?) -> Int32 {
@@ -220,6 +231,11 @@ enum Requests {
                 fields[0] = ("cmd", "save-all")
             } else {
                 fields.append(("doc", .string(try document(parsed)[0])))
+            }
+            if parsed.flags.contains("--wait") { fields.append(("wait", true)) }
+        case "save-all":
+            guard parsed.positionals.isEmpty else {
+                throw UsageError(message: "save-all takes no document", subcommand: name)
             }
             if parsed.flags.contains("--wait") { fields.append(("wait", true)) }
         case "export":
