@@ -176,7 +176,7 @@ public enum Daemon {
         let serving = Task { await server.run() }
         let opened = await store.status().documents
         log.notice(
-            "started: \(opened) documents under \(configuration.root)",
+            "started: \(documents(opened)) under \(configuration.root)",
             ["root": configuration.root, "documents": "\(opened)", "message_id": MessageID.started])
         // Ready only now: recovery done, documents open, the socket accepting connections.
         let readiness = notifier.ready(status: Self.statusText(await store.status()))
@@ -193,13 +193,13 @@ public enum Daemon {
         }
 
         let dirty = await store.status().unsaved
-        log.notice("stopping: saving \(dirty) documents with unsaved edits", ["message_id": MessageID.stopping])
-        notifier.stopping(status: "Stopping: saving \(dirty) documents with unsaved edits")
+        log.notice("stopping: saving \(documents(dirty)) with unsaved edits", ["message_id": MessageID.stopping])
+        notifier.stopping(status: "Stopping: saving \(documents(dirty)) with unsaved edits")
         // While the flush runs, keep asking systemd for more time than its stop timeout.
         let extender = Task {
             while !Task.isCancelled {
                 let left = await store.status().unsaved
-                notifier.extendTimeout(microseconds: 10_000_000, status: "Stopping: \(left) documents left to save")
+                notifier.extendTimeout(microseconds: 10_000_000, status: "Stopping: \(documents(left)) left to save")
                 try? await Task.sleep(for: .seconds(5))
             }
         }
@@ -215,10 +215,10 @@ public enum Daemon {
             for failure in report.unsaved {
                 log.error("NOT SAVED at shutdown: \(failure.description)", ["document": failure.document])
             }
-            notifier.status("Stopped with \(report.unsaved.count) documents not saved")
+            notifier.status("Stopped with \(documents(report.unsaved.count)) not saved")
             return ExitCode.unsavedAtShutdown
         }
-        log.notice("stopped: \(report.saved) documents saved at shutdown")
+        log.notice("stopped: \(documents(report.saved)) saved at shutdown")
         return ExitCode.success
     }
 
@@ -230,9 +230,12 @@ public enum Daemon {
         return MultiplexLogHandler([JournalLogHandler(), TerminalLogHandler.forStandardError()])
     }
 
+    /// "1 document", "2 documents".
+    static func documents(_ count: Int) -> String { count == 1 ? "1 document" : "\(count) documents" }
+
     /// The `STATUS=` text: counts, the last save and the last failure, in words.
     static func statusText(_ status: StoreStatus, now: Date = Date()) -> String {
-        var text = "\(status.documents) documents, \(status.unsaved) unsaved, \(status.saving) saving"
+        var text = "\(documents(status.documents)), \(status.unsaved) unsaved, \(status.saving) saving"
         if let last = status.lastSave {
             text += "; last save \(Int(now.timeIntervalSince(last.at).rounded())) s ago (\(last.document))"
         } else {
