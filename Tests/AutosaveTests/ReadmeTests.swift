@@ -2,8 +2,33 @@ import Autosave
 import Control
 import Foundation
 @preconcurrency import Glibc
+import Synchronization
 import TestSupport
 import Testing
+
+/// A clone of this repository's committed tree, made once per test run and shared by
+/// the tests that build it the way a new user or a packager does (its release build is
+/// then made once); removed when the test process exits.
+enum CleanClone {
+    static let path: String = {
+        let directory = TemporaryDirectory("clone")
+        let path = directory.path
+        // Kept for the whole run: removed at exit, not when this value goes away.
+        directoryForRemoval.withLock { $0 = path }
+        _ = Unmanaged.passRetained(directory)
+        atexit {
+            if let path = CleanClone.directoryForRemoval.withLock({ $0 }) {
+                try? FileManager.default.removeItem(atPath: path)
+            }
+        }
+        let result = try? Machine.run(
+            "git", ["clone", "-q", ShippedConfigurationTests.repository, path + "/autosaved"])
+        precondition(result?.status == 0, "git clone failed: \(result.map(String.init(describing:)) ?? "")")
+        return path + "/autosaved"
+    }()
+
+    static let directoryForRemoval = Mutex<String?>(nil)
+}
 
 /// What a new user does first: the README's lines, as printed.
 @Suite("README: scripts/run, then the examples in another terminal", .serialized)
@@ -40,9 +65,7 @@ struct ReadmeTests {
         .timeLimit(.minutes(10)))
     func firstLines() async throws {
         let directory = TemporaryDirectory("readme")
-        let clone = directory.sub("clone")
-        let cloned = try Machine.run("git", ["clone", "-q", Self.repository, clone])
-        try #require(cloned.status == 0, "\(cloned)")
+        let clone = CleanClone.path
         // A user of their own: a home with ~/.local/bin on PATH, private runtime and state directories.
         let home = directory.sub("home")
         try FileManager.default.createDirectory(atPath: home + "/.local/bin", withIntermediateDirectories: true)
