@@ -181,7 +181,9 @@ public enum Daemon {
         // Ready only now: recovery done, documents open, the socket accepting connections.
         let readiness = notifier.ready(status: Self.statusText(await store.status()))
         if case .failed(let errno) = readiness { log.warning("sd_notify(READY=1) failed: \(errno)") }
-        let background = Self.startSystemdTasks(store: store, notifier: notifier, log: log)
+        let background =
+            Self.startSystemdTasks(store: store, notifier: notifier, log: log)
+            + (await Metrics.start(store: store, configuration: configuration, log: log))
         if let onReady { await onReady(store) }
 
         for await signal in signals.stream {

@@ -170,7 +170,7 @@ enum Requests {
     static func build(_ name: String, _ parsed: CommandLineTool.Parsed) throws -> JSONValue {
         var fields: [(key: String, value: JSONValue)] = [("cmd", .string(name))]
         switch name {
-        case "status", "list", "reload", "sync":
+        case "status", "list", "reload", "sync", "metrics":
             guard parsed.positionals.isEmpty else {
                 throw UsageError(message: "\(name) takes no arguments", subcommand: name)
             }

@@ -154,6 +154,14 @@ enum Catalog {
             usage: "[options]"),
         Subcommand(name: "reload", abstract: "Make the daemon read its configuration again.", usage: "[options]"),
         Subcommand(
+            name: "metrics", abstract: "Print the daemon's figures in the Prometheus text format.",
+            usage: "[options]",
+            discussion: """
+                Saves, failures by errno, bytes written, save durations, documents by state,
+                other programs' changes, conflicts, overflows, watched and polled directories.
+                [Metrics] TextfileDirectory= writes the same text for node_exporter.
+                """),
+        Subcommand(
             name: "completion", abstract: "Print the shell completion script for bash, zsh or fish.",
             usage: "(bash | zsh | fish)",
             arguments: [("bash | zsh | fish", "The shell.")],

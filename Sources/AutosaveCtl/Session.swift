@@ -180,6 +180,8 @@ final class Session {
             say(reply["message"]?.stringValue ?? "reloaded")
         case "sync":
             say("synced")
+        case "metrics":
+            FileHandle.standardOutput.write(Data((reply["text"]?.stringValue ?? "").utf8))
         default:
             if let document = reply["document"] { printDocument(document) }
         }
