@@ -391,6 +391,7 @@ final class ControlSession: Sendable {
         switch command {
         case "status":
             return try await status()
+        case "metrics": return [("text", .string(await Metrics.render(store: store)))]
         case "save-all":
             let wait = try flag(request, "wait")
             try await store.saveAll(wait: wait)
