@@ -391,7 +391,8 @@ final class ControlSession: Sendable {
         switch command {
         case "status":
             return try await status()
-        case "metrics": return [("text", .string(await Metrics.render(store: store)))]
+        case "metrics":
+            return [("text", .string(await Metrics.render(store: store, connections: server.connectionCount)))]
         case "save-all":
             let wait = try flag(request, "wait")
             try await store.saveAll(wait: wait)

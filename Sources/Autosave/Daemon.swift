@@ -190,7 +190,8 @@ public enum Daemon {
         if case .failed(let errno) = readiness { log.warning("sd_notify(READY=1) failed: \(errno)") }
         let background =
             Self.startSystemdTasks(store: store, notifier: notifier, log: log)
-            + (await Metrics.start(store: store, configuration: configuration, log: log))
+            + (await Metrics.start(
+                store: store, configuration: configuration, log: log, connections: { server.connectionCount }))
         if let onReady { await onReady(store) }
 
         for await signal in signals.stream {

@@ -287,6 +287,7 @@ extension DocumentStore {
     private func startSave(_ path: String) {
         var entry = entries[path]!
         let token = entry.changeCount
+        let since = entry.firstUnsavedEdit
         entry.savingToken = token
         entry.firstUnsavedEdit = nil
         entry.deadline = nil
@@ -324,7 +325,9 @@ extension DocumentStore {
                     wrapper: wrapper, report: report, fingerprint: status.map { Fingerprint($0, contents: bytes) })
             }
             let duration = clock.now - start
-            self?.onLoop { $0.finishSave(path, token: token, snapshot: snapshot, result: result, duration: duration) }
+            self?.onLoop {
+                $0.finishSave(path, token: token, snapshot: snapshot, result: result, duration: duration, since: since)
+            }
         }
     }
 
@@ -382,7 +385,7 @@ extension DocumentStore {
 
     private func finishSave(
         _ path: String, token: UInt64, snapshot: any AutosaveDocument,
-        result: Result<SaveOutcome, any Error>, duration: Duration
+        result: Result<SaveOutcome, any Error>, duration: Duration, since: Moment?
     ) {
         savesInFlight -= 1
         defer { startReadySaves() }
@@ -406,6 +409,7 @@ extension DocumentStore {
             entries[path] = entry
             totalSaves += 1
             lastSave = (path, now)
+            if let since { editToDurable.record(Moment.now - since) }
             for waiter in finished { waiter.continuation.resume() }
             log.info(
                 "saved \(path)",
@@ -494,6 +498,38 @@ extension DocumentStore {
 struct FailedAfterReplacing: Error {
     var error: any Error
     var fingerprint: Fingerprint
+}
+
+/// Edits applied, by the protocol command that makes each kind, for the metrics.
+struct EditCounts: Sendable {
+    static let commands = ["set", "append", "replace", "patch", "put-member", "remove-member"]
+    private(set) var counts = [Int](repeating: 0, count: commands.count)
+
+    mutating func count(_ edit: DocumentEdit) {
+        switch edit {
+        case .setText, .setJSON, .setData: counts[0] += 1
+        case .append: counts[1] += 1
+        case .replace: counts[2] += 1
+        case .mergePatch: counts[3] += 1
+        case .putMember: counts[4] += 1
+        case .removeMember: counts[5] += 1
+        }
+    }
+}
+
+/// A histogram of durations with fixed buckets (seconds), for the metrics.
+struct LatencyHistogram: Sendable {
+    static let bounds: [Double] = [0.01, 0.1, 0.5, 1, 2, 2.5, 5, 10, 30, 60, 300]
+    private(set) var buckets = [Int](repeating: 0, count: bounds.count)
+    private(set) var count = 0
+    private(set) var sum = 0.0
+
+    mutating func record(_ duration: Duration) {
+        let seconds = Double(duration.components.seconds) + Double(duration.components.attoseconds) / 1e18
+        count += 1
+        sum += seconds
+        for (index, bound) in Self.bounds.enumerated() where seconds <= bound { buckets[index] += 1 }
+    }
 }
 
 /// What a finished save hands back to the store.

@@ -94,6 +94,10 @@ public actor DocumentStore {
     var overflows = 0
     var conflicts = 0
     var totalSaves = 0
+    /// Edits applied, by the protocol command that makes each kind (``EditCounts``).
+    @exclusivity(unchecked) var editCounts = EditCounts()
+    /// From a document's first unsaved edit to the end of the save that made it durable.
+    var editToDurable = LatencyHistogram()
     var lastSave: (document: String, at: Date)?
     var lastFailure: SaveFailure?
     let startedAt = Date()
@@ -475,6 +479,7 @@ public actor DocumentStore {
             throw Self.storeError(error, path: path)
         }
         entry.changeCount += 1
+        editCounts.count(edit)
         insert(entry, at: path)
         emit(.opened(document: path))
         let index = entries.index(forKey: path)!
@@ -493,6 +498,7 @@ public actor DocumentStore {
     private func apply(
         _ edit: DocumentEdit, at index: [String: Entry].Index, path: String, knownType: UTType?
     ) throws(StoreError) -> EditOutcome {
+        editCounts.count(edit)
         let refuse = configuration.refuseEditsWhenSaveFails
         let delays = scheduleDelays
         let now = Moment.now

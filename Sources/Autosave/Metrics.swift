@@ -24,18 +24,20 @@ public final class Metrics: Sendable {
     }
 
     private let counters = Mutex(Counters())
+    /// The control socket's open connections, when a server is there to say.
+    private let connections: (@Sendable () -> Int)?
 
     /// The metrics of each store that has them, so that its control sessions find them.
     private static let registry = Mutex<[ObjectIdentifier: Metrics]>([:])
 
-    init() {}
+    init(connections: (@Sendable () -> Int)? = nil) { self.connections = connections }
 
     /// Starts following `store`'s events, and writes the text file every interval when
     /// the configuration names a directory. The tasks end when cancelled.
-    public static func start(store: DocumentStore, configuration: Configuration, log: Logger) async -> [Task<
-        Void, Never
-    >] {
-        let metrics = Metrics()
+    public static func start(
+        store: DocumentStore, configuration: Configuration, log: Logger, connections: (@Sendable () -> Int)? = nil
+    ) async -> [Task<Void, Never>] {
+        let metrics = Metrics(connections: connections)
         registry.withLock { $0[ObjectIdentifier(store)] = metrics }
         let events = await store.events()
         var tasks = [Task { for await event in events { metrics.record(event) } }]
@@ -90,11 +92,15 @@ public final class Metrics: Sendable {
         }
     }
 
-    /// The whole text: every family with its HELP and TYPE lines.
-    public static func render(store: DocumentStore) async -> String {
+    /// The whole text: every family with its HELP and TYPE lines. `connections`: the
+    /// control socket's open connections, when a server is there to say.
+    public static func render(store: DocumentStore, connections: Int? = nil) async -> String {
         let status = await store.status()
+        let (edits, editToDurable) = await (store.editCounts, store.editToDurable)
         let watch = await store.watchSummary
-        let counters = registry.withLock { $0[ObjectIdentifier(store)] }?.counters.withLock { $0 } ?? Counters()
+        let metrics = registry.withLock { $0[ObjectIdentifier(store)] }
+        let counters = metrics?.counters.withLock { $0 } ?? Counters()
+        let connections = connections ?? metrics?.connections?()
         var text = MetricsText()
         text.family(
             "autosaved_build_info", "gauge", "The running version.", [("{version=\"\(AutosaveVersion.current)\"}", "1")]
@@ -111,7 +117,24 @@ public final class Metrics: Sendable {
                 ("{state=\"failing\"}", "\(status.failed)"),
             ])
         text.family(
+            "autosaved_edits_total", "counter", "Edits applied, by the command that made them.",
+            zip(EditCounts.commands, edits.counts).map { ("{command=\"\($0)\"}", "\($1)") })
+        text.family(
             "autosaved_saves_total", "counter", "Saves that completed (durable on disk).", [("", "\(status.saves)")])
+        var latency: [(String, String)] = []
+        for (index, bound) in LatencyHistogram.bounds.enumerated() {
+            latency.append(("_bucket{le=\"\(MetricsText.number(bound))\"}", "\(editToDurable.buckets[index])"))
+        }
+        latency.append(("_bucket{le=\"+Inf\"}", "\(editToDurable.count)"))
+        latency.append(("_sum", MetricsText.number(editToDurable.sum)))
+        latency.append(("_count", "\(editToDurable.count)"))
+        text.family(
+            "autosaved_edit_to_durable_seconds", "histogram",
+            "From a document's first unsaved edit to the end of the save that made it durable.", latency)
+        if let connections {
+            text.family(
+                "autosaved_connections", "gauge", "Clients connected to the control socket.", [("", "\(connections)")])
+        }
         text.family(
             "autosaved_save_failures_total", "counter", "Saves that failed, by the error's name.",
             counters.failuresByErrno.sorted { $0.key < $1.key }.map { ("{errno=\"\($0.key)\"}", "\($0.value)") })

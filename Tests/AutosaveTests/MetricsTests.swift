@@ -80,6 +80,11 @@ struct MetricsTests {
         #expect(Self.value(text, "autosaved_documents_in_state{state=\"unsaved\"}") == 1)
         #expect(Self.value(text, "autosaved_watched_directories").map { $0 >= 2 } == true, "root and notes/")
         #expect(text.contains("autosaved_build_info{version=\"\(AutosaveVersion.current)\"} 1"))
+        #expect(Self.value(text, "autosaved_edits_total{command=\"set\"}") == 2, "two sets: \(text)")
+        #expect(Self.value(text, "autosaved_edits_total{command=\"append\"}") == 0)
+        #expect(Self.value(text, "autosaved_edit_to_durable_seconds_count") == 1, "one edit made durable")
+        #expect(Self.value(text, "autosaved_edit_to_durable_seconds_bucket{le=\"+Inf\"}") == 1)
+        #expect(Self.value(text, "autosaved_connections") == 2, "the test's client and autosavectl's")
 
         // The textfile: written every second, always whole; wait for one written after the failure.
         let file = textfiles + "/autosaved.prom"
