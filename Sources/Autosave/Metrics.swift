@@ -171,7 +171,8 @@ public final class Metrics: Sendable {
                 "autosaved_watched_directories", "gauge", "Directories with an inotify watch.",
                 [("", "\(watch.watchedDirectories)")])
             text.family(
-                "autosaved_polled_directories", "gauge", "Directories polled, past fs.inotify.max_user_watches.",
+                "autosaved_polled_directories", "gauge",
+                "Directories polled instead of watched: past fs.inotify.max_user_watches, or by [Watch] Mode=.",
                 [("", "\(watch.polledDirectories)")])
         }
         return text.text
