@@ -177,11 +177,24 @@ final class PowerLossRig {
         while ContinuousClock.now < deadline {
             if daemon.output.contains(where: { $0.contains("started:") }) { return daemon }
             if !daemon.process.isRunning { break }
-            try await Task.sleep(for: .milliseconds(5))
+            usleep(5000)
         }
         daemon.signal(SIGKILL)
-        _ = await daemon.exitStatus()
+        _ = Self.waitForExit(daemon)
         return nil
+    }
+
+    /// Waits (up to a minute) for the daemon to exit and returns its status (`nil`: it
+    /// did not, and was killed). It blocks instead of awaiting a Dispatch queue: a full
+    /// suite run may leave those queues busy.
+    static func waitForExit(_ daemon: DaemonProcess) -> Int32? {
+        let deadline = ContinuousClock.now + .seconds(60)
+        while daemon.process.isRunning, ContinuousClock.now < deadline { usleep(2000) }
+        guard !daemon.process.isRunning else {
+            daemon.signal(SIGKILL)
+            return nil
+        }
+        return daemon.process.terminationStatus
     }
 
     static func client(_ socket: String) throws -> ControlClient {
@@ -212,7 +225,7 @@ final class PowerLossRig {
                 }
                 // A power cut ends the daemon too.
                 daemon.signal(SIGKILL)
-                _ = await daemon.exitStatus()
+                _ = Self.waitForExit(daemon)
                 log = daemon.output
             }
         }
@@ -232,7 +245,7 @@ final class PowerLossRig {
             defer { recoveryWasCut = mount.crashed }
             if let daemon = try await startDaemon() {
                 daemon.signal(SIGKILL)
-                _ = await daemon.exitStatus()
+                _ = Self.waitForExit(daemon)
             } else {
                 // Cut before it was ready: it exits (or is killed) without having served.
             }
@@ -242,8 +255,10 @@ final class PowerLossRig {
         var problems: [String] = []
         if let daemon = try await startDaemon() {
             daemon.signal(SIGTERM)
-            let status = await daemon.exitStatus()
-            if status != 0 { problems.append("the daemon exited \(status) after the restart") }
+            let status = Self.waitForExit(daemon)
+            if status != 0 {
+                problems.append("the daemon exited \(status.map(String.init) ?? "not at all") after the restart")
+            }
         } else {
             problems.append("the daemon did not start after the cut")
         }
