@@ -188,13 +188,23 @@ final class PowerLossRig {
     /// did not, and was killed). It blocks instead of awaiting a Dispatch queue: a full
     /// suite run may leave those queues busy.
     static func waitForExit(_ daemon: DaemonProcess) -> Int32? {
+        let pid = daemon.process.processIdentifier
         let deadline = ContinuousClock.now + .seconds(60)
-        while daemon.process.isRunning, ContinuousClock.now < deadline { usleep(2000) }
-        guard !daemon.process.isRunning else {
-            daemon.signal(SIGKILL)
-            return nil
+        while ContinuousClock.now < deadline {
+            if !daemon.process.isRunning { return daemon.process.terminationStatus }
+            // Foundation may be late to notice (or miss) the exit in a long run: a
+            // zombie is reaped here.
+            let stat = (try? String(contentsOfFile: "/proc/\(pid)/stat", encoding: .utf8)) ?? ""
+            if let state = stat.split(separator: ")").last?.split(separator: " ").first, state == "Z" {
+                var status: Int32 = 0
+                if waitpid(pid, &status, WNOHANG) == pid {
+                    return status & 0x7f == 0 ? (status >> 8) & 0xff : 128 + (status & 0x7f)
+                }
+            }
+            usleep(2000)
         }
-        return daemon.process.terminationStatus
+        daemon.signal(SIGKILL)
+        return nil
     }
 
     static func client(_ socket: String) throws -> ControlClient {
