@@ -66,6 +66,12 @@ public struct Configuration: Sendable, Equatable {
     // [Log]
     public var logLevel: LogLevel = .info
 
+    // [Metrics]
+    /// Where `autosaved.prom` is written for node_exporter's textfile collector (none: not written).
+    public var metricsTextfileDirectory: String?
+    /// How often that file is written.
+    public var metricsInterval: Duration = .seconds(15)
+
     /// The files the configuration was read from, in order.
     public var sources: [String] = []
 
@@ -242,6 +248,7 @@ extension Configuration {
             "ExportDirectories",
         ],
         "Log": ["Level"],
+        "Metrics": ["TextfileDirectory", "Interval"],
     ]
 
     /// Sets one key; returns why the value is bad, or `nil`.
@@ -357,6 +364,11 @@ extension Configuration {
                 return "expected one of \(LogLevel.allCases.map(\.name).joined(separator: ", "))"
             }
             logLevel = level
+        case ("Metrics", "TextfileDirectory"):
+            guard value.isEmpty || value.hasPrefix("/") else { return "'\(value)' is not an absolute path" }
+            metricsTextfileDirectory = value.isEmpty ? nil : value
+        case ("Metrics", "Interval"):
+            return parseSpan(value) { metricsInterval = max($0, .seconds(1)) }
         default:
             return "unknown key"
         }
@@ -467,6 +479,10 @@ extension Configuration {
 
             [Log]
             Level=\(logLevel.name)
+
+            [Metrics]
+            TextfileDirectory=\(metricsTextfileDirectory ?? "")
+            Interval=\(TimeSpan.format(metricsInterval))
 
             """
         return text

@@ -97,15 +97,6 @@ final class ControlSession: Sendable {
             applyEdit(edit, memo: &memo, store: store)
             return nil
         }
-        if let edit = EditRequest.scan(line) {
-            do {
-                let info = try applyEdit(edit, store: store)
-                EditReply.withBytes(id: edit.id, info) { connection.send(line: $0) }
-            } catch {
-                connection.send(Self.failure(edit.id, error))
-            }
-            return nil
-        }
         guard let request = parse(Array(line)) else { return nil }
         guard let command = request["cmd"]?.stringValue, Self.immediateCommands.contains(command) else {
             return request
@@ -137,7 +128,7 @@ final class ControlSession: Sendable {
         if !memo.document.withUnsafeBytes({ $0.elementsEqual(document) }) {
             let path: String
             do {
-                path = try DocumentPath.validate(String(decoding: document, as: UTF8.self))
+                path = try DocumentPath.validate(edit.documentPath)
             } catch {
                 connection.send(Self.failure(EditRequest.Raw.idValue(id), error))
                 return
@@ -184,17 +175,6 @@ final class ControlSession: Sendable {
             } catch {
                 connection.send(Self.failure(id, error))
             }
-        }
-    }
-
-    private func applyEdit(_ request: EditRequest, store: isolated DocumentStore) throws -> DocumentInfo {
-        let path = request.document
-        switch request.command {
-        case .set:
-            let edit: DocumentEdit = Self.isJSONPath(path) ? .setJSON(request.text) : .setText(request.text)
-            return try apply(edit, to: path, create: true, store: store)
-        case .append:
-            return try apply(.append(request.text), to: path, store: store)
         }
     }
 
@@ -411,6 +391,7 @@ final class ControlSession: Sendable {
         switch command {
         case "status":
             return try await status()
+        case "metrics": return [("text", .string(await Metrics.render(store: store)))]
         case "save-all":
             let wait = try flag(request, "wait")
             try await store.saveAll(wait: wait)

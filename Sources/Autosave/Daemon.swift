@@ -1,3 +1,4 @@
+import Control
 import Dispatch
 import Documents
 import Foundation
@@ -20,7 +21,7 @@ public enum Daemon {
         public static let configuration: Int32 = 78
     }
 
-    public static let version = "0.1.0"
+    public static let version = AutosaveVersion.current
 
     public static let usage = """
         OVERVIEW: autosaved keeps documents in memory and saves them in the background,
@@ -182,12 +183,14 @@ public enum Daemon {
         let serving = Task { await server.run() }
         let opened = await store.status().documents
         log.notice(
-            "started: \(opened) documents under \(configuration.root)",
+            "started: \(documents(opened)) under \(configuration.root)",
             ["root": configuration.root, "documents": "\(opened)", "message_id": MessageID.started])
         // Ready only now: recovery done, documents open, the socket accepting connections.
         let readiness = notifier.ready(status: Self.statusText(await store.status()))
         if case .failed(let errno) = readiness { log.warning("sd_notify(READY=1) failed: \(errno)") }
-        let background = Self.startSystemdTasks(store: store, notifier: notifier, log: log)
+        let background =
+            Self.startSystemdTasks(store: store, notifier: notifier, log: log)
+            + (await Metrics.start(store: store, configuration: configuration, log: log))
         if let onReady { await onReady(store) }
 
         for await signal in signals.stream {
@@ -199,13 +202,13 @@ public enum Daemon {
         }
 
         let dirty = await store.status().unsaved
-        log.notice("stopping: saving \(dirty) documents with unsaved edits", ["message_id": MessageID.stopping])
-        notifier.stopping(status: "Stopping: saving \(dirty) documents with unsaved edits")
+        log.notice("stopping: saving \(documents(dirty)) with unsaved edits", ["message_id": MessageID.stopping])
+        notifier.stopping(status: "Stopping: saving \(documents(dirty)) with unsaved edits")
         // While the flush runs, keep asking systemd for more time than its stop timeout.
         let extender = Task {
             while !Task.isCancelled {
                 let left = await store.status().unsaved
-                notifier.extendTimeout(microseconds: 10_000_000, status: "Stopping: \(left) documents left to save")
+                notifier.extendTimeout(microseconds: 10_000_000, status: "Stopping: \(documents(left)) left to save")
                 try? await Task.sleep(for: .seconds(5))
             }
         }
@@ -221,24 +224,27 @@ public enum Daemon {
             for failure in report.unsaved {
                 log.error("NOT SAVED at shutdown: \(failure.description)", ["document": failure.document])
             }
-            notifier.status("Stopped with \(report.unsaved.count) documents not saved")
+            notifier.status("Stopped with \(documents(report.unsaved.count)) not saved")
             return ExitCode.unsavedAtShutdown
         }
-        log.notice("stopped: \(report.saved) documents saved at shutdown")
+        log.notice("stopped: \(documents(report.saved)) saved at shutdown")
         return ExitCode.success
     }
 
     /// Journald when it is there (without repeating entries on a standard error that
-    /// already goes to it), else lines on standard error.
+    /// already goes to it), else lines on standard error (for people on a terminal).
     static func logHandler() -> any LogHandler {
-        guard JournalLogHandler.isJournalAvailable else { return StderrLogHandler() }
+        guard JournalLogHandler.isJournalAvailable else { return TerminalLogHandler.forStandardError() }
         if JournalLogHandler.standardErrorIsJournal { return JournalLogHandler() }
-        return MultiplexLogHandler([JournalLogHandler(), StderrLogHandler()])
+        return MultiplexLogHandler([JournalLogHandler(), TerminalLogHandler.forStandardError()])
     }
+
+    /// "1 document", "2 documents".
+    static func documents(_ count: Int) -> String { count == 1 ? "1 document" : "\(count) documents" }
 
     /// The `STATUS=` text: counts, the last save and the last failure, in words.
     static func statusText(_ status: StoreStatus, now: Date = Date()) -> String {
-        var text = "\(status.documents) documents, \(status.unsaved) unsaved, \(status.saving) saving"
+        var text = "\(documents(status.documents)), \(status.unsaved) unsaved, \(status.saving) saving"
         if let last = status.lastSave {
             text += "; last save \(Int(now.timeIntervalSince(last.at).rounded())) s ago (\(last.document))"
         } else {
@@ -255,12 +261,32 @@ public enum Daemon {
     /// and pings the watchdog while the store answers.
     static func startSystemdTasks(store: DocumentStore, notifier: Notifier, log: Logger) -> [Task<Void, Never>] {
         var tasks: [Task<Void, Never>] = []
+        // Not under systemd: nothing listens for STATUS= (and the status is counted over
+        // every document, which is not worth doing for nobody).
+        guard ProcessInfo.processInfo.environment["NOTIFY_SOCKET"] != nil else { return tasks }
         tasks.append(
             Task {
+                // At most one update per quarter second, the last save of a burst included:
+                // a save of each of 10,000 documents is not 10,000 counts of them all.
+                let spacing = Duration.milliseconds(250)
+                var last = ContinuousClock.now - spacing
+                var trailingAt: ContinuousClock.Instant?
                 for await event in await store.events() {
                     switch event {
-                    case .saved, .saveFailed: notifier.status(statusText(await store.status()))
+                    case .saved, .saveFailed: break
                     default: continue
+                    }
+                    let now = ContinuousClock.now
+                    if now - last >= spacing {
+                        last = now
+                        notifier.status(statusText(await store.status()))
+                    } else if trailingAt != last + spacing {
+                        let at = last + spacing
+                        trailingAt = at
+                        Task {
+                            try? await Task.sleep(until: at)
+                            notifier.status(statusText(await store.status()))
+                        }
                     }
                 }
             })
@@ -291,15 +317,15 @@ public enum Daemon {
 /// `MESSAGE_ID=`s of the well-known journal entries (listed in `docs/LOGGING.md`), so
 /// that `journalctl MESSAGE_ID=…` finds every occurrence of one.
 public enum MessageID {
-    public static let documentSaved = "5b2c7d1e9f0a4c6e8d3b1a2f4e6c8a01"
-    public static let saveFailed = "5b2c7d1e9f0a4c6e8d3b1a2f4e6c8a02"
-    public static let externalChange = "5b2c7d1e9f0a4c6e8d3b1a2f4e6c8a03"
-    public static let conflict = "5b2c7d1e9f0a4c6e8d3b1a2f4e6c8a04"
-    public static let watchLimit = "5b2c7d1e9f0a4c6e8d3b1a2f4e6c8a05"
-    public static let started = "5b2c7d1e9f0a4c6e8d3b1a2f4e6c8a06"
-    public static let stopping = "5b2c7d1e9f0a4c6e8d3b1a2f4e6c8a07"
-    public static let reloaded = "5b2c7d1e9f0a4c6e8d3b1a2f4e6c8a08"
-    public static let failedToStart = "5b2c7d1e9f0a4c6e8d3b1a2f4e6c8a09"
+    public static let documentSaved = "ac57d3817afb416bb2fbbc5ea830fbfa"
+    public static let saveFailed = "f5a2d6ef4129416682c0b482f4b3f25b"
+    public static let externalChange = "f26cb68c10d94b03b54d987e11293131"
+    public static let conflict = "57bcf54bd23f488084dcd6d5819a1d8d"
+    public static let watchLimit = "86012bc4a2794d0286a3816d6d119cad"
+    public static let started = "ff85704b76fb49bc965a220504b5e8de"
+    public static let stopping = "6bb40d6015d24e209607079229404aa0"
+    public static let reloaded = "87f5a7c7b7d043d7afb686c80edda626"
+    public static let failedToStart = "3968f3d40bc541e2afcf70fb205d4c5c"
 }
 
 /// Reads the configuration again (SIGHUP, the `reload` command) and applies it; a bad

@@ -41,6 +41,37 @@ extension Int64 {
     }
 }
 
+/// Documents due for a save, in the order they became due, each once: appending, taking
+/// the first and asking whether one is queued cost O(1) each (an array's `contains` and
+/// `removeFirst` walked it, with thousands of documents due at once).
+struct ReadyQueue {
+    private var order: [String] = []
+    private var head = 0
+    private var queued: Set<String> = []
+
+    var isEmpty: Bool { head == order.count }
+
+    mutating func append(_ path: String) {
+        guard queued.insert(path).inserted else { return }
+        order.append(path)
+    }
+
+    mutating func popFirst() -> String? {
+        guard head < order.count else { return nil }
+        let path = order[head]
+        head += 1
+        queued.remove(path)
+        if head == order.count {
+            order.removeAll(keepingCapacity: true)
+            head = 0
+        } else if head > 1024, head * 2 > order.count {
+            order.removeFirst(head)
+            head = 0
+        }
+        return path
+    }
+}
+
 /// A min-heap of (deadline, document) pairs. Entries may be stale: the scheduler checks
 /// each popped entry against the document's current deadline.
 struct DeadlineHeap {
@@ -223,14 +254,13 @@ extension DocumentStore {
                 continue
             }
             if entry.savingToken != nil { continue }  // rescheduled when that save finishes
-            if !ready.contains(path) { ready.append(path) }
+            ready.append(path)
         }
         startReadySaves()
     }
 
     func startReadySaves() {
-        while savesInFlight < configuration.maxConcurrentSaves, !ready.isEmpty {
-            let path = ready.removeFirst()
+        while savesInFlight < configuration.maxConcurrentSaves, let path = ready.popFirst() {
             guard let entry = entries[path], entry.isDirty, entry.savingToken == nil else { continue }
             startSave(path)
         }

@@ -392,6 +392,14 @@ extension DocumentStore {
             }
             if member == nil, let fingerprint = entry.fingerprint, fingerprint.inode == status.inode { return }
         } else {
+            // The file exactly as this store last read or wrote it (its own save, usually):
+            // no need to read it. Any other program's write changes the change time at least.
+            if let recorded = entry.fingerprint, !recorded.isDirectory, recorded.device == status.device,
+                recorded.inode == status.inode, recorded.size == status.size, recorded.modified == status.modified,
+                recorded.changed == status.changed
+            {
+                return
+            }
             let bytes = try? Data(contentsOf: URL(fileURLWithPath: full))
             let now = Fingerprint(status, contents: bytes)
             if now == entry.fingerprint { return }

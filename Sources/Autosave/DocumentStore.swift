@@ -76,7 +76,7 @@ public actor DocumentStore {
     /// walk over every document. Kept by ``insert(_:at:)`` and ``remove(_:)``.
     var directoryUses: [String: Int] = [:]
     var heap = DeadlineHeap()
-    var ready: [String] = []
+    var ready = ReadyQueue()
     var savesInFlight = 0
     @exclusivity(unchecked) var accepting = true
     var sleeper: CheckedContinuation<Void, Never>?

@@ -30,7 +30,9 @@ public enum CommandLineTool {
         "--socket", "--text", "--file", "--pointer", "--member", "--offset", "--length", "--patch", "--to", "--type",
         "--events",
     ]
-    static let flagOptions: Set<String> = ["--json", "--wait", "--all", "--members", "--help", "-h"]
+    static let flagOptions: Set<String> = [
+        "--json", "--wait", "--all", "--members", "--help", "-h", "--version", "--names",
+    ]
 
     static func parse(_ arguments: [String]) throws(UsageError) -> Parsed {
         var parsed = Parsed()
@@ -70,6 +72,10 @@ public enum CommandLineTool {
         do { parsed = try parse(arguments) } catch {
             return usage(error.message, subcommand: error.subcommand)
         }
+        if parsed.flags.contains("--version") {
+            print("autosavectl \(AutosaveVersion.current)")
+            return ExitCode.success
+        }
         guard let name = parsed.subcommand else {
             if parsed.flags.contains("--help") {
                 print(Catalog.overview)
@@ -82,6 +88,13 @@ public enum CommandLineTool {
         }
         if parsed.flags.contains("--help") {
             print(subcommand.help, terminator: "")
+            return ExitCode.success
+        }
+        if subcommand.name == "completion" {
+            guard parsed.positionals.count == 1, let script = Completion.script(for: parsed.positionals[0]) else {
+                return usage("completion takes one shell: bash, zsh or fish", subcommand: "completion")
+            }
+            print(script, terminator: "")
             return ExitCode.success
         }
         let request: JSONValue
@@ -97,7 +110,9 @@ public enum CommandLineTool {
             FileHandle.standardError.write(Data("autosavectl: \(error)\n".utf8))
             return ExitCode.unavailable
         }
-        return Session(client: client, json: parsed.flags.contains("--json"), subcommand: subcommand.name).run(request)
+        let session = Session(client: client, json: parsed.flags.contains("--json"), subcommand: subcommand.name)
+        session.namesOnly = parsed.flags.contains("--names")
+        return session.run(request)
     }
 
     static func usage(_ message: String, subcommand: String?) -> Int32 {
@@ -155,7 +170,7 @@ enum Requests {
     static func build(_ name: String, _ parsed: CommandLineTool.Parsed) throws -> JSONValue {
         var fields: [(key: String, value: JSONValue)] = [("cmd", .string(name))]
         switch name {
-        case "status", "list", "reload", "sync":
+        case "status", "list", "reload", "sync", "metrics":
             guard parsed.positionals.isEmpty else {
                 throw UsageError(message: "\(name) takes no arguments", subcommand: name)
             }
@@ -216,6 +231,11 @@ enum Requests {
                 fields[0] = ("cmd", "save-all")
             } else {
                 fields.append(("doc", .string(try document(parsed)[0])))
+            }
+            if parsed.flags.contains("--wait") { fields.append(("wait", true)) }
+        case "save-all":
+            guard parsed.positionals.isEmpty else {
+                throw UsageError(message: "save-all takes no document", subcommand: name)
             }
             if parsed.flags.contains("--wait") { fields.append(("wait", true)) }
         case "export":

@@ -43,7 +43,9 @@ enum Catalog {
             name: "status",
             abstract: "Show the daemon's counters: documents, unsaved, saving, failed, last save and failure.",
             usage: "[options]"),
-        Subcommand(name: "list", abstract: "List the open documents and their save state.", usage: "[options]"),
+        Subcommand(
+            name: "list", abstract: "List the open documents and their save state.", usage: "[--names] [options]",
+            options: [("--names", "Print only the documents' paths, one per line (for scripts and completion).")]),
         Subcommand(
             name: "open", abstract: "Open a document from disk.", usage: "<doc> [options]",
             arguments: [("<doc>", "The document's path relative to the store root.")]),
@@ -115,6 +117,10 @@ enum Catalog {
                 ("--wait", "Return only once the edits are durable on disk."),
             ]),
         Subcommand(
+            name: "save-all", abstract: "Save every document with unsaved edits now (the same as save --all).",
+            usage: "[--wait] [options]",
+            options: [("--wait", "Return only once the edits are durable on disk.")]),
+        Subcommand(
             name: "revert", abstract: "Throw away unsaved edits and read the document from disk again.",
             usage: "<doc> [options]",
             arguments: [("<doc>", "The document's path relative to the store root.")]),
@@ -147,6 +153,25 @@ enum Catalog {
             name: "sync", abstract: "Wait until the daemon has seen every file change made before this call.",
             usage: "[options]"),
         Subcommand(name: "reload", abstract: "Make the daemon read its configuration again.", usage: "[options]"),
+        Subcommand(
+            name: "metrics", abstract: "Print the daemon's figures in the Prometheus text format.",
+            usage: "[options]",
+            discussion: """
+                Saves, failures by errno, bytes written, save durations, documents by state,
+                other programs' changes, conflicts, overflows, watched and polled directories.
+                [Metrics] TextfileDirectory= writes the same text for node_exporter.
+                """),
+        Subcommand(
+            name: "completion", abstract: "Print the shell completion script for bash, zsh or fish.",
+            usage: "(bash | zsh | fish)",
+            arguments: [("bash | zsh | fish", "The shell.")],
+            discussion: """
+                Subcommands, options and the documents of the running daemon (nothing when it
+                cannot be reached) are completed. Load it with
+                  source <(autosavectl completion bash)                    # bash, in ~/.bashrc
+                  autosavectl completion zsh > ~/.zfunc/_autosavectl     # zsh, with ~/.zfunc on fpath
+                  autosavectl completion fish > ~/.config/fish/completions/autosavectl.fish
+                """),
     ]
 
     static let overview = """
@@ -158,6 +183,7 @@ enum Catalog {
           --socket PATH           The daemon's control socket (default: \(ControlProtocol.defaultSocketPath())).
           --json                  Print the daemon's replies as JSON instead of text.
           -h, --help              Show this help; 'autosavectl <subcommand> --help' for a subcommand's.
+          --version               Print the version and exit.
 
         SUBCOMMANDS:
         \(subcommands.map { "  " + $0.name.padding(toLength: 24, withPad: " ", startingAt: 0) + $0.abstract }.joined(separator: "\n"))

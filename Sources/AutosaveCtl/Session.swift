@@ -13,6 +13,8 @@ final class Session {
     let client: ControlClient
     let json: Bool
     let subcommand: String
+    /// `list --names`: only the documents' paths, one per line.
+    var namesOnly = false
     private let standardErrorIsTerminal = isatty(2) == 1
 
     init(client: ControlClient, json: Bool, subcommand: String) {
@@ -136,6 +138,10 @@ final class Session {
             printStatus(reply)
         case "list":
             let documents = reply["documents"]?.arrayValue ?? []
+            if namesOnly {
+                for document in documents { say((document["doc"]?.stringValue ?? "").escapingControlCharacters) }
+                return
+            }
             if documents.isEmpty {
                 say("no open documents")
                 return
@@ -174,6 +180,8 @@ final class Session {
             say(reply["message"]?.stringValue ?? "reloaded")
         case "sync":
             say("synced")
+        case "metrics":
+            FileHandle.standardOutput.write(Data((reply["text"]?.stringValue ?? "").utf8))
         default:
             if let document = reply["document"] { printDocument(document) }
         }

@@ -31,7 +31,7 @@ public enum ControlProtocol {
     /// The commands, in the order `docs/PROTOCOL.md` describes them.
     public static let commands = [
         "status", "list", "open", "create", "get", "set", "append", "replace", "patch", "put-member", "remove-member",
-        "save", "save-all", "revert", "close", "export", "cancel", "subscribe", "sync", "reload",
+        "save", "save-all", "revert", "close", "export", "cancel", "subscribe", "sync", "reload", "metrics",
     ]
 
     /// The socket the daemon listens on when none is configured: `$RUNTIME_DIRECTORY/control.sock`

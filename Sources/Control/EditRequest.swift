@@ -1,10 +1,11 @@
 /// A `set` or `append` request with text, read straight from the request line's bytes
 /// without building a value tree: the daemon's most frequent requests.
 ///
-/// ``scan(_:)`` accepts only the plain form — one flat object with `cmd`, `doc`, `text`
-/// and optionally `id`, each once, strings with at most the short escapes (`\n`, `\"`,
-/// …). Anything else, valid or not, gives `nil`, and the line goes to the full parser,
-/// which accepts every valid request and names what is wrong with the others.
+/// ``scanRaw(_:)`` is the one scanner: it accepts only the plain form — one flat object
+/// with `cmd`, `doc`, `text` and optionally `id`, each once, strings with at most the
+/// short escapes (`\n`, `\"`, …). Anything else, valid or not, gives `nil`, and the line
+/// goes to the full parser, which accepts every valid request and names what is wrong
+/// with the others. ``scan(_:)`` is the same scanner with strings made for the id and path.
 public struct EditRequest: Sendable {
     public enum Command: Sendable {
         case set
@@ -18,23 +19,26 @@ public struct EditRequest: Sendable {
     public var text: String
 
     public static func scan(_ line: UnsafeRawBufferPointer) -> EditRequest? {
-        guard let base = line.baseAddress else { return nil }
-        var scanner = Scanner(at: base, end: base + line.count)
-        return scanner.request()
+        guard let raw = scanRaw(line) else { return nil }
+        return EditRequest(id: raw.idValue, command: raw.command, document: raw.documentPath, text: raw.text)
     }
 
     /// A plain edit whose `id` and `doc` are left as the bytes of the line, for a caller
     /// that echoes the id and remembers the last document by its bytes: no string is made
-    /// for either. Declines (`nil`) what ``scan(_:)`` declines, and also an `id` or `doc`
-    /// string with escapes or bytes outside ASCII (``scan(_:)`` reads those).
+    /// for either unless the path has escapes.
     public struct Raw {
         public var command: Command
         /// The id's JSON text as sent — a plain integer, `true`, `false`, `null`, or a
-        /// string with its quotes — or `nil` without an id. Valid while the line is.
+        /// string with its quotes (escapes as sent) — or `nil` without an id. Valid while the line is.
         public var id: UnsafeRawBufferPointer?
-        /// The document's path between its quotes. Valid while the line is.
+        /// The document's path between its quotes, as sent (escapes included). Valid while the line is.
         public var document: UnsafeRawBufferPointer
+        /// The path, decoded, when it had escapes; `nil` when ``document`` is its UTF-8 as it is.
+        public var decodedDocument: String?
         public var text: String
+
+        /// The document's path as a string.
+        public var documentPath: String { decodedDocument ?? String(decoding: document, as: UTF8.self) }
 
         /// The id as a value (as ``EditRequest/id``).
         public var idValue: JSONValue? { Self.idValue(id) }
@@ -64,36 +68,11 @@ public struct EditRequest: Sendable {
 
         @inline(__always) func byte(_ at: UnsafeRawPointer) -> UInt8 { at.load(as: UInt8.self) }
 
-        mutating func request() -> EditRequest? {
-            var id: JSONValue?
-            var command: Command?
-            var document: String?
-            var text: String?
-            let complete = object { scanner, key in
-                switch key {
-                case .id:
-                    guard id == nil, let value = scanner.scalar() else { return false }
-                    id = value
-                case .cmd:
-                    guard command == nil, let value = scanner.commandName() else { return false }
-                    command = value
-                case .doc:
-                    guard document == nil, let value = scanner.string() else { return false }
-                    document = value
-                case .text:
-                    guard text == nil, let value = scanner.string() else { return false }
-                    text = value
-                }
-                return true
-            }
-            guard complete, let command, let document, let text else { return nil }
-            return EditRequest(id: id, command: command, document: document, text: text)
-        }
-
         mutating func rawRequest() -> Raw? {
             var id: UnsafeRawBufferPointer?
             var command: Command?
             var document: UnsafeRawBufferPointer?
+            var decodedDocument: String?
             var text: String?
             let complete = object { scanner, key in
                 switch key {
@@ -105,8 +84,9 @@ public struct EditRequest: Sendable {
                     command = value
                 case .doc:
                     scanner.skipWhitespace()
-                    guard document == nil, let value = scanner.plainASCII() else { return false }
-                    document = UnsafeRawBufferPointer(rebasing: value.dropFirst().dropLast())
+                    guard document == nil, let (token, decoded) = scanner.stringToken() else { return false }
+                    document = UnsafeRawBufferPointer(rebasing: token.dropFirst().dropLast())
+                    decodedDocument = decoded
                 case .text:
                     guard text == nil, let value = scanner.string() else { return false }
                     text = value
@@ -114,7 +94,7 @@ public struct EditRequest: Sendable {
                 return true
             }
             guard complete, let command, let document, let text else { return nil }
-            return Raw(command: command, id: id, document: document, text: text)
+            return Raw(command: command, id: id, document: document, decodedDocument: decodedDocument, text: text)
         }
 
         /// Reads a flat object to its end (and the whitespace after it), handing each
@@ -133,11 +113,25 @@ public struct EditRequest: Sendable {
             return position == end
         }
 
-        /// An id's JSON text, in the forms ``scalar()`` reads, strings only in ``plainASCII()``'s form.
+        /// A string's JSON text, quotes included, checked as ``string()`` checks it; with the
+        /// decoded string when it is not its own UTF-8 (it has escapes).
+        mutating func stringToken() -> (UnsafeRawBufferPointer, String?)? {
+            guard position < end, byte(position) == UInt8(ascii: "\"") else { return nil }
+            let start = position
+            if let plain = plainASCII() { return (plain, nil) }
+            position = start
+            guard let decoded = string() else { return nil }
+            let token = UnsafeRawBufferPointer(start: start, count: position - start)
+            // Without escapes the bytes between the quotes are the path's UTF-8 (checked by `string()`).
+            let escaped = token.contains(UInt8(ascii: "\\"))
+            return (token, escaped ? decoded : nil)
+        }
+
+        /// An id's JSON text, in the forms ``scalar()`` reads.
         mutating func rawScalar() -> UnsafeRawBufferPointer? {
             skipWhitespace()
             guard position < end else { return nil }
-            if byte(position) == UInt8(ascii: "\"") { return plainASCII() }
+            if byte(position) == UInt8(ascii: "\"") { return stringToken()?.0 }
             let start = position
             guard scalar() != nil else { return nil }
             return UnsafeRawBufferPointer(start: start, count: position - start)
@@ -243,6 +237,20 @@ public struct EditRequest: Sendable {
             let start = position
             var ascii = true
             while position < end {
+                // Eight bytes at a time while none of them ends the plain run: no quote, no
+                // backslash, no control character, nothing outside ASCII (those are looked
+                // at one by one below). Large values are mostly such runs.
+                while end - position >= 8 {
+                    let word = position.loadUnaligned(as: UInt64.self)
+                    let ones: UInt64 = 0x0101_0101_0101_0101
+                    let quote = word ^ (ones &* 0x22)
+                    let backslash = word ^ (ones &* 0x5C)
+                    let stops =
+                        ((quote &- ones) & ~quote) | ((backslash &- ones) & ~backslash) | (word &- ones &* 0x20) | word
+                    if stops & (ones &* 0x80) != 0 { break }
+                    position += 8
+                }
+                guard position < end else { break }
                 let byte = byte(position)
                 if byte == UInt8(ascii: "\"") {
                     let run = UnsafeRawBufferPointer(start: start, count: position - start)

@@ -2,11 +2,12 @@ import Control
 import Foundation
 import Testing
 
-/// The request decoders side by side: the two scanners that read a plain `set` or
-/// `append` straight from the bytes may decline any line (the general parser then reads
-/// it), but a line they accept must mean exactly what the general parser makes of it —
-/// the same command, document, text and id — and a line the general parser refuses they
-/// must decline.
+/// The request decoders side by side: the scanner that reads a plain `set` or `append`
+/// straight from the bytes (``EditRequest/scanRaw(_:)``, and ``EditRequest/scan(_:)``
+/// with strings made from it) may decline any line (the general parser then reads it),
+/// but a line it accepts must mean exactly what the general parser makes of it — the
+/// same command, document, text and id, and an id echoed as sent that is JSON for the
+/// same value — and a line the general parser refuses it must decline.
 @Suite("Request decoders agree")
 struct DecoderDifferentialTests {
     /// What the general path makes of a line: the plain edit it is, or `nil` for anything
@@ -50,10 +51,11 @@ struct DecoderDifferentialTests {
             }
             if let raw = EditRequest.scanRaw(bytes) {
                 let command = raw.command == .set ? "set" : "append"
-                let document = String(decoding: raw.document, as: UTF8.self)
+                let document = raw.documentPath
                 if let expected {
+                    let echoed = raw.id.map { try? JSONValue(parsing: Array($0)) }
                     if expected.command != command || expected.document != document || expected.text != raw.text
-                        || expected.id != raw.idValue
+                        || expected.id != raw.idValue || (echoed ?? expected.id) != expected.id
                     {
                         problems.append("scanRaw disagrees on \(shown)")
                     }
@@ -95,6 +97,26 @@ struct DecoderDifferentialTests {
             Self.check(doc, problems: &problems)
         }
         #expect(problems.isEmpty, "\(problems)")
+    }
+
+    @Test("Long values with one special byte at every position: quotes, backslashes, controls, UTF-8, bad UTF-8")
+    func longValues() {
+        var problems: [String] = []
+        let specials: [[UInt8]] = [
+            Array(#"\""#.utf8), Array(#"\\"#.utf8), Array(#"\n"#.utf8), [0x22], [0x5C], [0x01], [0x1F], [0x7F],
+            [0xC3, 0xA9], [0xE2, 0x80, 0xA8], [0xF0, 0x9F, 0x98, 0x80], [0xFF], [0xC3], [0x20],
+        ]
+        for length in [0, 1, 7, 8, 9, 15, 16, 17, 31, 64] {
+            for at in 0...length {
+                for special in specials {
+                    var text = [UInt8](repeating: UInt8(ascii: "a"), count: length)
+                    text.insert(contentsOf: special, at: at)
+                    let line = Array(#"{"cmd":"set","doc":"a.txt","text":""#.utf8) + text + Array(#""}"#.utf8)
+                    Self.check(line, problems: &problems)
+                }
+            }
+        }
+        #expect(problems.isEmpty, "\(problems.prefix(5))")
     }
 
     @Test("200,000 seeded random edit lines, mutated byte by byte: the scanners never disagree with the parser")

@@ -1,0 +1,163 @@
+// Save latency as a client of autosaved sees it, beside the bare durable replace on the
+// same file system, alternating one of each:
+//
+//   bare     the recipe written against the syscalls: a temp file (O_CREAT|O_EXCL),
+//            write, fsync, close, rename over the file, fsync of the directory
+//   socket   through the daemon's control socket: `set` of the document, then `save`
+//            with "wait": true; the time is the save's round trip, that is the whole
+//            exchange less the set's own round trip (printed too)
+//
+//   savelat SOCKET DOC BARE_DIR BYTES ITERATIONS
+//
+// DOC is the document's path in the store; BARE_DIR a directory (outside the store root,
+// on the same file system) where the bare recipe replaces BARE_DIR/bare.txt. Each
+// iteration writes new contents of BYTES letters. Prints a Markdown table: p50, p90,
+// p99 and mean in milliseconds, and the ratio socket / bare of each.
+#define _GNU_SOURCE
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/un.h>
+#include <time.h>
+#include <unistd.h>
+
+static double now(void) {
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return t.tv_sec + t.tv_nsec / 1e9;
+}
+
+static void fail(const char *what) {
+    perror(what);
+    exit(1);
+}
+
+static int compare(const void *a, const void *b) {
+    double x = *(const double *)a, y = *(const double *)b;
+    return x < y ? -1 : x > y;
+}
+
+static void write_all(int fd, const char *p, size_t n, const char *what) {
+    while (n > 0) {
+        ssize_t w = write(fd, p, n);
+        if (w < 0 && errno == EINTR) continue;
+        if (w <= 0) fail(what);
+        p += w;
+        n -= (size_t)w;
+    }
+}
+
+/// The bare recipe: BARE_DIR/.bare.txt.tmp written, synced and renamed over
+/// BARE_DIR/bare.txt, then the directory synced.
+static void bare_save(int directory, const char *contents, size_t length) {
+    int fd = openat(directory, ".bare.txt.tmp", O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
+    if (fd < 0) fail("open temp");
+    write_all(fd, contents, length, "write");
+    if (fsync(fd) != 0) fail("fsync");
+    if (close(fd) != 0) fail("close");
+    if (renameat(directory, ".bare.txt.tmp", directory, "bare.txt") != 0) fail("rename");
+    if (fsync(directory) != 0) fail("fsync directory");
+}
+
+static char reply[65536];
+
+/// Sends one request line and reads its one-line reply; exits unless it is "ok":true.
+static void exchange(int fd, const char *request, size_t length) {
+    write_all(fd, request, length, "send");
+    size_t received = 0;
+    while (received == 0 || reply[received - 1] != '\n') {
+        ssize_t r = read(fd, reply + received, sizeof reply - 1 - received);
+        if (r < 0 && errno == EINTR) continue;
+        if (r <= 0) fail("read reply");
+        received += (size_t)r;
+        if (received == sizeof reply - 1) received = 0;
+    }
+    reply[received] = 0;
+    if (strstr(reply, "\"ok\":true") == NULL) {
+        fprintf(stderr, "error reply: %s", reply);
+        exit(1);
+    }
+}
+
+/// New contents for iteration `i`: letters, the iteration written into the first ones.
+static void vary(char *text, size_t length, long i) {
+    for (size_t k = 0; k < 8 && k < length; k++) {
+        text[k] = (char)('a' + i % 26);
+        i /= 26;
+    }
+}
+
+static void row(const char *name, double *v, size_t n) {
+    double sum = 0;
+    for (size_t i = 0; i < n; i++) sum += v[i];
+    qsort(v, n, sizeof *v, compare);
+    printf("| %s | %.3f | %.3f | %.3f | %.3f |\n", name, v[n / 2] * 1e3, v[(size_t)(n * 0.9)] * 1e3,
+           v[(size_t)(n * 0.99)] * 1e3, sum / n * 1e3);
+}
+
+int main(int argc, char **argv) {
+    if (argc != 6) {
+        fprintf(stderr, "usage: savelat SOCKET DOC BARE_DIR BYTES ITERATIONS\n");
+        return 64;
+    }
+    const char *doc = argv[2];
+    size_t bytes = (size_t)atol(argv[4]);
+    size_t iterations = (size_t)atol(argv[5]);
+    if (bytes < 1 || iterations < 1) return 64;
+
+    int directory = open(argv[3], O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    if (directory < 0) fail("open bare directory");
+    int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    struct sockaddr_un address = {.sun_family = AF_UNIX};
+    strncpy(address.sun_path, argv[1], sizeof address.sun_path - 1);
+    if (connect(fd, (struct sockaddr *)&address, sizeof address) != 0) fail("connect");
+
+    // The set request, with the text at a fixed place so each iteration can vary it.
+    size_t capacity = bytes + strlen(doc) + 128;
+    char *set = malloc(capacity);
+    int prefix = snprintf(set, capacity, "{\"id\":1,\"cmd\":\"set\",\"doc\":\"%s\",\"text\":\"", doc);
+    char *text = set + prefix;
+    memset(text, 'a', bytes);
+    size_t set_length = (size_t)prefix + bytes;
+    set_length += (size_t)snprintf(set + set_length, capacity - set_length, "\"}\n");
+    char save[512];
+    size_t save_length = (size_t)snprintf(save, sizeof save, "{\"id\":2,\"cmd\":\"save\",\"doc\":\"%s\",\"wait\":true}\n", doc);
+
+    double *bare = malloc(iterations * sizeof(double));
+    double *saved = malloc(iterations * sizeof(double));
+    double *setting = malloc(iterations * sizeof(double));
+    // One untimed save of each first: the document exists, the files are there.
+    exchange(fd, set, set_length);
+    exchange(fd, save, save_length);
+    bare_save(directory, text, bytes);
+    for (size_t i = 0; i < iterations; i++) {
+        vary(text, bytes, (long)i + 1);
+        for (int turn = 0; turn < 2; turn++) {
+            if ((turn == 0) == (i % 2 == 0)) {
+                double t0 = now();
+                bare_save(directory, text, bytes);
+                bare[i] = now() - t0;
+            } else {
+                double t0 = now();
+                exchange(fd, set, set_length);
+                double t1 = now();
+                exchange(fd, save, save_length);
+                double t2 = now();
+                setting[i] = t1 - t0;
+                saved[i] = t2 - t1;
+            }
+        }
+    }
+    printf("| %zu B × %zu | p50 ms | p90 ms | p99 ms | mean ms |\n", bytes, iterations);
+    printf("|---|---:|---:|---:|---:|\n");
+    row("bare recipe", bare, iterations);
+    row("save through the socket (less the set)", saved, iterations);
+    row("(the set's own round trip)", setting, iterations);
+    printf("| ratio, socket / bare | %.2f× | %.2f× | %.2f× | |\n", saved[iterations / 2] / bare[iterations / 2],
+           saved[(size_t)(iterations * 0.9)] / bare[(size_t)(iterations * 0.9)],
+           saved[(size_t)(iterations * 0.99)] / bare[(size_t)(iterations * 0.99)]);
+    return 0;
+}
