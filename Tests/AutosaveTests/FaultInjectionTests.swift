@@ -13,12 +13,17 @@ final class FaultRig {
     var config: String { directory.sub("autosaved.conf") }
     var process: DaemonProcess!
     var pid: Int32 { process.process.processIdentifier }
+    /// systemd's notification socket, played by the test: `STATUS=` lines arrive here.
+    /// Only for tests that read it: a full queue (`net.unix.max_dgram_qlen`) blocks the
+    /// daemon's `sd_notify`, as an unresponsive systemd would.
+    let notify: NotifyReceiver?
 
     /// - Parameters:
     ///   - root: the store root (default: a directory in the rig's temporary directory).
     ///   - underFaultInjection: whether the daemon runs under `fiu-run -x`.
-    init(root: String? = nil, underFaultInjection: Bool = true) async throws {
+    init(root: String? = nil, underFaultInjection: Bool = true, notifying: Bool = false) async throws {
         self.root = root ?? directory.sub("root")
+        notify = notifying ? try NotifyReceiver(in: directory) : nil
         try FileManager.default.createDirectory(atPath: directory.sub("run"), withIntermediateDirectories: true)
         try Disk.write(
             "[Store]\nRoot=\(self.root)\n[Autosave]\nQuietPeriod=1h\nMaxDelay=1h\nRetryInterval=200ms\n"
@@ -29,7 +34,11 @@ final class FaultRig {
             underFaultInjection
             ? ["-x", "-f", directory.sub("fiu"), daemon, "--config", config] : ["--config", config]
         let program = underFaultInjection ? "/usr/bin/fiu-run" : daemon
-        process = try DaemonProcess(program, arguments)
+        var environment = ProcessInfo.processInfo.environment
+        if let notify { environment["NOTIFY_SOCKET"] = notify.path } else { environment["NOTIFY_SOCKET"] = nil }
+        environment.removeValue(forKey: "WATCHDOG_USEC")
+        environment.removeValue(forKey: "WATCHDOG_PID")
+        process = try DaemonProcess(program, arguments, environment: environment)
         await process.waitForLine(containing: "started:")
     }
 
@@ -52,14 +61,14 @@ final class FaultRig {
         while ContinuousClock.now < deadline {
             let status = try status()
             if status["unsaved"]?.intValue == 0, status["failed"]?.intValue == 0 { return }
-            try await Task.sleep(for: .milliseconds(50))
+            usleep(50_000)
         }
         Issue.record("still unsaved after a minute: \(try status())", sourceLocation: sourceLocation)
     }
 
     func stop() async -> Int32 {
         process.signal(SIGTERM)
-        return await process.exitStatus()
+        return PowerLossRig.waitForExit(process) ?? -1
     }
 
     deinit {
@@ -95,7 +104,7 @@ struct FaultInjectionTests {
         .enabled(if: Machine.has("fiu-run") && Machine.has("fiu-ctrl"), "needs Debian's fiu-utils"),
         arguments: Self.faults)
     func byName(fault: InjectedFault) async throws {
-        let rig = try await FaultRig()
+        let rig = try await FaultRig(notifying: true)
         #expect(try rig.call(["cmd": "set", "doc": "doc.txt", "text": .string(Self.text1)])["ok"] == true)
         #expect(try rig.call(["cmd": "save", "doc": "doc.txt", "wait": true])["ok"] == true)
         let events = try rig.client()
@@ -117,12 +126,18 @@ struct FaultInjectionTests {
         #expect(failure?["operation"]?.stringValue == fault.operation, "\(status)")
         #expect(failure?["errno"]?.stringValue == fault.errnoName, "\(status)")
         #expect(status["failed"]?.intValue == 1)
+        // And in systemd's STATUS=.
+        let failing = rig.notify?.waitFor { $0["STATUS"]?.contains("failed with \(fault.errnoName)") == true }
+        #expect(
+            failing?["STATUS"]?.contains("doc.txt: \(fault.operation) failed") == true, "\(String(describing: failing))"
+        )
         // Retries keep failing while the fault lasts (at least one more attempt), then succeed once it is gone.
         while try events.receive()["event"]?.stringValue != "save-failed" {}
         try rig.fiu("disable name=\(fault.point)")
         try await rig.waitUntilSaved()
         #expect(try String(contentsOfFile: rig.root + "/doc.txt", encoding: .utf8) == Self.text2)
         #expect(Disk.temporaries(under: rig.root).isEmpty)
+        _ = rig.notify?.waitFor { $0["STATUS"].map { !$0.contains("fail") } ?? false }
         // The retry wrote the whole file again from memory (after an fsync error the
         // kernel may have dropped the dirty pages; the file whose sync failed was removed).
         var saved: JSONValue?

@@ -177,10 +177,33 @@ final class PowerLossRig {
         while ContinuousClock.now < deadline {
             if daemon.output.contains(where: { $0.contains("started:") }) { return daemon }
             if !daemon.process.isRunning { break }
-            try await Task.sleep(for: .milliseconds(5))
+            usleep(5000)
         }
         daemon.signal(SIGKILL)
-        _ = await daemon.exitStatus()
+        _ = Self.waitForExit(daemon)
+        return nil
+    }
+
+    /// Waits (up to a minute) for the daemon to exit and returns its status (`nil`: it
+    /// did not, and was killed). It blocks instead of awaiting a Dispatch queue: a full
+    /// suite run may leave those queues busy.
+    static func waitForExit(_ daemon: DaemonProcess) -> Int32? {
+        let pid = daemon.process.processIdentifier
+        let deadline = ContinuousClock.now + .seconds(60)
+        while ContinuousClock.now < deadline {
+            if !daemon.process.isRunning { return daemon.process.terminationStatus }
+            // Foundation may be late to notice (or miss) the exit in a long run: a
+            // zombie is reaped here.
+            let stat = (try? String(contentsOfFile: "/proc/\(pid)/stat", encoding: .utf8)) ?? ""
+            if let state = stat.split(separator: ")").last?.split(separator: " ").first, state == "Z" {
+                var status: Int32 = 0
+                if waitpid(pid, &status, WNOHANG) == pid {
+                    return status & 0x7f == 0 ? (status >> 8) & 0xff : 128 + (status & 0x7f)
+                }
+            }
+            usleep(2000)
+        }
+        daemon.signal(SIGKILL)
         return nil
     }
 
@@ -212,7 +235,7 @@ final class PowerLossRig {
                 }
                 // A power cut ends the daemon too.
                 daemon.signal(SIGKILL)
-                _ = await daemon.exitStatus()
+                _ = Self.waitForExit(daemon)
                 log = daemon.output
             }
         }
@@ -232,7 +255,7 @@ final class PowerLossRig {
             defer { recoveryWasCut = mount.crashed }
             if let daemon = try await startDaemon() {
                 daemon.signal(SIGKILL)
-                _ = await daemon.exitStatus()
+                _ = Self.waitForExit(daemon)
             } else {
                 // Cut before it was ready: it exits (or is killed) without having served.
             }
@@ -242,8 +265,10 @@ final class PowerLossRig {
         var problems: [String] = []
         if let daemon = try await startDaemon() {
             daemon.signal(SIGTERM)
-            let status = await daemon.exitStatus()
-            if status != 0 { problems.append("the daemon exited \(status) after the restart") }
+            let status = Self.waitForExit(daemon)
+            if status != 0 {
+                problems.append("the daemon exited \(status.map(String.init) ?? "not at all") after the restart")
+            }
         } else {
             problems.append("the daemon did not start after the cut")
         }
