@@ -121,16 +121,12 @@ public final class Metrics: Sendable {
             zip(EditCounts.commands, edits.counts).map { ("{command=\"\($0)\"}", "\($1)") })
         text.family(
             "autosaved_saves_total", "counter", "Saves that completed (durable on disk).", [("", "\(status.saves)")])
-        var latency: [(String, String)] = []
-        for (index, bound) in LatencyHistogram.bounds.enumerated() {
-            latency.append(("_bucket{le=\"\(MetricsText.number(bound))\"}", "\(editToDurable.buckets[index])"))
-        }
-        latency.append(("_bucket{le=\"+Inf\"}", "\(editToDurable.count)"))
-        latency.append(("_sum", MetricsText.number(editToDurable.sum)))
-        latency.append(("_count", "\(editToDurable.count)"))
         text.family(
             "autosaved_edit_to_durable_seconds", "histogram",
-            "From a document's first unsaved edit to the end of the save that made it durable.", latency)
+            "From a document's first unsaved edit to the end of the save that made it durable.",
+            MetricsText.histogram(
+                bounds: LatencyHistogram.bounds, counts: editToDurable.buckets, count: editToDurable.count,
+                sum: editToDurable.sum))
         if let connections {
             text.family(
                 "autosaved_connections", "gauge", "Clients connected to the control socket.", [("", "\(connections)")])
@@ -142,16 +138,12 @@ public final class Metrics: Sendable {
             "autosaved_bytes_written_total", "counter",
             "Bytes of contents saves wrote (for a package, only its changed members).",
             [("", "\(counters.bytesWritten)")])
-        var buckets: [(String, String)] = []
-        for (index, bound) in durationBuckets.enumerated() {
-            buckets.append(("_bucket{le=\"\(MetricsText.number(bound))\"}", "\(counters.bucketCounts[index])"))
-        }
-        buckets.append(("_bucket{le=\"+Inf\"}", "\(counters.durationCount)"))
-        buckets.append(("_sum", MetricsText.number(counters.durationSum)))
-        buckets.append(("_count", "\(counters.durationCount)"))
         text.family(
             "autosaved_save_duration_seconds", "histogram",
-            "How long saves took, serialisation and every fsync included.", buckets)
+            "How long saves took, serialisation and every fsync included.",
+            MetricsText.histogram(
+                bounds: durationBuckets, counts: counters.bucketCounts, count: counters.durationCount,
+                sum: counters.durationSum))
         text.family(
             "autosaved_external_changes_total", "counter",
             "Other programs' changes to open documents' files, by what followed.",
@@ -188,6 +180,15 @@ struct MetricsText {
     mutating func family(_ name: String, _ type: String, _ help: String, _ samples: [(String, String)]) {
         text += "# HELP \(name) \(help)\n# TYPE \(name) \(type)\n"
         for (suffix, value) in samples { text += "\(name)\(suffix) \(value)\n" }
+    }
+
+    /// A histogram's samples: a cumulative `_bucket` per bound and `+Inf`, `_sum`, `_count`.
+    static func histogram(bounds: [Double], counts: [Int], count: Int, sum: Double) -> [(String, String)] {
+        var samples = zip(bounds, counts).map { ("_bucket{le=\"\(number($0))\"}", "\($1)") }
+        samples.append(("_bucket{le=\"+Inf\"}", "\(count)"))
+        samples.append(("_sum", number(sum)))
+        samples.append(("_count", "\(count)"))
+        return samples
     }
 
     /// A number as Prometheus reads it: integers without a fraction, others as Swift prints them.
