@@ -101,13 +101,13 @@ public enum CommandLineTool {
         do { request = try Requests.build(subcommand.name, parsed) } catch let error as UsageError {
             return usage(error.message, subcommand: subcommand.name)
         } catch {
-            FileHandle.standardError.write(Data("autosavectl: \(error)\n".utf8))
+            writeErr(Data("autosavectl: \(error)\n".utf8))
             return ExitCode.refused
         }
         let socketPath = parsed.values["--socket"] ?? ControlProtocol.defaultSocketPath()
         let client: ControlClient
         do { client = try ControlClient(socketPath: socketPath) } catch {
-            FileHandle.standardError.write(Data("autosavectl: \(error)\n".utf8))
+            writeErr(Data("autosavectl: \(error)\n".utf8))
             return ExitCode.unavailable
         }
         let session = Session(client: client, json: parsed.flags.contains("--json"), subcommand: subcommand.name)
@@ -117,7 +117,7 @@ public enum CommandLineTool {
 
     static func usage(_ message: String, subcommand: String?) -> Int32 {
         let hint = subcommand.map { "see 'autosavectl \($0) --help'" } ?? "see 'autosavectl --help'"
-        FileHandle.standardError.write(Data("autosavectl: \(message)\n\(hint)\n".utf8))
+        writeErr(Data("autosavectl: \(message)\n\(hint)\n".utf8))
         return ExitCode.usage
     }
 }

@@ -5,8 +5,15 @@ import Logging
 
 /// Writes a line to standard output at once (events must not wait in a buffer).
 func say(_ text: String) {
-    FileHandle.standardOutput.write(Data((text + "\n").utf8))
+    writeOut(Data((text + "\n").utf8))
 }
+
+/// Writes to standard output; a write that fails (a full disk, a closed pipe) is dropped
+/// rather than stopping the process (`FileHandle.write(_:)` traps on any error).
+func writeOut(_ data: Data) { try? FileHandle.standardOutput.write(contentsOf: data) }
+
+/// Writes to standard error, as ``writeOut(_:)`` does to standard output.
+func writeErr(_ data: Data) { try? FileHandle.standardError.write(contentsOf: data) }
 
 /// One conversation with the daemon: a request, its events, its reply, printed.
 final class Session {
@@ -29,10 +36,10 @@ final class Session {
             // The daemon may have refused the connection with an error line before closing it.
             if let line = try? client.receive(), let code = line["error"]?["code"]?.stringValue {
                 let message = line["error"]?["message"]?.stringValue ?? ""
-                FileHandle.standardError.write(Data("autosavectl: \(code): \(message)\n".utf8))
+                writeErr(Data("autosavectl: \(code): \(message)\n".utf8))
                 return CommandLineTool.ExitCode.refused
             }
-            FileHandle.standardError.write(Data("autosavectl: \(error)\n".utf8))
+            writeErr(Data("autosavectl: \(error)\n".utf8))
             return CommandLineTool.ExitCode.unavailable
         }
         // Ctrl-C: an export is cancelled in the daemon (which answers "cancelled");
@@ -45,7 +52,7 @@ final class Session {
             if subcommand == "export" {
                 _ = try? client.send(["cmd": "cancel", "target": id])
             } else {
-                FileHandle.standardError.write(Data("\n".utf8))
+                writeErr(Data("\n".utf8))
                 exit(
                     subcommand == "subscribe" ? CommandLineTool.ExitCode.success : CommandLineTool.ExitCode.interrupted)
             }
@@ -57,7 +64,7 @@ final class Session {
         while true {
             let line: JSONValue
             do { line = try client.receive() } catch {
-                FileHandle.standardError.write(Data("autosavectl: \(error)\n".utf8))
+                writeErr(Data("autosavectl: \(error)\n".utf8))
                 return CommandLineTool.ExitCode.unavailable
             }
             if let event = line["event"]?.stringValue {
@@ -70,10 +77,10 @@ final class Session {
                 continue
             }
             if line["id"] != nil && line["id"] != id { continue }
-            if progressShown && standardErrorIsTerminal { FileHandle.standardError.write(Data("\n".utf8)) }
+            if progressShown && standardErrorIsTerminal { writeErr(Data("\n".utf8)) }
             if line["ok"]?.boolValue == true {
                 if subcommand == "subscribe" {
-                    if !json { FileHandle.standardError.write(Data("subscribed; Ctrl-C to stop\n".utf8)) }
+                    if !json { writeErr(Data("subscribed; Ctrl-C to stop\n".utf8)) }
                     continue
                 }
                 output(line)
@@ -83,7 +90,7 @@ final class Session {
             let message = (line["error"]?["message"]?.stringValue ?? line.serialized(pretty: false))
                 .escapingControlCharacters
             if json { say(line.serialized()) }
-            FileHandle.standardError.write(Data("autosavectl: \(code): \(message)\n".utf8))
+            writeErr(Data("autosavectl: \(code): \(message)\n".utf8))
             return code == "cancelled" ? CommandLineTool.ExitCode.interrupted : CommandLineTool.ExitCode.refused
         }
     }
@@ -94,7 +101,7 @@ final class Session {
         let total = line["total"]?.intValue ?? 0
         let verb = phase == "committing" ? "putting in place" : "writing"
         let text = "export: \(verb) \(completed)/\(total)"
-        FileHandle.standardError.write(Data((standardErrorIsTerminal ? "\r\u{1B}[K" + text : text + "\n").utf8))
+        writeErr(Data((standardErrorIsTerminal ? "\r\u{1B}[K" + text : text + "\n").utf8))
     }
 
     private func printEvent(_ line: JSONValue) {
@@ -157,9 +164,9 @@ final class Session {
             }
         case "get":
             if let text = reply["text"]?.stringValue {
-                FileHandle.standardOutput.write(Data(text.utf8))
+                writeOut(Data(text.utf8))
             } else if let encoded = reply["base64"]?.stringValue, let data = Data(base64Encoded: encoded) {
-                FileHandle.standardOutput.write(data)
+                writeOut(data)
             } else if let members = reply["members"]?.arrayValue {
                 for member in members { say((member.stringValue ?? "").escapingControlCharacters) }
             } else if let value = reply["value"] {
@@ -181,7 +188,7 @@ final class Session {
         case "sync":
             say("synced")
         case "metrics":
-            FileHandle.standardOutput.write(Data((reply["text"]?.stringValue ?? "").utf8))
+            writeOut(Data((reply["text"]?.stringValue ?? "").utf8))
         default:
             if let document = reply["document"] { printDocument(document) }
         }
