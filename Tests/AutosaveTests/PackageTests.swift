@@ -64,79 +64,54 @@ struct PackageTests {
             try FileManager.default.createDirectory(
                 atPath: directory.sub("layers/\(layer)"), withIntermediateDirectories: true)
         }
-        let name = "autosaved-pkg-" + CurrentProcess.randomAlphanumerics(6).lowercased()
-        let container = try DaemonProcess(
-            "/usr/bin/systemd-nspawn",
+        let container = try await NspawnContainer(
+            namePrefix: "autosaved-pkg-",
             [
-                "-D", "/", "--volatile=yes", "-b", "--register=no", "--keep-unit", "--console=pipe", "-M", name,
                 "--overlay=/usr:\(directory.sub("layers/usr")):/usr",
                 "--overlay=/var:\(directory.sub("layers/var")):/var",
                 "--overlay=/etc:\(directory.sub("layers/etc")):/etc", "--tmpfs=/opt/swift",
                 "--bind-ro=\(out):/mnt/package",
             ])
-        defer {
-            container.signal(SIGKILL)
-            container.process.waitUntilExit()
-        }
-        var leader: String?
-        for _ in 0..<600 where leader == nil {
-            let children = try Machine.run("pgrep", ["-P", "\(container.process.processIdentifier)"]).stdout
-            leader = children.split(separator: "\n").map(String.init).first { pid in
-                (try? String(contentsOfFile: "/proc/\(pid)/comm", encoding: .utf8)) == "systemd\n"
-            }
-            if leader == nil { try await Task.sleep(for: .milliseconds(50)) }
-        }
-        let pid = try #require(leader, "the container did not start: \(container.output)")
-        @discardableResult
-        func inside(_ arguments: String...) throws -> Machine.Output {
-            try Machine.run("nsenter", ["-t", pid, "-a"] + arguments)
-        }
-        func waitUntil(_ what: String, attempts: Int = 300, _ condition: () throws -> Bool) async throws {
-            for _ in 0..<attempts {
-                if try condition() { return }
-                try await Task.sleep(for: .milliseconds(100))
-            }
-            Issue.record("timed out waiting for \(what)")
-        }
-        try await waitUntil("the container to boot", attempts: 900) {
-            let state = try inside("systemctl", "is-system-running").stdout
-            return state.contains("running") || state.contains("degraded")
-        }
-        #expect(try inside("test", "-e", "/opt/swift/usr/bin/swift").status != 0, "the toolchain is hidden")
+        #expect(try container.inside("test", "-e", "/opt/swift/usr/bin/swift").status != 0, "the toolchain is hidden")
         // An image-building policy of this host's tree (policy-rc.d saying 101) would keep
         // deb-systemd-invoke from starting and stopping services, as no Debian host does.
-        _ = try inside("rm", "-f", "/usr/sbin/policy-rc.d")
+        _ = try container.inside("rm", "-f", "/usr/sbin/policy-rc.d")
 
-        let install = try inside("dpkg", "-i", "/mnt/package/" + PathName.lastComponent(deb))
+        let install = try container.inside("dpkg", "-i", "/mnt/package/" + PathName.lastComponent(deb))
         #expect(install.status == 0, "\(install)")
-        #expect(try inside("getent", "passwd", "autosaved").status == 0, "postinst made the user")
-        #expect(try inside("systemctl", "start", "autosaved").status == 0)
+        #expect(try container.inside("getent", "passwd", "autosaved").status == 0, "postinst made the user")
+        #expect(try container.inside("systemctl", "start", "autosaved").status == 0)
         #expect(
-            try inside("systemctl", "is-active", "autosaved.service", "autosaved.socket").stdout == "active\nactive\n")
-        #expect(try inside("systemctl", "is-enabled", "autosaved.service").stdout == "enabled\n")
-        let status = try inside("systemctl", "status", "--no-pager", "autosaved").stdout
+            try container.inside("systemctl", "is-active", "autosaved.service", "autosaved.socket").stdout
+                == "active\nactive\n")
+        #expect(try container.inside("systemctl", "is-enabled", "autosaved.service").stdout == "enabled\n")
+        let status = try container.inside("systemctl", "status", "--no-pager", "autosaved").stdout
         #expect(status.contains("/lib/systemd/system/autosaved.service"), "\(status)")
         #expect(status.contains("/usr/sbin/autosaved"), "\(status)")
-        #expect(try inside("man", "-w", "autosavectl").stdout == "/usr/share/man/man1/autosavectl.1.gz\n")
-        let catalog = try inside("journalctl", "--list-catalog").stdout
+        #expect(try container.inside("man", "-w", "autosavectl").stdout == "/usr/share/man/man1/autosavectl.1.gz\n")
+        let catalog = try container.inside("journalctl", "--list-catalog").stdout
         #expect(catalog.contains("\(MessageID.saveFailed) autosaved:"), "postinst updated the catalog")
 
-        #expect(try inside("autosavectl", "--version").stdout == "autosavectl \(AutosaveVersion.current)\n")
-        #expect(try inside("autosavectl", "set", "notes/todo.txt", "--text", "from the package\n").status == 0)
-        #expect(try inside("autosavectl", "save", "notes/todo.txt", "--wait").status == 0)
-        #expect(try inside("cat", "/var/lib/autosaved/notes/todo.txt").stdout == "from the package\n")
+        #expect(try container.inside("autosavectl", "--version").stdout == "autosavectl \(AutosaveVersion.current)\n")
+        #expect(
+            try container.inside("autosavectl", "set", "notes/todo.txt", "--text", "from the package\n").status == 0)
+        #expect(try container.inside("autosavectl", "save", "notes/todo.txt", "--wait").status == 0)
+        #expect(try container.inside("cat", "/var/lib/autosaved/notes/todo.txt").stdout == "from the package\n")
 
         // Removal stops the daemon, which first saves an edit that was not due yet.
-        #expect(try inside("autosavectl", "set", "notes/unsaved.txt", "--text", "saved at dpkg -r\n").status == 0)
-        let remove = try inside("dpkg", "-r", "autosaved")
+        #expect(
+            try container.inside("autosavectl", "set", "notes/unsaved.txt", "--text", "saved at dpkg -r\n").status == 0)
+        let remove = try container.inside("dpkg", "-r", "autosaved")
         #expect(remove.status == 0, "\(remove)")
-        #expect(try inside("systemctl", "is-active", "autosaved.service").stdout == "inactive\n")
-        #expect(try inside("test", "-e", "/usr/sbin/autosaved").status != 0)
-        #expect(try inside("cat", "/var/lib/autosaved/notes/todo.txt").stdout == "from the package\n")
-        #expect(try inside("cat", "/var/lib/autosaved/notes/unsaved.txt").stdout == "saved at dpkg -r\n")
-        #expect(try inside("test", "-f", "/etc/autosaved/autosaved.conf").status == 0, "a conffile stays until purge")
-        let log = try inside("journalctl", "-u", "autosaved", "--no-pager", "-o", "cat").stdout
+        #expect(try container.inside("systemctl", "is-active", "autosaved.service").stdout == "inactive\n")
+        #expect(try container.inside("test", "-e", "/usr/sbin/autosaved").status != 0)
+        #expect(try container.inside("cat", "/var/lib/autosaved/notes/todo.txt").stdout == "from the package\n")
+        #expect(try container.inside("cat", "/var/lib/autosaved/notes/unsaved.txt").stdout == "saved at dpkg -r\n")
+        #expect(
+            try container.inside("test", "-f", "/etc/autosaved/autosaved.conf").status == 0,
+            "a conffile stays until purge")
+        let log = try container.inside("journalctl", "-u", "autosaved", "--no-pager", "-o", "cat").stdout
         #expect(log.contains("stopping: saving") && log.contains("stopped: "), "stopped cleanly: \(log)")
-        _ = try? inside("systemctl", "poweroff")
+        _ = try? container.inside("systemctl", "poweroff")
     }
 }

@@ -327,60 +327,28 @@ struct NspawnTests {
             RuntimeDirectory=autosaved-hang
             """, to: units + "/autosaved-hang.service")
 
-        let name = "autosaved-test-" + CurrentProcess.randomAlphanumerics(6).lowercased()
-        let container = try DaemonProcess(
-            "/usr/bin/systemd-nspawn",
+        let container = try await NspawnContainer(
+            namePrefix: "autosaved-test-",
             [
-                "-D", "/", "--volatile=yes", "-b", "--register=no", "--keep-unit", "--console=pipe", "-M", name,
                 "--bind-ro=\(Machine.productsDirectory):/opt/autosaved", "--bind-ro=/opt/swift",
                 "--bind-ro=\(units):/etc/systemd/system",
             ])
-        defer {
-            container.signal(SIGKILL)
-            container.process.waitUntilExit()
-        }
-        // The container's PID 1, as the host sees it: nspawn's child once it has become
-        // systemd (nspawn first forks an intermediate child that goes away).
-        var leader: String?
-        for _ in 0..<600 where leader == nil {
-            let children = try Machine.run("pgrep", ["-P", "\(container.process.processIdentifier)"]).stdout
-            leader = children.split(separator: "\n").map(String.init).first { pid in
-                (try? String(contentsOfFile: "/proc/\(pid)/comm", encoding: .utf8)) == "systemd\n"
-            }
-            if leader == nil { try await Task.sleep(for: .milliseconds(50)) }
-        }
-        let pid = try #require(leader, "the container did not start: \(container.output)")
-        @discardableResult
-        func inside(_ arguments: String...) throws -> Machine.Output {
-            try Machine.run("nsenter", ["-t", pid, "-a"] + arguments)
-        }
-        func waitUntil(_ what: String, attempts: Int = 300, _ condition: () throws -> Bool) async throws {
-            for _ in 0..<attempts {
-                if try condition() { return }
-                try await Task.sleep(for: .milliseconds(100))
-            }
-            Issue.record("timed out waiting for \(what)")
-        }
-        try await waitUntil("the container to boot", attempts: 900) {
-            let state = try inside("systemctl", "is-system-running").stdout
-            return state.contains("running") || state.contains("degraded")
-        }
 
-        #expect(try inside("systemctl", "start", "autosaved.socket", "autosaved.service").status == 0)
-        #expect(try inside("systemctl", "is-active", "autosaved").stdout == "active\n")
-        let status = try inside("systemctl", "status", "--no-pager", "autosaved").stdout
+        #expect(try container.inside("systemctl", "start", "autosaved.socket", "autosaved.service").status == 0)
+        #expect(try container.inside("systemctl", "is-active", "autosaved").stdout == "active\n")
+        let status = try container.inside("systemctl", "status", "--no-pager", "autosaved").stdout
         #expect(status.contains("Status: \"0 documents, 0 unsaved, 0 saving"), "\(status)")
 
         let ctl = ["/opt/autosaved/autosavectl", "--socket", "/run/autosaved/control.sock"]
         #expect(
-            try Machine.run(
-                "nsenter", ["-t", pid, "-a"] + ctl + ["set", "notes/todo.txt", "--text", "from systemd\n"]
+            try container.inside(
+                ctl + ["set", "notes/todo.txt", "--text", "from systemd\n"]
             ).status == 0)
         #expect(
-            try Machine.run("nsenter", ["-t", pid, "-a"] + ctl + ["save", "notes/todo.txt", "--wait"]).status == 0)
-        #expect(try inside("cat", "/var/lib/autosaved/notes/todo.txt").stdout == "from systemd\n")
-        try await waitUntil("the save in the journal") {
-            try inside(
+            try container.inside(ctl + ["save", "notes/todo.txt", "--wait"]).status == 0)
+        #expect(try container.inside("cat", "/var/lib/autosaved/notes/todo.txt").stdout == "from systemd\n")
+        try await container.waitUntil("the save in the journal") {
+            try container.inside(
                 "journalctl", "-u", "autosaved", "--no-pager", "-o", "cat", "DOCUMENT=notes/todo.txt",
                 "MESSAGE_ID=\(MessageID.documentSaved)"
             )
@@ -388,39 +356,41 @@ struct NspawnTests {
         }
         // STATUS= follows the save through sd_notify, which systemd reads on its own time:
         // the journal entry can come first.
-        try await waitUntil("STATUS= to name the last save") {
-            try inside("systemctl", "status", "--no-pager", "autosaved").stdout.contains("last save")
+        try await container.waitUntil("STATUS= to name the last save") {
+            try container.inside("systemctl", "status", "--no-pager", "autosaved").stdout.contains("last save")
         }
         #expect(
-            try inside("systemctl", "status", "--no-pager", "autosaved").stdout.contains(
+            try container.inside("systemctl", "status", "--no-pager", "autosaved").stdout.contains(
                 "Status: \"1 document, 0 unsaved"))
         #expect(
-            try inside("systemctl", "show", "-p", "Documentation", "autosaved").stdout
+            try container.inside("systemctl", "show", "-p", "Documentation", "autosaved").stdout
                 == "Documentation=\"man:autosaved(8)\" \"man:autosaved.conf(5)\" \"man:autosavectl(1)\" file:///usr/share/doc/autosaved/README.md\n"
         )
 
-        #expect(try inside("systemctl", "reload", "autosaved").status == 0)
-        #expect(try inside("systemctl", "is-active", "autosaved").stdout == "active\n")
-        try await waitUntil("the reload in the journal") {
-            try inside("journalctl", "-u", "autosaved", "--no-pager", "-o", "cat", "MESSAGE_ID=\(MessageID.reloaded)")
-                .stdout
-                .contains("configuration reloaded")
+        #expect(try container.inside("systemctl", "reload", "autosaved").status == 0)
+        #expect(try container.inside("systemctl", "is-active", "autosaved").stdout == "active\n")
+        try await container.waitUntil("the reload in the journal") {
+            try container.inside(
+                "journalctl", "-u", "autosaved", "--no-pager", "-o", "cat", "MESSAGE_ID=\(MessageID.reloaded)"
+            )
+            .stdout
+            .contains("configuration reloaded")
         }
 
         // Stop flushes an edit that was not due for saving yet.
         #expect(
-            try Machine.run("nsenter", ["-t", pid, "-a"] + ctl + ["set", "notes/unsaved.txt", "--text", "flushed\n"])
+            try container.inside(ctl + ["set", "notes/unsaved.txt", "--text", "flushed\n"])
                 .status == 0)
-        #expect(try inside("systemctl", "stop", "autosaved.service", "autosaved.socket").status == 0)
-        #expect(try inside("cat", "/var/lib/autosaved/notes/unsaved.txt").stdout == "flushed\n")
-        #expect(try inside("systemctl", "show", "-p", "Result", "autosaved").stdout == "Result=success\n")
+        #expect(try container.inside("systemctl", "stop", "autosaved.service", "autosaved.socket").status == 0)
+        #expect(try container.inside("cat", "/var/lib/autosaved/notes/unsaved.txt").stdout == "flushed\n")
+        #expect(try container.inside("systemctl", "show", "-p", "Result", "autosaved").stdout == "Result=success\n")
         // Nothing at start that is not about the daemon's own state: the unit gives the
         // daemon leave to lower its nice value to -4 (LimitNICE=), which libdispatch's
         // event manager thread does as it starts. libdispatch's complaint arrives through
         // syslog, so it is looked for only once the service has stopped.
-        let startLog = try inside("journalctl", "-u", "autosaved.service", "--no-pager", "-o", "cat").stdout
+        let startLog = try container.inside("journalctl", "-u", "autosaved.service", "--no-pager", "-o", "cat").stdout
         #expect(startLog.contains("started: 0 documents"), "\(startLog)")
-        #expect(try inside("systemctl", "show", "-p", "LimitNICE", "autosaved").stdout == "LimitNICE=24\n")
+        #expect(try container.inside("systemctl", "show", "-p", "LimitNICE", "autosaved").stdout == "LimitNICE=24\n")
         // A service manager without CAP_SYS_RESOURCE cannot raise a limit (systemd then
         // sets the closest it can); where this container's could, the warning is gone.
         if Self.serviceManagerCanRaiseLimits {
@@ -428,14 +398,14 @@ struct NspawnTests {
         }
 
         // The watchdog: pings stop when the store hangs, and systemd restarts the service.
-        #expect(try inside("systemctl", "start", "autosaved-hang").status == 0)
-        try await waitUntil("a watchdog restart") {
-            let restarts = try inside("systemctl", "show", "-p", "NRestarts", "autosaved-hang").stdout
+        #expect(try container.inside("systemctl", "start", "autosaved-hang").status == 0)
+        try await container.waitUntil("a watchdog restart") {
+            let restarts = try container.inside("systemctl", "show", "-p", "NRestarts", "autosaved-hang").stdout
             return restarts != "NRestarts=0\n" && !restarts.isEmpty
         }
-        let log = try inside("journalctl", "-u", "autosaved-hang", "--no-pager").stdout
+        let log = try container.inside("journalctl", "-u", "autosaved-hang", "--no-pager").stdout
         #expect(log.contains("Watchdog timeout"), "\(log)")
         #expect(log.contains("Failed with result 'watchdog'"), "\(log)")
-        _ = try? inside("systemctl", "poweroff")
+        _ = try? container.inside("systemctl", "poweroff")
     }
 }
