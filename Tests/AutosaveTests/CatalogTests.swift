@@ -93,17 +93,8 @@ struct CatalogTests {
     func explained() async throws {
         let directory = TemporaryDirectory("catalog")
         let root = try Self.built(in: directory)
-        try FileManager.default.createDirectory(atPath: "/run/systemd/journal", withIntermediateDirectories: true)
-        let journald = try DaemonProcess("/lib/systemd/systemd-journald", [])
-        defer {
-            journald.signal(SIGTERM)
-            journald.process.waitUntilExit()
-            try? FileManager.default.removeItem(atPath: "/run/systemd/journal")
-            try? FileManager.default.removeItem(atPath: "/run/log/journal")
-        }
-        for _ in 0..<100 where !FileManager.default.fileExists(atPath: "/run/systemd/journal/socket") {
-            try await Task.sleep(for: .milliseconds(50))
-        }
+        let journald = try await PrivateJournald()
+        defer { journald.stop() }
         let config = directory.sub("autosaved.conf")
         try Disk.write(
             "[Store]\nRoot=\(directory.sub("root"))\n[Autosave]\nQuietPeriod=50ms\n[Control]\nSocket=\(directory.sub("control.sock"))\n",

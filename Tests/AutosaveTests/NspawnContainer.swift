@@ -65,3 +65,25 @@ final class NspawnContainer {
         Issue.record("timed out waiting for \(what)")
     }
 }
+
+/// systemd-journald started for a test on the host's `/run/systemd/journal` (PID 1 is not
+/// systemd here); ``stop()`` ends it and removes what it made.
+final class PrivateJournald {
+    private let process: DaemonProcess
+
+    /// Starts journald and waits for its socket.
+    init() async throws {
+        try FileManager.default.createDirectory(atPath: "/run/systemd/journal", withIntermediateDirectories: true)
+        process = try DaemonProcess("/lib/systemd/systemd-journald", [])
+        for _ in 0..<100 where !FileManager.default.fileExists(atPath: "/run/systemd/journal/socket") {
+            try await Task.sleep(for: .milliseconds(50))
+        }
+    }
+
+    func stop() {
+        process.signal(SIGTERM)
+        process.process.waitUntilExit()
+        try? FileManager.default.removeItem(atPath: "/run/systemd/journal")
+        try? FileManager.default.removeItem(atPath: "/run/log/journal")
+    }
+}

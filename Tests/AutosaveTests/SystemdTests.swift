@@ -194,17 +194,8 @@ struct SystemdTests {
                 && !FileManager.default.fileExists(atPath: "/run/systemd/journal/socket"),
             "needs root, systemd-journald, and no journald already running"))
     func journald() async throws {
-        try FileManager.default.createDirectory(atPath: "/run/systemd/journal", withIntermediateDirectories: true)
-        let journald = try DaemonProcess("/lib/systemd/systemd-journald", [])
-        defer {
-            journald.signal(SIGTERM)
-            journald.process.waitUntilExit()
-            try? FileManager.default.removeItem(atPath: "/run/systemd/journal")
-            try? FileManager.default.removeItem(atPath: "/run/log/journal")
-        }
-        for _ in 0..<100 where !FileManager.default.fileExists(atPath: "/run/systemd/journal/socket") {
-            try await Task.sleep(for: .milliseconds(50))
-        }
+        let journald = try await PrivateJournald()
+        defer { journald.stop() }
         var environment = ProcessInfo.processInfo.environment
         environment.removeValue(forKey: "JOURNAL_STREAM")
         let daemon = try DaemonProcess(
