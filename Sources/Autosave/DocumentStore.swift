@@ -175,16 +175,18 @@ public actor DocumentStore {
     @discardableResult
     public func openAll() -> [String] { openAll(readingIgnoreFiles: true) }
 
-    /// ``openAll()``, reading the ignore files under the root first unless told not to.
+    /// ``openAll()``, reading the ignore files under the root afresh unless told not to:
+    /// each directory's as the scan enters it, so that it applies to what the scan finds
+    /// there and below (the tree is walked once).
     @discardableResult
     func openAll(readingIgnoreFiles: Bool) -> [String] {
         var problems: [String] = []
         if readingIgnoreFiles {
             var rules = ignore.current
-            rules.readFiles(root: root)
+            rules.forgetFiles()
             ignore.replace(rules)
         }
-        scan(relative: "", problems: &problems)
+        scan(relative: "", problems: &problems, readingIgnoreFiles: readingIgnoreFiles)
         return problems
     }
 
@@ -195,7 +197,12 @@ public actor DocumentStore {
         for problem in problems { log.debug("not opened: \(problem)") }
     }
 
-    private func scan(relative: String, problems: inout [String]) {
+    private func scan(relative: String, problems: inout [String], readingIgnoreFiles: Bool = false) {
+        if readingIgnoreFiles {
+            var rules = ignore.current
+            rules.setFile(relative, rules.readFile(in: relative, root: root))
+            ignore.replace(rules)
+        }
         let directoryPath = relative.isEmpty ? root : root + "/" + relative
         let entries: [DirectoryEntry]
         do {
@@ -223,7 +230,7 @@ public actor DocumentStore {
                 if registry.isPackage(entry.name) {
                     do { try load(path) } catch { problems.append("\(path): \(error)") }
                 } else {
-                    scan(relative: path, problems: &problems)
+                    scan(relative: path, problems: &problems, readingIgnoreFiles: readingIgnoreFiles)
                 }
             case .regular:
                 do { try load(path) } catch { problems.append("\(path): \(error)") }

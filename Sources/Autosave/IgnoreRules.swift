@@ -270,8 +270,12 @@ public struct IgnoreRules: Sendable, Equatable {
         return IgnorePattern.parse(String(decoding: bytes, as: UTF8.self), file: relative, base: directory)
     }
 
+    /// Forgets every ignore file's patterns (before they are read again).
+    public mutating func forgetFiles() { files = [:] }
+
     /// Reads every ignore file under `root`, in the root and in each directory below it
-    /// that is not itself ignored (links are not followed); files no longer there are forgotten.
+    /// that is not itself ignored (links are not followed); files no longer there are
+    /// forgotten. (At start-up and on a rescan the store reads them during its own scan.)
     public mutating func readFiles(root: String) {
         files = [:]
         guard fileName != nil else { return }

@@ -233,6 +233,17 @@ struct IgnoreTests {
         await harness.store.stopWatching()
     }
 
+    @Test("Ignore files found at start-up apply below their own directory, a deeper one over a shallower one")
+    func nestedAtStart() async throws {
+        let harness = try await harness()
+        try write("*.tmp\n", to: harness.file("d/.autosavedignore"))
+        try write("!keep.tmp\n", to: harness.file("d/e/.autosavedignore"))
+        for path in ["x.tmp", "d/x.tmp", "d/e/x.tmp", "d/e/keep.tmp"] { try write("t\n", to: harness.file(path)) }
+        await harness.store.openAll()
+        #expect(await harness.store.list().map(\.path) == ["d/e/keep.tmp", "x.tmp"])
+        #expect(await harness.store.ignoreSummary.files == ["d", "d/e"])
+    }
+
     @Test("A reload that removes a pattern opens the files it hid; IgnoreDefaults=no makes .git/HEAD a document")
     func reload() async throws {
         let harness = try await harness { $0.ignore = ["*.tmp"] }
