@@ -49,6 +49,19 @@ public struct Configuration: Sendable, Equatable {
     /// What happens to a document whose file another program removes.
     public var whenRemoved: RemovalPolicy = .recreateUnsaved
 
+    // [Journal]
+    /// Whether edits are journalled, and when their records are synced.
+    public var journalMode: JournalMode = .periodic
+    /// How often `periodic` syncs the journal.
+    public var journalSyncInterval: Duration = .seconds(1)
+    /// `Directory=`, when given; see ``journalDirectory``.
+    public var journalDirectorySetting: String?
+    /// Past this many bytes of journal, the documents pinning its oldest segment are saved.
+    public var journalMaxSize = 256 << 20
+    /// The second directory of `$STATE_DIRECTORY` (systemd's `StateDirectory=` with two
+    /// names), the default place of the journal under the shipped unit.
+    var stateJournalDirectory: String?
+
     // [Control]
     /// The control socket (default: `ControlProtocol.defaultSocketPath`).
     public var socketPath: String
@@ -79,6 +92,9 @@ public struct Configuration: Sendable, Equatable {
     /// `$XDG_STATE_HOME/autosaved`, else `./autosave-data`.
     public init(environment: [String: String] = ProcessInfo.processInfo.environment) {
         root = Self.defaultRoot(environment: environment)
+        if let state = environment["STATE_DIRECTORY"], case let parts = state.split(separator: ":"), parts.count > 1 {
+            stateJournalDirectory = String(parts[1])
+        }
         socketPath = ControlProtocol.defaultSocketPath(environment: environment)
     }
 
@@ -91,6 +107,16 @@ public struct Configuration: Sendable, Equatable {
         return "./autosave-data"
     }
 
+    /// Where the journal lives: `Directory=`, else the second directory systemd's
+    /// `StateDirectory=` gives, else beside the root (`<root>.journal`). Never inside the root.
+    public var journalDirectory: String {
+        if let journalDirectorySetting { return journalDirectorySetting }
+        if let stateJournalDirectory { return stateJournalDirectory }
+        var root = root
+        while root.count > 1, root.hasSuffix("/") { root.removeLast() }
+        return root + ".journal"
+    }
+
     /// The configuration file read when no `--config` is given.
     public static let defaultPath = "/etc/autosaved/autosaved.conf"
 }
@@ -100,6 +126,16 @@ public struct Configuration: Sendable, Equatable {
 public enum ConflictVersion: String, Sendable, CaseIterable {
     case disk
     case memory
+}
+
+/// `[Journal] Mode=`: when an edit's record reaches the disk.
+public enum JournalMode: String, Sendable, CaseIterable {
+    /// Written before the reply (a crash of the daemon loses nothing), synced every `SyncInterval=`.
+    case periodic
+    /// The reply waits until the record is synced (a power loss loses nothing acknowledged).
+    case always
+    /// No journal: unsaved edits live only in memory.
+    case off
 }
 
 /// How the watcher learns of other programs' changes.
@@ -243,6 +279,7 @@ extension Configuration {
         ],
         "Watch": ["Enabled", "Mode", "OpenNewFiles", "PollInterval"],
         "Conflicts": ["Keep", "WhenRemoved"],
+        "Journal": ["Mode", "SyncInterval", "Directory", "MaxSize"],
         "Control": [
             "Socket", "SocketMode", "AllowUsers", "AllowGroups", "MaxConnections", "MaxRequestSize",
             "ExportDirectories",
@@ -359,6 +396,20 @@ extension Configuration {
             let list = Self.list(value)
             if let bad = list.first(where: { !$0.hasPrefix("/") }) { return "'\(bad)' is not an absolute path" }
             exportDirectories = list
+        case ("Journal", "Mode"):
+            guard let mode = JournalMode(rawValue: value.lowercased()) else {
+                return "expected one of \(JournalMode.allCases.map(\.rawValue).joined(separator: ", "))"
+            }
+            journalMode = mode
+        case ("Journal", "SyncInterval"):
+            return parseSpan(value) { journalSyncInterval = $0 }
+        case ("Journal", "Directory"):
+            journalDirectorySetting = value.isEmpty ? nil : value
+        case ("Journal", "MaxSize"):
+            guard let n = Self.byteSize(value), n >= 1 << 20 else {
+                return "expected a size such as 64M or 1G (at least 1M)"
+            }
+            journalMaxSize = n
         case ("Log", "Level"):
             guard let level = LogLevel(name: value.lowercased()) else {
                 return "expected one of \(LogLevel.allCases.map(\.name).joined(separator: ", "))"
@@ -397,6 +448,14 @@ extension Configuration {
         return Int(value)
     }
 
+    /// `256M`, `1G`, `4K`, or bytes: the largest unit that divides the size.
+    static func formatSize(_ size: Int) -> String {
+        for (unit, factor) in [("G", 1 << 30), ("M", 1 << 20), ("K", 1 << 10)] where size % factor == 0 && size > 0 {
+            return "\(size / factor)\(unit)"
+        }
+        return "\(size)"
+    }
+
     static func userID(named name: String) -> UInt32? { getpwnam(name).map { $0.pointee.pw_uid } }
     static func groupID(named name: String) -> UInt32? { getgrnam(name).map { $0.pointee.gr_gid } }
 
@@ -423,12 +482,40 @@ extension Configuration {
             errors.append(
                 ConfigurationError(file: file, line: nil, message: "PollInterval= must be at least 100ms"))
         }
+        if journalSyncInterval < .milliseconds(1) || journalSyncInterval > .seconds(3600) {
+            errors.append(
+                ConfigurationError(
+                    file: file, line: nil, message: "[Journal] SyncInterval= must be from 1ms to 1h"))
+        }
+        if journalMode != .off, Self.contains(root, journalDirectory) {
+            errors.append(
+                ConfigurationError(
+                    file: file, line: nil,
+                    message:
+                        "[Journal] Directory= (\(journalDirectory)) must be outside the store root (\(root)): the journal is never a document"
+                ))
+        }
         if maxRetryInterval < retryInterval {
             errors.append(
                 ConfigurationError(
                     file: file, line: nil, message: "MaxRetryInterval= must not be shorter than RetryInterval="))
         }
         return errors
+    }
+
+    /// Whether `path` is `directory` or lies beneath it (both made absolute, `.` and `..` resolved by name).
+    static func contains(_ directory: String, _ path: String) -> Bool {
+        func normalized(_ path: String) -> [Substring] {
+            let absolute = path.hasPrefix("/") ? path : FileManager.default.currentDirectoryPath + "/" + path
+            var parts: [Substring] = []
+            for part in absolute.split(separator: "/") where part != "." {
+                if part == ".." { _ = parts.popLast() } else { parts.append(part) }
+            }
+            return parts
+        }
+        let outer = normalized(directory)
+        let inner = normalized(path)
+        return inner.count >= outer.count && Array(inner.prefix(outer.count)) == outer
     }
 
     /// The built-in patterns and `Ignore=` as comment lines of ``rendered``.
@@ -467,6 +554,12 @@ extension Configuration {
             [Conflicts]
             Keep=\(conflictKeep.rawValue)
             WhenRemoved=\(whenRemoved.rawValue)
+
+            [Journal]
+            Mode=\(journalMode.rawValue)
+            SyncInterval=\(TimeSpan.format(journalSyncInterval))
+            Directory=\(journalDirectory)
+            MaxSize=\(Self.formatSize(journalMaxSize))
 
             [Control]
             Socket=\(socketPath)

@@ -18,17 +18,48 @@ final class Connection: Sendable {
         /// Handed to the loop for writing (queued, or waiting for the socket to drain).
         var scheduled = false
         var broken = false
+        /// The queued output includes a reply that may go out only once the journal is
+        /// durable through this LSN (see ``ReplyGate``).
+        var durableNeed: UInt64 = 0
+        /// Parked in the gate until the journal catches up.
+        var held = false
     }
     private let output = Mutex(Output())
     /// `Output.broken`, readable without the lock (the loop asks before every read).
     private let brokenFlag = Atomic<Bool>(false)
 
-    init(raw: Int32, loop: EventLoop, peer: PeerCredentials?, limit: Int) {
+    /// Replies wait here for the journal (see ``ReplyGate``).
+    let gate: ReplyGate?
+
+    init(raw: Int32, loop: EventLoop, peer: PeerCredentials?, limit: Int, gate: ReplyGate? = nil) {
         self.raw = raw
         self.loop = loop
         self.peer = peer
         self.limit = limit
+        self.gate = gate
     }
+
+    /// The output queued so far, and whatever is queued after it, goes out only once the
+    /// journal is durable through `lsn`.
+    func require(durable lsn: UInt64) {
+        output.withLock { $0.durableNeed = max($0.durableNeed, lsn) }
+    }
+
+    /// Whether the gate still keeps this connection's output back.
+    func isHeldByGate(_ gate: ReplyGate) -> Bool {
+        output.withLock { state in
+            guard state.held else { return false }
+            if gate.mustHold(needingDurable: state.durableNeed) { return true }
+            state.held = false
+            return false
+        }
+    }
+
+    /// The gate let the output go: the loop writes it.
+    func releasedByGate() { loop.scheduleFlush(self) }
+
+    /// Whether output waits for the journal.
+    var isHeld: Bool { output.withLock { $0.held } }
 
     var isBroken: Bool { brokenFlag.load(ordering: .acquiring) }
 
@@ -91,9 +122,17 @@ final class Connection: Sendable {
     /// and the replies queued meanwhile by another thread wait for it at most that long.
     func flush() -> Bool {
         let fd = FileDescriptor(rawValue: raw)
+        var hold = false
         let (done, broke): (Bool, Bool) = output.withLock { state in
             if state.pending.isEmpty || state.broken {
                 state.scheduled = false
+                return (true, false)
+            }
+            if state.held { return (true, false) }
+            if let gate, gate.mustHold(needingDurable: state.durableNeed) {
+                // Still scheduled: replies queued meanwhile wait behind it, the gate reschedules.
+                state.held = true
+                hold = true
                 return (true, false)
             }
             var offset = 0
@@ -126,6 +165,7 @@ final class Connection: Sendable {
             return (true, false)
         }
         if broke { brokenFlag.store(true, ordering: .releasing) }
+        if hold, let gate { gate.hold(self) }
         return done
     }
 
@@ -133,8 +173,21 @@ final class Connection: Sendable {
     /// client to read as needed; gives up when the client is gone.
     func finish(isolation: isolated (any Actor)? = #isolation) async {
         let fd = FileDescriptor(rawValue: raw)
-        while !flush() {
-            if await !loop.writable(fd) { break }
+        let started = ContinuousClock.now
+        // The journal records of the edits these replies acknowledge go first, as in every pass of the loop.
+        if loop.isCurrent, let beforeReplies = loop.beforeReplies, let wait = beforeReplies() {
+            require(durable: wait)
+        }
+        while true {
+            if !flush() {
+                if await !loop.writable(fd) { break }
+            } else if isHeld, !isBroken, ContinuousClock.now - started < .seconds(30) {
+                // A reply waiting for the journal's sync (a few milliseconds, unless the
+                // journal's disk fails): the client is owed it before the connection closes.
+                try? await Task.sleep(for: .milliseconds(1))
+            } else {
+                break
+            }
         }
         markBroken()
     }

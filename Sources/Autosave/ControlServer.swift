@@ -241,7 +241,7 @@ public final class ControlServer: Sendable {
             try? fd.close()
         }
         let peer = try? fd.peerCredentials()
-        let connection = Connection(raw: raw, loop: loop, peer: peer, limit: 64 << 20)
+        let connection = Connection(raw: raw, loop: loop, peer: peer, limit: 64 << 20, gate: store.replyGate)
         guard let peer, allowed(peer) else {
             let who = peer.map { "uid \($0.userID), gid \($0.groupID)" } ?? "an unknown peer"
             log.warning("refused a control connection from \(who)", ["peer_uid": peer.map { "\($0.userID)" } ?? ""])

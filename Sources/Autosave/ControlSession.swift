@@ -149,6 +149,7 @@ final class ControlSession: Sendable {
             connection.send(Self.failure(EditRequest.Raw.idValue(id), error))
             return
         }
+        if store.replyNeedsSync { connection.require(durable: store.lastJournalLSN) }
         if let type = outcome.contentType {
             memo.type = type
             memo.prefix = EditReply.documentPrefix(path: memo.path, type: type)
@@ -158,8 +159,39 @@ final class ControlSession: Sendable {
         }
     }
 
+    /// `"durable": true` on a request: its reply waits until the journal has synced every
+    /// record written so far (its own edit's included). Returns `nil` after answering a
+    /// request whose flag is bad, or that asks for durability without a journal.
+    private func durableFlag(_ request: JSONValue, store: isolated DocumentStore) -> Bool? {
+        let durable: Bool
+        do { durable = try flag(request, "durable") } catch {
+            connection.send(Self.failure(request["id"], error))
+            return nil
+        }
+        if durable, store.journal == nil {
+            connection.send(
+                Self.failure(
+                    request["id"],
+                    RequestError(
+                        .badRequest,
+                        "\"durable\": true needs the edit journal, and it is off ([Journal] Mode=off); nothing was done"
+                    )))
+            return nil
+        }
+        return durable
+    }
+
     /// Answers a request whose command is one of ``immediateCommands``.
     private func answerNow(_ command: String, _ request: JSONValue, store: isolated DocumentStore) {
+        guard let durable = durableFlag(request, store: store) else { return }
+        answerNow(command, request, store: store, replyNeedsSync: store.replyNeedsSync)
+        if durable { store.requireDurable(connection) }
+    }
+
+    private func answerNow(
+        _ command: String, _ request: JSONValue, store: isolated DocumentStore, replyNeedsSync: Bool
+    ) {
+        defer { if replyNeedsSync { connection.require(durable: store.lastJournalLSN) } }
         let id = request["id"]
         switch command {
         case "list":
@@ -231,6 +263,8 @@ final class ControlSession: Sendable {
             exports.withLock { $0[key] = task }
             return
         }
+        guard let durable = durableFlag(request, store: store) else { return }
+        defer { if durable { store.requireDurable(connection) } }
         if command == "save" {
             do {
                 let info = try await save(request, store: store)
@@ -458,6 +492,8 @@ final class ControlSession: Sendable {
                     "ignored_paths": JSONValue(ignore.ignoredPaths),
                 ]
             ))
+        fields.append(
+            ("journal", Self.describe(await store.journalSummary, mode: await store.configuration.journalMode)))
         if let watch = await store.watchSummary {
             fields.append(
                 (
@@ -660,6 +696,33 @@ final class ControlSession: Sendable {
         writer.key("document")
         describe(info, into: &writer)
         writer.endObject()
+    }
+
+    /// `status`'s `journal` object (see docs/PROTOCOL.md).
+    static func describe(_ journal: JournalSummary?, mode: JournalMode) -> JSONValue {
+        guard let journal else { return ["mode": .string(mode.rawValue)] }
+        var replay: JSONValue = .null
+        if let last = journal.lastReplay {
+            replay = [
+                "edits": JSONValue(last.edits), "documents": JSONValue(last.documents),
+                "records": JSONValue(last.records),
+                "duration_ms": JSONValue((Double(last.duration.microseconds) / 1000 * 10).rounded() / 10),
+                "conflicts": .array(last.conflicts.map { .string($0) }),
+                "unapplied": .array(last.unapplied.map { .string($0) }),
+                "problems": .array(last.problems.map { .string($0) }),
+            ]
+        }
+        return [
+            "mode": .string(journal.mode), "directory": .string(journal.directory), "bytes": JSONValue(journal.bytes),
+            "segments": JSONValue(journal.segments), "unsaved_records": JSONValue(journal.unsavedRecords),
+            "written_lsn": JSONValue(Int(clamping: journal.writtenThrough)),
+            "durable_lsn": JSONValue(Int(clamping: journal.durableThrough)), "syncs": JSONValue(journal.syncs),
+            "last_sync_ms_ago": journal.lastSyncAgo.map { JSONValue(Int($0.microseconds / 1000)) } ?? .null,
+            "failure": journal.failure.map { .string($0) } ?? .null,
+            "unjournalled_edits": JSONValue(journal.unjournalledEdits),
+            "unjournalled_types": .array(journal.unjournalledTypes.map { .string($0) }),
+            "last_replay": replay,
+        ]
     }
 
     static func describe(_ failure: SaveFailure) -> JSONValue {

@@ -2,6 +2,7 @@ import Control
 import Dispatch
 import Documents
 import Foundation
+import Journal
 import Logging
 import Posix
 import Synchronization
@@ -161,6 +162,25 @@ public enum Daemon {
 
         let store = DocumentStore(configuration: configuration, log: log)
         for problem in await store.openAll() { log.warning("not opened: \(problem)") }
+        // Before anything can edit: the journal's edits are applied again to what was just read.
+        var replayed: JournalReplaySummary?
+        do {
+            replayed = try await store.openJournal()
+        } catch {
+            return fatal(
+                "cannot open the edit journal in \(configuration.journalDirectory): \(error) ([Journal] Mode=off runs without it)",
+                errno: error.errno.rawValue, exitCode: ExitCode.cannotCreate)
+        }
+        if let replayed {
+            let level: LogLevel = replayed.unapplied.isEmpty && replayed.problems.isEmpty ? .notice : .warning
+            log.log(
+                level, replayed.message,
+                [
+                    "message_id": MessageID.journalReplayed, "edits": "\(replayed.edits)",
+                    "documents": "\(replayed.documents)", "records": "\(replayed.records)",
+                    "duration_usec": "\(replayed.duration.microseconds)",
+                ])
+        }
         let scheduler = Task { await store.runScheduler() }
         if configuration.watchEnabled {
             do { try await store.startWatching() } catch {
@@ -186,7 +206,11 @@ public enum Daemon {
             "started: \(documents(opened)) under \(configuration.root)",
             ["root": configuration.root, "documents": "\(opened)", "message_id": MessageID.started])
         // Ready only now: recovery done, documents open, the socket accepting connections.
-        let readiness = notifier.ready(status: Self.statusText(await store.status()))
+        var readyStatus = Self.statusText(await store.status())
+        if let replayed, replayed.edits > 0 || replayed.documents > 0 {
+            readyStatus += "; replayed \(replayed.edits) edits to \(documents(replayed.documents)) from the journal"
+        }
+        let readiness = notifier.ready(status: readyStatus)
         if case .failed(let errno) = readiness { log.warning("sd_notify(READY=1) failed: \(errno)") }
         let background =
             Self.startSystemdTasks(store: store, notifier: notifier, log: log)
@@ -221,9 +245,21 @@ public enum Daemon {
         scheduler.cancel()
         await scheduler.value
         await store.stopWatching()
+        let journal = await store.closeJournal()
+        if let failure = journal.failure {
+            log.error(
+                "the edit journal could not be synced at shutdown: \(failure)",
+                ["message_id": MessageID.journalFailed, "path": failure.path])
+        }
         if !report.unsaved.isEmpty {
+            let kept = Set(journal.keptDocuments)
             for failure in report.unsaved {
                 log.error("NOT SAVED at shutdown: \(failure.description)", ["document": failure.document])
+                if kept.contains(failure.document) && journal.failure == nil {
+                    log.notice(
+                        "the unsaved edits of \(failure.document) are kept in the edit journal (\(configuration.journalDirectory)) and are replayed at the next start",
+                        ["document": failure.document, "message_id": MessageID.journalKept])
+                }
             }
             notifier.status("Stopped with \(documents(report.unsaved.count)) not saved")
             return ExitCode.unsavedAtShutdown
@@ -327,6 +363,9 @@ public enum MessageID {
     public static let stopping = "6bb40d6015d24e209607079229404aa0"
     public static let reloaded = "87f5a7c7b7d043d7afb686c80edda626"
     public static let failedToStart = "3968f3d40bc541e2afcf70fb205d4c5c"
+    public static let journalReplayed = "ac93a8826fe54cd494cfa58e991c3e03"
+    public static let journalFailed = "d13bed74fb434127840dba60ab5c05c2"
+    public static let journalKept = "2ee300b8d7ed4ed9bc2e5438a2818451"
 }
 
 /// Reads the configuration again (SIGHUP, the `reload` command) and applies it; a bad

@@ -277,10 +277,10 @@ extension DocumentStore {
     }
 
     /// Runs `body` on the store now; the caller is on the loop's thread between jobs (see ``onLoop(_:)``).
-    nonisolated func isolatedHere(_ body: @Sendable (isolated DocumentStore) -> Void) {
+    nonisolated func isolatedHere<R>(_ body: @Sendable (isolated DocumentStore) -> R) -> R {
         precondition(loop.isCurrent, "the store used off its thread")
-        withoutActuallyEscaping(body) { body in
-            unsafeBitCast(body, to: (@Sendable (DocumentStore) -> Void).self)(self)
+        return withoutActuallyEscaping(body) { body in
+            unsafeBitCast(body, to: (@Sendable (DocumentStore) -> R).self)(self)
         }
     }
 
@@ -291,7 +291,10 @@ extension DocumentStore {
         entry.savingToken = token
         entry.firstUnsavedEdit = nil
         entry.deadline = nil
+        entry.savingLSN = entry.lastJournalLSN
         entries[path] = entry
+        // The journal's record of the file this save puts in place, written right before the rename.
+        let journalSaving = journalSaving(entry, path: path, token: token)
         savesInFlight += 1
         let snapshot = entry.document
         let existing = entry.existingFile
@@ -310,19 +313,28 @@ extension DocumentStore {
             let result = Result { () throws -> SaveOutcome in
                 let wrapper = try snapshot.fileWrapper(configuration: .init(contentType: type, existingFile: existing))
                 let bytes = wrapper.isRegularFile ? wrapper.regularFileContents : nil
+                // Hashed once, for the fingerprint and for the journal's record of the save.
+                let hash = bytes.map(StableHash.of)
                 // Every directory on the way is opened without following a link, and the
                 // writer is confined to the root (see `writer`).
                 try Self.makeParentDirectories(of: path, beneath: root)
                 let report: DurableWriter.Report
+                let savingRecord = SavingRecord()
                 do {
                     report = try writer.write(
-                        wrapper, to: fullPath, options: [], originalContentsPath: fullPath, expecting: expected)
+                        wrapper, to: fullPath, options: [], originalContentsPath: fullPath, expecting: expected,
+                        beforeReplacing: journalSaving.map { record in
+                            { _, _, size, _ in
+                                if let hash { savingRecord.lsn = record(FileIdentity(size: size, hash: hash)) }
+                            }
+                        })
                 } catch let error as DocumentError where error.operation == .syncDirectory {
                     throw Self.replacedBeforeFailing(error, path: fullPath, bytes: bytes)
                 }
                 let status = try? FileDescriptor.currentWorkingDirectory.status(of: report.path)
                 return SaveOutcome(
-                    wrapper: wrapper, report: report, fingerprint: status.map { Fingerprint($0, contents: bytes) })
+                    wrapper: wrapper, report: report, fingerprint: status.map { Fingerprint($0, contentHash: hash) },
+                    journalRecord: savingRecord.lsn)
             }
             let duration = clock.now - start
             self?.onLoop {
@@ -399,6 +411,7 @@ extension DocumentStore {
             entry.existingFile = outcome.wrapper
             entry.fingerprint = outcome.fingerprint
             Self.didSave(&entry.document, snapshot: snapshot)
+            journalSaved(&entry, path: path, savingRecord: outcome.journalRecord)
             entry.failure = nil
             entry.retryAt = nil
             entry.saves += 1
@@ -456,6 +469,8 @@ extension DocumentStore {
         }
         if entries[path]?.isDirty == true { schedule(path) }
         if pendingChecks.remove(path) != nil { checkExternalChange(path) }
+        // Saves made for the journal's MaxSize=: more of them until it is under the limit.
+        if journalCompacting, let journal { compactIfNeeded(journal) }
     }
 
     /// A regular file's save whose directory sync failed after the rename: if the file
@@ -537,6 +552,14 @@ struct SaveOutcome: Sendable {
     var wrapper: FileWrapper
     var report: DurableWriter.Report
     var fingerprint: Fingerprint?
+    /// The LSN of the journal record naming the file the save put in place (0: none).
+    var journalRecord: UInt64 = 0
+}
+
+/// Where a save thread keeps the LSN of its journal record between the writer's
+/// callback and the save's outcome (both on that thread).
+final class SavingRecord: @unchecked Sendable {
+    var lsn: UInt64 = 0
 }
 
 extension Duration {

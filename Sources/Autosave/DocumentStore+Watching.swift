@@ -360,9 +360,10 @@ extension DocumentStore {
             handle([.removed(from), .changed(to)])
             return
         }
-        remove(from)
+        remove(from, keepingJournal: true)
         insert(entry, at: to)
         entries[to]!.queuedAt = nil
+        journalMoved(&entries[to]!, to: to)
         if entry.isDirty { schedule(to) }
         log.info(
             "\(from) was renamed to \(to) by another program; the document follows it",

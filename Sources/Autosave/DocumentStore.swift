@@ -1,6 +1,7 @@
 import Control
 import Documents
 import Foundation
+import Journal
 import Logging
 import Posix
 
@@ -66,6 +67,18 @@ public actor DocumentStore {
         var lastSaved: Date?
         /// The file as this store last read or wrote it.
         var fingerprint: Fingerprint?
+        /// The document's owner number in the edit journal (0: it has no records yet).
+        var journalOwner: UInt64 = 0
+        /// Whether the journal holds the version the next edit applies to (a base record,
+        /// or the record of a save); the next edit writes a base first otherwise.
+        var journalHasBase = false
+        /// An edit the journal cannot hold was made (``DocumentStore/modify(_:as:_:)``):
+        /// nothing is journalled for the document until its next save.
+        var journalBroken = false
+        /// The LSN of the document's latest record.
+        var lastJournalLSN: UInt64 = 0
+        /// The LSN of the latest record the save in flight covers.
+        var savingLSN: UInt64 = 0
 
         var isDirty: Bool { changeCount > savedChangeCount }
     }
@@ -101,6 +114,30 @@ public actor DocumentStore {
     var lastSave: (document: String, at: Date)?
     var lastFailure: SaveFailure?
     let startedAt = Date()
+
+    // The edit journal (DocumentStore+Journal.swift).
+    /// Open while `[Journal] Mode=` is not `off` (see ``openJournal()``).
+    var journal: Journal?
+    /// Holds replies back until the journal records they acknowledge are written or synced.
+    public nonisolated let replyGate = ReplyGate()
+    /// Where each record's payload is encoded (reused: no allocation per edit).
+    @exclusivity(unchecked) var journalBuffer: [UInt8] = []
+    /// The LSN of the latest record appended.
+    @exclusivity(unchecked) var lastJournalLSN: UInt64 = 0
+    /// `Mode=always`: every edit's reply waits for its record's sync.
+    @exclusivity(unchecked) var replyNeedsSync = false
+    var nextJournalOwner: UInt64 = 1
+    /// Which document each journal owner is (for `MaxSize=`, and for reports).
+    var journalOwners: [UInt64: String] = [:]
+    /// Bytes appended to the journal since its size was last looked at (for `MaxSize=`).
+    @exclusivity(unchecked) var journalBytesSinceCheck = 0
+    /// The latest LSN whose replies were held because the journal's write failed.
+    var journalWaitIssued: UInt64 = 0
+    /// Saves started because the journal is past `MaxSize=` are running.
+    var journalCompacting = false
+    var unjournalledEdits = 0
+    var unjournalledTypes: Set<String> = []
+    var lastReplay: JournalReplaySummary?
 
     /// The thread the store runs on, which also serves the control socket's connections.
     nonisolated let loop: EventLoop
@@ -242,7 +279,7 @@ public actor DocumentStore {
 
     /// Reads the document at `path` from disk into the store.
     @discardableResult
-    private func load(_ path: String) throws(StoreError) -> Entry {
+    func load(_ path: String) throws(StoreError) -> Entry {
         let entry = try loadEntry(path)
         insert(entry, at: path)
         emit(.opened(document: path))
@@ -339,11 +376,13 @@ public actor DocumentStore {
         if entries.updateValue(entry, forKey: path) == nil { countDirectories(of: path, by: 1) }
     }
 
-    /// Forgets a document; returns what it held.
+    /// Forgets a document; returns what it held. Its journal records are released
+    /// unless it only moves (`keepingJournal`).
     @discardableResult
-    func remove(_ path: String) -> Entry? {
-        guard let entry = entries.removeValue(forKey: path) else { return nil }
+    func remove(_ path: String, keepingJournal: Bool = false) -> Entry? {
+        guard var entry = entries.removeValue(forKey: path) else { return nil }
         countDirectories(of: path, by: -1)
+        if !keepingJournal { journalDiscard(&entry, closing: true) }
         return entry
     }
 
@@ -374,6 +413,7 @@ public actor DocumentStore {
     public func create(_ path: String) throws(StoreError) -> DocumentInfo {
         let path = try DocumentPath.validate(path)
         guard accepting else { throw .shuttingDown }
+        try checkJournalWritable()
         if case .invalidPath = missing(path) { throw missing(path) }
         if entries.index(forKey: path) != nil
             || (try? FileDescriptor.currentWorkingDirectory.status(of: root + "/" + path)) != nil
@@ -381,18 +421,20 @@ public actor DocumentStore {
             throw .alreadyExists(path)
         }
         try makeNew(path)
+        writeJournal()
         return info(path, entries[path]!)
     }
 
     private func makeNew(_ path: String) throws(StoreError) {
-        let entry = try newEntry(path)
+        var entry = try newEntry(path)
+        journalCreation(&entry, path: path)
         insert(entry, at: path)
         noteEdit(path)
         emit(.opened(document: path))
     }
 
     /// A new, empty document for `path`, not yet in the store.
-    private func newEntry(_ path: String) throws(StoreError) -> Entry {
+    func newEntry(_ path: String) throws(StoreError) -> Entry {
         try refuseInsidePackage(path)
         let name = PathName.lastComponent(path)
         let registration =
@@ -447,6 +489,9 @@ public actor DocumentStore {
     public func apply(_ edit: DocumentEdit, to path: String, create: Bool = false) throws(StoreError) -> DocumentInfo {
         let path = try DocumentPath.validate(path)
         guard accepting else { throw .shuttingDown }
+        try checkJournalWritable()
+        // The record is written before the caller hears of the edit, as the socket's replies are.
+        defer { writeJournal() }
         if let index = entries.index(forKey: path) {
             return try apply(edit, at: index, path: path, knownType: nil).info(path: path)
         }
@@ -462,6 +507,7 @@ public actor DocumentStore {
         knownType: UTType? = nil
     ) throws -> EditOutcome {
         guard accepting else { throw StoreError.shuttingDown }
+        try checkJournalWritable()
         if let existing = entries.index(forKey: path) {
             return try apply(edit, at: existing, path: path, knownType: knownType)
         }
@@ -480,6 +526,7 @@ public actor DocumentStore {
             guard create else { throw .notFound(missing) }
             entry = try newEntry(path)
         }
+        let baseContents = journal == nil ? nil : journalBaseContents(entry, for: edit)
         do {
             try entry.document.apply(edit, existingFile: entry.existingFile)
         } catch {
@@ -487,6 +534,7 @@ public actor DocumentStore {
         }
         entry.changeCount += 1
         editCounts.count(edit)
+        journalEdit(&entry, path: path, edit, baseContents: baseContents)
         insert(entry, at: path)
         emit(.opened(document: path))
         let index = entries.index(forKey: path)!
@@ -512,12 +560,14 @@ public actor DocumentStore {
         let (described, decision) = try modifyEntry(at: index) {
             (entry) throws(StoreError) -> (EditOutcome, (deadline: Moment, push: Bool)?) in
             if refuse, let failure = entry.failure { throw .refusedWhileSaveFails(failure) }
+            let baseContents = entry.journalHasBase || journal == nil ? nil : journalBaseContents(entry, for: edit)
             do {
                 try entry.document.apply(edit, existingFile: entry.existingFile)
             } catch {
                 throw Self.storeError(error, path: path)
             }
             entry.changeCount += 1
+            if journal != nil { journalEdit(&entry, path: path, edit, baseContents: baseContents) }
             let decision = Self.recordEdit(&entry, now: now, delays: delays)
             return (self.outcome(entry, now: now, knownType: knownType), decision)
         }
@@ -555,6 +605,7 @@ public actor DocumentStore {
         }
         entries[path]!.document = document
         entries[path]!.changeCount += 1
+        journalUnjournalled(&entries[path]!)
         noteEdit(path)
         return result
     }
@@ -605,6 +656,9 @@ public actor DocumentStore {
         entry.savedChangeCount = old.changeCount
         entry.saves = old.saves
         entry.lastSaved = old.lastSaved
+        entry.journalOwner = old.journalOwner
+        entry.lastJournalLSN = old.lastJournalLSN
+        journalDiscard(&entry)
         entries[path] = entry
         if !old.waiters.isEmpty { failWaiters(old, .superseded(path, message: reason())) }
     }

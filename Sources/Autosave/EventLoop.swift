@@ -181,6 +181,13 @@ final class EventLoop: SerialExecutor, @unchecked Sendable {
     /// Exempt from the runtime's exclusivity checks: appended to once per reply, on one thread.
     @exclusivity(unchecked) private var localFlushes: [Connection] = []
 
+    /// Runs on the loop's thread in every pass, right before the pass writes its replies: the
+    /// store writes the pass's journal records there, so that every reply follows the
+    /// records of the edits it acknowledges. When that write fails it returns the LSN the
+    /// pass's replies must wait for (until the journal has written and synced it again).
+    /// Set and read on the loop's thread only.
+    @exclusivity(unchecked) var beforeReplies: (() -> UInt64?)?
+
     /// Runs `body` on the loop's thread in its next pass, between jobs: how a thread that
     /// finished work for the store (a save) hands its result back with one wake-up and
     /// no task.
@@ -390,6 +397,9 @@ final class EventLoop: SerialExecutor, @unchecked Sendable {
             // clients' next requests are usually there already, and a sleeping loop would
             // have to be woken for them.
             let idle = queueEmpty && flushes.isEmpty
+            if let beforeReplies, let wait = beforeReplies() {
+                for connection in flushes { connection.require(durable: wait) }
+            }
             for connection in flushes where !connection.flush() { blockWriter(connection) }
             flushes.removeAll(keepingCapacity: true)
             let sleep: Int32? =

@@ -127,6 +127,24 @@ public final class Metrics: Sendable {
             MetricsText.histogram(
                 bounds: LatencyHistogram.bounds, counts: editToDurable.buckets, count: editToDurable.count,
                 sum: editToDurable.sum))
+        if let journal = await store.journalSummary {
+            text.family(
+                "autosaved_journal_bytes", "gauge", "Bytes in the edit journal's segment files.",
+                [("", "\(journal.bytes)")])
+            text.family(
+                "autosaved_journal_segments", "gauge", "The edit journal's segment files.",
+                [("", "\(journal.segments)")])
+            text.family(
+                "autosaved_journal_unsaved_records", "gauge", "Journal records no durable save covers yet.",
+                [("", "\(journal.unsavedRecords)")])
+            text.family(
+                "autosaved_journal_syncs_total", "counter", "fdatasync calls that made journal records durable.",
+                [("", "\(journal.syncs)")])
+            text.family(
+                "autosaved_journal_unjournalled_edits_total", "counter",
+                "Edits made through modify(_:as:_:), which the journal cannot hold.",
+                [("", "\(journal.unjournalledEdits)")])
+        }
         if let connections {
             text.family(
                 "autosaved_connections", "gauge", "Clients connected to the control socket.", [("", "\(connections)")])

@@ -169,6 +169,8 @@ public enum StoreError: Error, Sendable, Equatable, CustomStringConvertible {
     /// another program's version (saved as a conflict copy), or the document was closed.
     case superseded(String, message: String)
     case shuttingDown
+    /// The edit journal cannot write its records (the failure): edits are refused until it can.
+    case journalFailing(String)
     case io(DocumentError)
 
     /// The kebab-case code the control protocol uses.
@@ -182,7 +184,7 @@ public enum StoreError: Error, Sendable, Equatable, CustomStringConvertible {
         case .saveFailed, .refusedWhileSaveFails: "save-failed"
         case .superseded: "conflict"
         case .shuttingDown: "shutting-down"
-        case .io: "io-error"
+        case .io, .journalFailing: "io-error"
         }
     }
 
@@ -202,6 +204,8 @@ public enum StoreError: Error, Sendable, Equatable, CustomStringConvertible {
         case .superseded(let path, let message): "\(path): \(message)"
         case .shuttingDown: "the daemon is shutting down and accepts no edits"
         case .io(let error): error.description
+        case .journalFailing(let failure):
+            "the edit journal cannot write its records (\(failure)); edits are refused until it can, and nothing was changed"
         }
     }
 }
@@ -293,20 +297,83 @@ public struct Fingerprint: Sendable, Hashable {
     /// modification time is kept.
     public var changed: FileTime
     public var isDirectory: Bool
-    /// A hash of the bytes (process-local: compare only within one run); `nil` for packages.
-    public var contentHash: Int?
+    /// A hash of the bytes (``StableHash``, the same in every run: the edit journal keeps
+    /// it to recognise a file after a restart); `nil` for packages.
+    public var contentHash: UInt64?
 
     init(_ status: FileStatus, contents: Data?) {
+        self.init(status, contentHash: contents.map(StableHash.of))
+    }
+
+    /// The fingerprint of a regular file (`contentHash` given) or a package (`nil`) whose bytes were hashed already.
+    init(_ status: FileStatus, contentHash: UInt64?) {
         device = status.device
         inode = status.inode
         size = status.size
         modified = status.modified
         changed = status.changed
         isDirectory = status.kind == .directory
-        contentHash = contents.map { data in
-            var hasher = Hasher()
-            data.withUnsafeBytes { hasher.combine(bytes: $0) }
-            return hasher.finalize()
+        self.contentHash = contentHash
+    }
+}
+
+/// xxHash64 (seed 0) of a file's bytes: fast, well mixed, and the same in every run and
+/// on every machine (Swift's `Hasher` is seeded per process).
+public enum StableHash {
+    public static func of(_ data: Data) -> UInt64 { data.withUnsafeBytes { of($0) } }
+
+    public static func of(_ bytes: UnsafeRawBufferPointer) -> UInt64 {
+        let p1: UInt64 = 0x9E37_79B1_85EB_CA87
+        let p2: UInt64 = 0xC2B2_AE3D_27D4_EB4F
+        let p3: UInt64 = 0x1656_67B1_9E37_79F9
+        let p4: UInt64 = 0x85EB_CA77_C2B2_AE63
+        let p5: UInt64 = 0x27D4_EB2F_1656_67C5
+        @inline(__always) func rotl(_ x: UInt64, _ r: UInt64) -> UInt64 { (x << r) | (x >> (64 - r)) }
+        @inline(__always) func round(_ acc: UInt64, _ lane: UInt64) -> UInt64 { rotl(acc &+ lane &* p2, 31) &* p1 }
+        @inline(__always) func word(_ at: Int) -> UInt64 {
+            UInt64(littleEndian: bytes.loadUnaligned(fromByteOffset: at, as: UInt64.self))
         }
+        let count = bytes.count
+        var index = 0
+        var hash: UInt64
+        if count >= 32 {
+            var v1 = p1 &+ p2
+            var v2 = p2
+            var v3: UInt64 = 0
+            var v4 = 0 &- p1
+            while index + 32 <= count {
+                v1 = round(v1, word(index))
+                v2 = round(v2, word(index + 8))
+                v3 = round(v3, word(index + 16))
+                v4 = round(v4, word(index + 24))
+                index += 32
+            }
+            hash = rotl(v1, 1) &+ rotl(v2, 7) &+ rotl(v3, 12) &+ rotl(v4, 18)
+            for lane in [v1, v2, v3, v4] { hash = (hash ^ round(0, lane)) &* p1 &+ p4 }
+        } else {
+            hash = p5
+        }
+        hash &+= UInt64(count)
+        while index + 8 <= count {
+            hash ^= round(0, word(index))
+            hash = rotl(hash, 27) &* p1 &+ p4
+            index += 8
+        }
+        if index + 4 <= count {
+            hash ^= UInt64(UInt32(littleEndian: bytes.loadUnaligned(fromByteOffset: index, as: UInt32.self))) &* p1
+            hash = rotl(hash, 23) &* p2 &+ p3
+            index += 4
+        }
+        while index < count {
+            hash ^= UInt64(bytes[index]) &* p5
+            hash = rotl(hash, 11) &* p1
+            index += 1
+        }
+        hash ^= hash >> 33
+        hash &*= p2
+        hash ^= hash >> 29
+        hash &*= p3
+        hash ^= hash >> 32
+        return hash
     }
 }

@@ -95,13 +95,18 @@ public struct DurableWriter: Sendable {
     ///     hard-linked from; defaults to `path`.
     ///   - expected: What must be at `path` when it is replaced (see ``ExpectedDestination``);
     ///     `nil`: whatever is there.
+    ///   - beforeReplacing: For a regular file, called with the written file's device, inode,
+    ///     size and modification time once it is written and synced, right before the rename
+    ///     that puts it in place (the rename keeps all four): how a caller records which
+    ///     file its save is about to leave at `path`.
     /// - Returns: What was written.
     /// - Throws: ``DocumentError`` naming the operation, the path and the errno;
     ///   ``DestinationChanged`` when `expected` does not match, with nothing replaced.
     @discardableResult
     public func write(
         _ wrapper: FileWrapper, to path: String, options: FileWrapper.WritingOptions = [],
-        originalContentsPath: String? = nil, expecting expected: ExpectedDestination? = nil
+        originalContentsPath: String? = nil, expecting expected: ExpectedDestination? = nil,
+        beforeReplacing: ((_ device: UInt64, _ inode: UInt64, _ size: Int64, _ modified: FileTime) -> Void)? = nil
     ) throws -> Report {
         var session = WriteSession(policy: symlinkPolicy, swap: packageSwap, keepsContents: keepsWrittenContents)
         defer { session.closeAll() }
@@ -112,7 +117,8 @@ public struct DurableWriter: Sendable {
         }
         switch wrapper.node {
         case .regularFile:
-            try session.writeRegularFile(wrapper, at: location, syncDirectory: true, expecting: expected)
+            try session.writeRegularFile(
+                wrapper, at: location, syncDirectory: true, expecting: expected, beforeReplacing: beforeReplacing)
         case .symbolicLink(let destination):
             try session.writeSymbolicLink(wrapper, destination: destination, at: location, syncDirectory: true)
         case .directory:
@@ -449,7 +455,8 @@ struct WriteSession {
 
     mutating func writeRegularFile(
         _ wrapper: FileWrapper, at location: Location, syncDirectory: Bool,
-        expecting expected: ExpectedDestination? = nil
+        expecting expected: ExpectedDestination? = nil,
+        beforeReplacing: ((UInt64, UInt64, Int64, FileTime) -> Void)? = nil
     ) throws {
         let staged = try stageRegularFile(wrapper, at: location)
         do {
@@ -459,6 +466,10 @@ struct WriteSession {
                 if !expected.matches(found) {
                     throw DestinationChanged(path: location.path, expected: expected, found: found)
                 }
+            }
+            if let beforeReplacing {
+                let written = staged.record.identity
+                beforeReplacing(written.device, written.inode, written.size, written.modified)
             }
             try commit(staged, syncDirectory: syncDirectory)
         } catch {

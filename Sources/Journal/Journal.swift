@@ -335,6 +335,21 @@ public final class Journal: Sendable {
         }
     }
 
+    /// The owners whose unreleased records keep the oldest segments that together hold at
+    /// least `bytes` (all segments but the one being written, at most): saving their
+    /// documents frees that much once the segments are deleted.
+    public func pinningOwners(toFree bytes: Int) -> [UInt64] {
+        state.withLock { s in
+            var owners = Set<UInt64>()
+            var freed = 0
+            for segment in s.segments.dropLast() where freed < bytes {
+                owners.formUnion(segment.ownerCounts.keys)
+                freed += segment.size
+            }
+            return owners.sorted()
+        }
+    }
+
     public var statistics: JournalStatistics {
         state.withLock { s in
             var figures = s.statistics

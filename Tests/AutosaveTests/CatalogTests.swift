@@ -15,6 +15,7 @@ struct CatalogTests {
     static let sent = [
         MessageID.documentSaved, MessageID.saveFailed, MessageID.externalChange, MessageID.conflict,
         MessageID.watchLimit, MessageID.started, MessageID.stopping, MessageID.reloaded, MessageID.failedToStart,
+        MessageID.journalReplayed, MessageID.journalFailed, MessageID.journalKept,
     ]
 
     /// The IDs in docs/LOGGING.md's table of message IDs.

@@ -83,7 +83,7 @@ struct ConfigurationTests {
                 "\(path):3: MaxConcurrentSaves=0: expected a whole number from 1 to 1024",
                 "\(path):4: unknown key Colour= in section [Autosave]; known keys: QuietPeriod=, MaxDelay=, MaxConcurrentSaves=, RetryInterval=, MaxRetryInterval=, RefuseEditsWhenSaveFails=",
                 "\(path):5: expected Key=value, found: no equals sign here",
-                "\(path):6: unknown section [Network]; known sections: [Autosave], [Conflicts], [Control], [Log], [Metrics], [Store], [Watch]",
+                "\(path):6: unknown section [Network]; known sections: [Autosave], [Conflicts], [Control], [Journal], [Log], [Metrics], [Store], [Watch]",
                 "\(path):7: Port= is outside any section (or in an unknown one)",
                 "\(path):9: Keep=both: expected disk (the other program's file keeps the name) or memory (the unsaved edits do)",
                 "\(path):10: WhenRemoved=shrug: expected one of recreate-unsaved, recreate, close",

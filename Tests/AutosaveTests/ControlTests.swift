@@ -721,7 +721,9 @@ struct ControlSocketTests {
         for path in [root + "/locked.txt", root + "/b.package/locked.txt"] { #expect(chmod(path, 0) == 0) }
         #expect(chmod(root + "/sub", 0) == 0)
         let config = directory.sub("autosaved.conf")
-        try Disk.write("[Store]\nRoot=\(root)\n[Control]\nSocket=\(directory.sub("run/control.sock"))\n", to: config)
+        try Disk.write(
+            "[Store]\nRoot=\(root)\n[Control]\nSocket=\(directory.sub("run/control.sock"))\n"
+                + "[Journal]\nDirectory=\(directory.sub("run/journal"))\n", to: config)
         let daemon = try DaemonProcess(
             "/usr/bin/setpriv",
             ["--reuid=65534", "--regid=65534", "--clear-groups", Machine.product("autosaved"), "--config", config])

@@ -21,13 +21,21 @@ final class FaultRig {
     /// - Parameters:
     ///   - root: the store root (default: a directory in the rig's temporary directory).
     ///   - underFaultInjection: whether the daemon runs under `fiu-run -x`.
-    init(root: String? = nil, underFaultInjection: Bool = true, notifying: Bool = false) async throws {
+    ///   - journal: `[Journal] Mode=`; by default `off` under libfiu, whose faults hit every
+    ///     write and sync of the process, the journal's too (the journal's own faults are
+    ///     tested with it on).
+    init(
+        root: String? = nil, underFaultInjection: Bool = true, notifying: Bool = false, journal: String? = nil
+    ) async throws {
         self.root = root ?? directory.sub("root")
         notify = notifying ? try NotifyReceiver(in: directory) : nil
         try FileManager.default.createDirectory(atPath: directory.sub("run"), withIntermediateDirectories: true)
         try Disk.write(
             "[Store]\nRoot=\(self.root)\n[Autosave]\nQuietPeriod=1h\nMaxDelay=1h\nRetryInterval=200ms\n"
-                + "MaxRetryInterval=400ms\n[Control]\nSocket=\(socket)\n",
+                + "MaxRetryInterval=400ms\n[Control]\nSocket=\(socket)\n"
+                // The journal outside the root: a root on a full or read-only file system tests the saves.
+                + "[Journal]\nMode=\(journal ?? (underFaultInjection ? "off" : "periodic"))\n"
+                + "Directory=\(directory.sub("journal"))\n",
             to: config)
         let daemon = Machine.product("autosaved")
         let arguments =

@@ -1,0 +1,636 @@
+import Dispatch
+import Documents
+import Foundation
+import Journal
+import Logging
+import Posix
+import Synchronization
+
+/// What the last start-up replayed from the journal (for the log, `STATUS=` and `status`).
+public struct JournalReplaySummary: Sendable, Equatable {
+    /// Edits applied again.
+    public var edits = 0
+    /// Documents they changed (or created).
+    public var documents = 0
+    /// Documents whose file another program changed while the daemon was down: their
+    /// edits went to a conflict copy (or, by `[Conflicts] Keep=memory`, the file's version did).
+    public var conflicts: [String] = []
+    /// Documents whose journalled edits could not be applied, each with why.
+    public var unapplied: [String] = []
+    /// What the journal itself found: torn tails cut off, damaged records, missing segments.
+    public var problems: [String] = []
+    /// Records read, and how long the whole replay took.
+    public var records = 0
+    public var duration: Duration = .zero
+
+    public var message: String {
+        let ms =
+            Double(duration.components.attoseconds / 1_000_000_000_000) / 1000
+            + Double(duration.components.seconds) * 1000
+        var text =
+            "replayed \(edits) edit\(edits == 1 ? "" : "s") to \(documents) document\(documents == 1 ? "" : "s") from the journal in \(String(format: "%.1f", ms)) ms"
+        if !conflicts.isEmpty {
+            text += "; \(conflicts.count) changed while the daemon was down (conflict copies kept)"
+        }
+        if !unapplied.isEmpty { text += "; \(unapplied.count) could not be replayed" }
+        if !problems.isEmpty { text += "; journal problems: \(problems.joined(separator: "; "))" }
+        return text
+    }
+}
+
+/// The journal's figures for `status` and the metrics.
+public struct JournalSummary: Sendable, Equatable {
+    public var mode: String
+    public var directory: String
+    public var bytes: Int
+    public var segments: Int
+    /// Records not yet covered by a durable save.
+    public var unsavedRecords: Int
+    public var writtenThrough: UInt64
+    public var durableThrough: UInt64
+    public var syncs: Int
+    public var lastSyncAgo: Duration?
+    public var failure: String?
+    /// Edits made through `modify(_:as:_:)`, which the journal cannot hold (their documents
+    /// are protected again from their next save on), and the document types they were made to.
+    public var unjournalledEdits: Int
+    public var unjournalledTypes: [String]
+    public var lastReplay: JournalReplaySummary?
+}
+
+/// Opening, writing, truncating and replaying the edit journal (`[Journal]`; see
+/// `docs/JOURNAL.md`). Every edit the store applies — from the socket or from an
+/// embedder's ``apply(_:to:create:)`` — is appended as a ``JournalEntry`` of its
+/// document, on the store's thread, with no system call; the loop writes the pass's
+/// records with one `write(2)` right before it writes the pass's replies
+/// (``EventLoop/beforeReplies``). A durable save releases the records it covers.
+extension DocumentStore {
+    // MARK: Opening and replay
+
+    /// Opens the journal in `[Journal] Directory=` and replays what it holds onto the
+    /// documents read from disk (call after ``openAll()``, before serving): each
+    /// document's edits are applied again through the documents' own edit code, on top
+    /// of the version they were made to; a file another program changed meanwhile goes
+    /// through the `[Conflicts]` policy. The replayed documents are saved at once. With
+    /// `Mode=off`, does nothing and returns `nil`.
+    @discardableResult
+    public func openJournal() throws(JournalFailure) -> JournalReplaySummary? {
+        guard configuration.journalMode != .off, journal == nil else { return nil }
+        let started = ContinuousClock.now
+        let mode: JournalOptions.SyncMode =
+            configuration.journalMode == .always ? .always : .periodic(configuration.journalSyncInterval)
+        let gate = replyGate
+        let log = log
+        let journal = try Journal(
+            directory: configuration.journalDirectory,
+            // Segments small beside MaxSize=, so that saving the documents that pin the oldest frees space.
+            options: JournalOptions(
+                mode: mode, segmentSize: min(16 << 20, max(256 << 10, configuration.journalMaxSize / 8)),
+                maxPayloadSize: 256 << 20),
+            onDurable: { lsn in gate.advance(durable: lsn.rawValue) },
+            onFailure: { failure in
+                gate.lastFailure.withLock { $0 = failure.description }
+                log.error(
+                    "the edit journal failed: \(failure); edits stay in memory and the journal writes them again",
+                    ["path": failure.path, "errno_name": failure.errno.name, "message_id": MessageID.journalFailed])
+            })
+        var records: [JournalRecord] = []
+        let report: JournalReplayReport
+        do {
+            report = try journal.replay { record in
+                records.append(record)
+                // Pinned until the documents are saved; owners with nothing left to apply are released below.
+                journal.noteReplayed(owner: record.owner, lsn: record.lsn)
+            }
+        } catch let error as JournalFailure {
+            journal.close()
+            throw error
+        } catch {
+            journal.close()
+            throw JournalFailure(.open, path: configuration.journalDirectory, errno: .ioError)
+        }
+        self.journal = journal
+        replyNeedsSync = configuration.journalMode == .always
+        gate.advance(written: report.lastLSN?.rawValue ?? 0, durable: report.lastLSN?.rawValue ?? 0)
+        loop.beforeReplies = { [weak self] in self?.isolatedHere { $0.writeJournal() } ?? nil }
+        var summary = replay(records, report: report)
+        summary.duration = ContinuousClock.now - started
+        lastReplay = summary
+        return summary
+    }
+
+    /// One document's records, in order.
+    private struct Chain {
+        var owner: UInt64
+        var path = ""
+        var entries: [(lsn: LSN, entry: JournalEntry)] = []
+        var undecodable: String?
+    }
+
+    private func replay(_ records: [JournalRecord], report: JournalReplayReport) -> JournalReplaySummary {
+        var summary = JournalReplaySummary()
+        summary.records = records.count
+        var chains: [UInt64: Chain] = [:]
+        var order: [UInt64] = []
+        for record in records {
+            nextJournalOwner = max(nextJournalOwner, record.owner &+ 1)
+            if chains[record.owner] == nil {
+                chains[record.owner] = Chain(owner: record.owner)
+                order.append(record.owner)
+            }
+            guard chains[record.owner]!.undecodable == nil else { continue }
+            do {
+                let entry = try JournalEntry(decoding: record.payload)
+                switch entry {
+                case .base(let path, _, _, _), .saving(let path, _, _), .moved(let path):
+                    chains[record.owner]!.path = path
+                default: break
+                }
+                chains[record.owner]!.entries.append((record.lsn, entry))
+            } catch {
+                chains[record.owner]!.undecodable = "record \(record.lsn) cannot be read: \(error)"
+            }
+        }
+        for problem in report.problems {
+            var text = problem.description
+            if case .badRecord(_, let owners) = problem.kind, !owners.isEmpty {
+                let names = owners.map { chains[$0]?.path ?? "document \($0)" }
+                text += " (documents affected: \(names.joined(separator: ", ")))"
+            }
+            summary.problems.append(text)
+        }
+        for owner in order {
+            let chain = chains[owner]!
+            if let undecodable = chain.undecodable {
+                summary.unapplied.append("\(chain.path.isEmpty ? "document \(owner)" : chain.path): \(undecodable)")
+                log.error(
+                    "the journal's edits to \(chain.path) were not replayed: \(undecodable)",
+                    ["document": chain.path, "message_id": MessageID.journalReplayed])
+                journal?.release(owner: owner, through: chain.entries.last?.lsn ?? LSN(UInt64.max >> 1))
+                continue
+            }
+            replay(chain, into: &summary)
+        }
+        return summary
+    }
+
+    /// Applies one document's journalled edits again.
+    private func replay(_ chain: Chain, into summary: inout JournalReplaySummary) {
+        let owner = chain.owner
+        let lastLSN = chain.entries.last?.lsn ?? .zero
+        let path = chain.path
+        func drop(_ why: String?) {
+            if let why {
+                summary.unapplied.append("\(path): \(why)")
+                log.error(
+                    "the journal's edits to \(path) were not replayed: \(why)",
+                    ["document": path, "message_id": MessageID.journalReplayed])
+            }
+            journal?.release(owner: owner, through: lastLSN)
+        }
+        // Only what follows the last `closed` counts.
+        var records = chain.entries[...]
+        if let closed = records.lastIndex(where: { $0.entry == .closed }) { records = records[(closed + 1)...] }
+        guard !records.isEmpty else { return drop(nil) }
+        guard !path.isEmpty else {
+            // Its first records (which name the document) are lost: nothing to apply them to.
+            return drop(
+                "\(records.count) records whose document is unknown (the records naming it are missing from the journal)"
+            )
+        }
+        do { _ = try DocumentPath.validate(path) } catch { return drop("\(error)") }
+        // The document as it is on disk now (opened by the scan), or nothing.
+        if self.entries.index(forKey: path) == nil { _ = try? load(path) }
+        let current = self.entries[path]
+        let isPackage =
+            current?.isPackage ?? registry.isPackage(PathName.lastComponent(path))
+        let onDisk: FileIdentity? = current?.fingerprint.flatMap(FileIdentity.init)
+        // The latest record naming a version of the file that is the file now.
+        var baseIndex: Int?
+        for index in records.indices.reversed() {
+            switch records[index].entry {
+            case .base(_, let file, _, _):
+                if isPackage || file == onDisk { baseIndex = index }
+            case .saving(_, _, let file):
+                if !isPackage, file == onDisk { baseIndex = index }
+            default: break
+            }
+            if baseIndex != nil { break }
+        }
+        if let baseIndex {
+            let token: UInt64
+            switch records[baseIndex].entry {
+            case .base(_, _, let t, _), .saving(_, let t, _): token = t
+            default: token = 0
+            }
+            // Every edit after the base's change count, wherever it lies in the chain (those
+            // made while a save ran precede the base that save wrote), and only while the
+            // change counts run on without a gap: past a gap (records lost to damage) the
+            // edits would apply to a version the journal no longer has.
+            var edits: [(LSN, UInt64, DocumentEdit)] = []
+            var expected = token + 1
+            for item in records {
+                guard case .edit(let t, let edit) = item.entry, t > token else { continue }
+                if t != expected {
+                    summary.unapplied.append(
+                        "\(path): edits from change \(expected) on are missing from the journal; \(edits.count) replayed before them"
+                    )
+                    log.error(
+                        "the journal lacks edit \(expected) of \(path) (damaged or missing records): the edits after it were not replayed",
+                        ["document": path, "message_id": MessageID.journalReplayed])
+                    break
+                }
+                edits.append((item.lsn, t, edit))
+                expected += 1
+            }
+            // A base naming no file (a new document) with the file still absent: the creation itself.
+            let creates = current == nil
+            guard !edits.isEmpty || creates else { return drop(nil) }
+            var entry: Entry
+            if let current {
+                entry = current
+                entry.changeCount = token
+                entry.savedChangeCount = token
+            } else {
+                do { entry = try newEntry(path) } catch { return drop("\(error)") }
+                entry.changeCount = max(token, 1)
+            }
+            var applied = 0
+            for (lsn, t, edit) in edits {
+                do { try entry.document.apply(edit, existingFile: entry.existingFile) } catch {
+                    // Never refused when it was made (refused edits are not journalled): keep what came before it.
+                    summary.unapplied.append("\(path): the journalled edit \(lsn) was refused on replay: \(error)")
+                    log.error(
+                        "the journalled edit \(lsn) of \(path) was refused on replay: \(error); the edits after it were not replayed",
+                        ["document": path, "message_id": MessageID.journalReplayed])
+                    break
+                }
+                entry.changeCount = t
+                editCounts.count(edit)
+                applied += 1
+            }
+            adopt(&entry, owner: owner, lastLSN: lastLSN, path: path)
+            let opened = current == nil
+            insert(entry, at: path)
+            if opened { emit(.opened(document: path)) }
+            summary.edits += applied
+            summary.documents += 1
+            saveReplayed(path)
+            return
+        }
+        // The file is not a version the journal knows: another program changed (or removed)
+        // it while the daemon was down. The edits' version is rebuilt from the last record
+        // that gives the whole document, if any, and kept beside the file's by `[Conflicts]`.
+        guard let rebuilt = rebuild(records, path: path) else {
+            return drop(
+                "the file was changed by another program while the daemon was down, and the version the journalled edits apply to is not kept (\(records.count) records)"
+            )
+        }
+        guard var entry = current else {
+            // Removed while down: the edits' version is saved under the name again.
+            var fresh: Entry
+            do { fresh = try newEntry(path) } catch { return drop("\(error)") }
+            fresh.document = rebuilt.document
+            fresh.changeCount = max(rebuilt.token, 1)
+            adopt(&fresh, owner: owner, lastLSN: lastLSN, path: path)
+            insert(fresh, at: path)
+            emit(.opened(document: path))
+            summary.edits += rebuilt.edits
+            summary.documents += 1
+            saveReplayed(path)
+            return
+        }
+        if !entry.isPackage, let bytes = try? Data(contentsOf: URL(fileURLWithPath: root + "/" + path)),
+            let mine = try? rebuilt.document.fileWrapper(
+                configuration: .init(contentType: entry.contentType, existingFile: nil)),
+            mine.regularFileContents == bytes
+        {
+            // The file already holds the edits' version (a save whose record the crash took).
+            return drop(nil)
+        }
+        entry.document = rebuilt.document
+        entry.changeCount = max(entry.changeCount, rebuilt.token) + 1
+        adopt(&entry, owner: owner, lastLSN: lastLSN, path: path)
+        entries[path] = entry
+        summary.edits += rebuilt.edits
+        summary.documents += 1
+        summary.conflicts.append(path)
+        resolveConflict(path)
+        if entries[path]?.isDirty == true { saveReplayed(path) }
+    }
+
+    /// The document the journalled `entries` describe, from the last record that gives
+    /// the whole document on: a base with contents, or an edit that replaces everything.
+    private func rebuild(
+        _ entries: ArraySlice<(lsn: LSN, entry: JournalEntry)>, path: String
+    ) -> (document: any AutosaveDocument, token: UInt64, edits: Int)? {
+        guard
+            let registration = registry.registration(forName: PathName.lastComponent(path), isDirectory: false)
+                ?? registry.registration(forName: PathName.lastComponent(path), isDirectory: true),
+            !registration.isPackage
+        else { return nil }
+        var document: (any AutosaveDocument)?
+        var token: UInt64 = 0
+        var edits = 0
+        for (_, item) in entries {
+            switch item {
+            case .base(_, _, let t, let contents):
+                if let contents {
+                    document = try? registration.documentType.init(
+                        configuration: .init(
+                            contentType: registration.contentType, file: FileWrapper(regularFileWithContents: contents))
+                    )
+                    token = t
+                } else if document == nil {
+                    token = t
+                }
+            case .edit(let t, let edit):
+                if edit.replacesWholeDocument {
+                    var fresh: any AutosaveDocument
+                    do {
+                        fresh = try registration.documentType.init(
+                            configuration: .init(
+                                contentType: registration.contentType,
+                                file: FileWrapper(regularFileWithContents: Data())))
+                    } catch { continue }
+                    if (try? fresh.apply(edit, existingFile: nil)) != nil {
+                        document = fresh
+                        token = t
+                        edits += 1
+                    }
+                } else if var known = document, t > token {
+                    if (try? known.apply(edit, existingFile: nil)) != nil {
+                        document = known
+                        token = t
+                        edits += 1
+                    }
+                }
+            default: break
+            }
+        }
+        return document.map { ($0, token, edits) }
+    }
+
+    /// Makes a replayed document's records its own again: its owner, and that the journal
+    /// holds what its next edit applies to.
+    private func adopt(_ entry: inout Entry, owner: UInt64, lastLSN: LSN, path: String) {
+        entry.journalOwner = owner
+        entry.journalHasBase = true
+        entry.lastJournalLSN = lastLSN.rawValue
+        journalOwners[owner] = path
+    }
+
+    /// A replayed document is saved at once: the journal is a bridge to the save, not a home.
+    private func saveReplayed(_ path: String) {
+        guard let entry = entries[path], entry.isDirty else { return }
+        entries[path]!.forcedToken = entry.changeCount
+        noteEdit(path)
+    }
+
+    // MARK: Writing
+
+    /// Refuses an edit while the journal cannot write (it would be acknowledged unprotected).
+    func checkJournalWritable() throws(StoreError) {
+        guard journal != nil, replyGate.isFailing else { return }
+        throw .journalFailing(replyGate.lastFailure.withLock { $0 } ?? "a write failed")
+    }
+
+    /// Journals an edit just applied to `entry` (its change count already counts it). `base`
+    /// is what ``journalBaseContents(_:for:)`` found before the edit was applied.
+    func journalEdit(_ entry: inout Entry, path: String, _ edit: DocumentEdit, baseContents: Data?) {
+        guard let journal, !entry.journalBroken else { return }
+        if entry.journalOwner == 0 {
+            entry.journalOwner = nextJournalOwner
+            nextJournalOwner += 1
+            journalOwners[entry.journalOwner] = path
+        }
+        if !entry.journalHasBase {
+            let file = entry.isPackage ? nil : entry.fingerprint.flatMap(FileIdentity.init)
+            JournalEntry.base(path: path, file: file, token: entry.changeCount - 1, contents: baseContents)
+                .encode(into: &journalBuffer)
+            guard append(journal, &entry) else { return }
+            entry.journalHasBase = true
+        }
+        JournalEntry.encodeEdit(token: entry.changeCount, edit, into: &journalBuffer)
+        _ = append(journal, &entry)
+    }
+
+    /// Journals a new, empty document (`create`): a base naming no file.
+    func journalCreation(_ entry: inout Entry, path: String) {
+        guard let journal else { return }
+        if entry.journalOwner == 0 {
+            entry.journalOwner = nextJournalOwner
+            nextJournalOwner += 1
+            journalOwners[entry.journalOwner] = path
+        }
+        JournalEntry.base(path: path, file: nil, token: entry.changeCount, contents: nil).encode(into: &journalBuffer)
+        if append(journal, &entry) { entry.journalHasBase = true }
+    }
+
+    @inline(__always)
+    private func append(_ journal: Journal, _ entry: inout Entry) -> Bool {
+        do {
+            let lsn = try journal.append(owner: entry.journalOwner, payload: journalBuffer).rawValue
+            journalBytesSinceCheck &+= journalBuffer.count + 24
+            entry.lastJournalLSN = lsn
+            lastJournalLSN = lsn
+            return true
+        } catch {
+            // Larger than a record may be: the document is saved soon instead, and its later
+            // edits are journalled again once that save is done.
+            entry.journalBroken = true
+            entry.forcedToken = entry.changeCount
+            log.warning("an edit was too large for the journal: \(error); the document is saved at once")
+            return false
+        }
+    }
+
+    /// The document's contents for a base, taken before its first edit after a durable
+    /// version: only when that edit does not give the whole document (otherwise the edit
+    /// itself rebuilds it), and only for a small regular file.
+    func journalBaseContents(_ entry: Entry, for edit: DocumentEdit) -> Data? {
+        guard journal != nil, !entry.journalHasBase, !entry.journalBroken, !entry.isPackage,
+            !edit.replacesWholeDocument, (entry.fingerprint?.size ?? 0) <= JournalEntry.baseContentsLimit
+        else { return nil }
+        guard
+            let wrapper = try? entry.document.fileWrapper(
+                configuration: .init(contentType: entry.contentType, existingFile: nil)),
+            let data = wrapper.regularFileContents, data.count <= JournalEntry.baseContentsLimit
+        else { return nil }
+        return data
+    }
+
+    /// An edit made through ``modify(_:as:_:)``: the journal cannot hold it, so the
+    /// document's journalled chain ends until its next save.
+    func journalUnjournalled(_ entry: inout Entry) {
+        guard journal != nil else { return }
+        unjournalledEdits += 1
+        let type = String(describing: Swift.type(of: entry.document))
+        if unjournalledTypes.insert(type).inserted {
+            log.warning(
+                "edits made to \(type) documents through modify(_:as:_:) are not journalled: they are protected from a crash only once saved"
+            )
+        }
+        entry.journalBroken = true
+    }
+
+    /// Writes the records appended in this pass (the loop calls it right before the
+    /// pass's replies go out), and starts saving the documents that pin the oldest
+    /// segment once the journal is past `MaxSize=`.
+    @discardableResult
+    func writeJournal() -> UInt64? {
+        guard let journal else { return nil }
+        let written = journal.flush().rawValue
+        var wait: UInt64?
+        if written < lastJournalLSN {
+            // The write failed: edits are refused until the journal has written the records
+            // again; the replies to those this pass appended wait until they are synced.
+            replyGate.barrier.store(lastJournalLSN, ordering: .releasing)
+            if lastJournalLSN > journalWaitIssued {
+                journalWaitIssued = lastJournalLSN
+                wait = lastJournalLSN
+            }
+        } else {
+            replyGate.advance(written: written)
+        }
+        // The size is looked at after every sixteenth of MaxSize= written.
+        if journalBytesSinceCheck > configuration.journalMaxSize / 16 {
+            journalBytesSinceCheck = 0
+            compactIfNeeded(journal)
+        }
+        return wait
+    }
+
+    /// Past `MaxSize=`, saves the documents whose records keep the oldest segments: their
+    /// saves release the records, and the segments are deleted.
+    func compactIfNeeded(_ journal: Journal) {
+        journalCompacting = false
+        let bytes = journal.statistics.bytes
+        guard bytes > configuration.journalMaxSize else { return }
+        var started = 0
+        var running = 0
+        // Enough of the oldest segments to be back at three quarters of the limit.
+        for owner in journal.pinningOwners(toFree: bytes - configuration.journalMaxSize * 3 / 4) {
+            guard let path = journalOwners[owner], let entry = entries[path], entry.isDirty else { continue }
+            if entry.savingToken != nil {
+                running += 1
+                continue
+            }
+            entries[path]!.forcedToken = entry.changeCount
+            schedule(path)
+            started += 1
+        }
+        // Looked at again as these saves (and those already running) finish, until the
+        // journal is back under the limit.
+        journalCompacting = started + running > 0
+        if started > 0 {
+            log.info(
+                "the journal holds \(bytes) bytes, past MaxSize= (\(configuration.journalMaxSize)): saving the \(started) documents its oldest segment holds edits of"
+            )
+            processDue()
+        }
+    }
+
+    /// A request with `"durable": true`: its reply waits until everything journalled so far is synced.
+    func requireDurable(_ connection: Connection) {
+        guard let journal else { return }
+        connection.require(durable: lastJournalLSN)
+        journal.requestSync(through: LSN(lastJournalLSN))
+    }
+
+    // MARK: Saves and truncation
+
+    /// The record a save writes right before its rename (see ``JournalEntry/saving(path:token:file:)``):
+    /// `nil` when the document has no journalled records.
+    func journalSaving(_ entry: Entry, path: String, token: UInt64) -> (@Sendable (FileIdentity) -> UInt64)? {
+        guard let journal, entry.journalOwner != 0, !entry.isPackage else { return nil }
+        let owner = entry.journalOwner
+        let waits = configuration.journalMode == .always
+        return { file in
+            var bytes: [UInt8] = []
+            JournalEntry.saving(path: path, token: token, file: file).encode(into: &bytes)
+            guard let lsn = try? journal.append(owner: owner, payload: bytes) else { return 0 }
+            journal.flush()
+            if waits {
+                // With Mode=always the record is durable before the file it names is in place.
+                let synced = DispatchSemaphore(value: 0)
+                journal.whenDurable(lsn) { _ in synced.signal() }
+                _ = synced.wait(timeout: .now() + 10)
+            }
+            return lsn.rawValue
+        }
+    }
+
+    /// A durable save of `entry` covering its edits through `token` is done: the records
+    /// it covers are released. Edits made while it ran stay, now on top of the file the
+    /// save wrote (a new base records it).
+    func journalSaved(_ entry: inout Entry, path: String, savingRecord: UInt64) {
+        guard let journal, entry.journalOwner != 0 else { return }
+        let owner = entry.journalOwner
+        entry.lastJournalLSN = max(entry.lastJournalLSN, savingRecord)
+        if entry.journalBroken {
+            if entry.isDirty {
+                // Edits since the unjournalled one are not in the journal: protected again from the next save on.
+                journal.release(owner: owner, through: LSN(entry.lastJournalLSN))
+                entry.journalHasBase = false
+                return
+            }
+            entry.journalBroken = false
+        }
+        if entry.isDirty {
+            let file = entry.isPackage ? nil : entry.fingerprint.flatMap(FileIdentity.init)
+            JournalEntry.base(path: path, file: file, token: entry.savedChangeCount, contents: nil)
+                .encode(into: &journalBuffer)
+            if append(journal, &entry) {
+                journal.release(owner: owner, through: LSN(entry.savingLSN))
+                entry.journalHasBase = true
+            }
+        } else {
+            journal.release(owner: owner, through: LSN(entry.lastJournalLSN))
+            entry.journalHasBase = false
+        }
+    }
+
+    /// The document's edits are gone (reverted, read again from disk, closed): its
+    /// records are released, and its next edit starts a new chain.
+    func journalDiscard(_ entry: inout Entry, closing: Bool = false) {
+        guard let journal, entry.journalOwner != 0 else { return }
+        journal.release(owner: entry.journalOwner, through: LSN(entry.lastJournalLSN))
+        entry.journalHasBase = false
+        entry.journalBroken = false
+        if closing { journalOwners[entry.journalOwner] = nil }
+    }
+
+    /// Another program renamed the document's file; the document followed it.
+    func journalMoved(_ entry: inout Entry, to path: String) {
+        guard let journal, entry.journalOwner != 0, entry.journalHasBase else { return }
+        JournalEntry.moved(path: path).encode(into: &journalBuffer)
+        if append(journal, &entry) { journalOwners[entry.journalOwner] = path }
+    }
+
+    // MARK: Closing and reporting
+
+    /// Writes and syncs what is left and closes the journal. Edits not saved stay in it
+    /// and are replayed at the next start; returns how many documents that is.
+    public func closeJournal() -> (keptDocuments: [String], failure: JournalFailure?) {
+        guard let journal else { return ([], nil) }
+        loop.beforeReplies = nil
+        let kept = entries.filter { $0.value.isDirty && $0.value.journalOwner != 0 && !$0.value.journalBroken }
+            .map(\.key).sorted()
+        let failure = journal.close()
+        self.journal = nil
+        return (kept, failure)
+    }
+
+    public var journalSummary: JournalSummary? {
+        guard let journal else { return nil }
+        let figures = journal.statistics
+        return JournalSummary(
+            mode: configuration.journalMode.rawValue, directory: journal.directory, bytes: figures.bytes,
+            segments: figures.segments, unsavedRecords: figures.unreleasedRecords,
+            writtenThrough: figures.writtenThrough.rawValue, durableThrough: figures.durableThrough.rawValue,
+            syncs: figures.syncs, lastSyncAgo: figures.lastSync.map { ContinuousClock.now - $0 },
+            failure: figures.failure?.description, unjournalledEdits: unjournalledEdits,
+            unjournalledTypes: unjournalledTypes.sorted(), lastReplay: lastReplay)
+    }
+}

@@ -1,0 +1,297 @@
+import Documents
+import Foundation
+import Posix
+
+/// What the store writes to the edit journal about one document (the journal's owner
+/// number is the document's), encoded as the journal record's payload.
+///
+/// A document's records form a chain: a ``base`` names the document and identifies the
+/// version on disk its edits apply to; each ``edit`` is one operation with the change
+/// count it produced; a ``saving`` record, written by the save right before its rename,
+/// identifies the file that save puts in place, so that the edits after it apply on top
+/// of that file after a crash; ``moved`` follows a rename by another program; ``closed``
+/// ends the chain. Replay reads the chain back (``DocumentStore/replay(_:)``).
+///
+/// Encoding: one kind byte, then the fields, integers little-endian, strings and bytes
+/// as a `u32` length and the bytes.
+enum JournalEntry: Equatable {
+    /// The version on disk the edits that follow apply to (`nil`: no file, a new document),
+    /// the change count it holds, and — when the first edit does not replace the whole
+    /// document and the document is small — its contents, so that the edits' version can
+    /// be rebuilt even if another program replaces the file.
+    case base(path: String, file: FileIdentity?, token: UInt64, contents: Data?)
+    /// An edit; `token` is the document's change count after it.
+    case edit(token: UInt64, DocumentEdit)
+    /// A save about to put the file `file` in place holding the edits through `token`.
+    case saving(path: String, token: UInt64, file: FileIdentity)
+    /// Another program renamed the document's file to `path`; the document followed it.
+    case moved(path: String)
+    /// The document was closed or forgotten: nothing before this applies any more.
+    case closed
+
+    /// The largest document whose contents a ``base`` carries.
+    static let baseContentsLimit = 64 << 10
+
+    private enum Kind: UInt8 {
+        case base = 1
+        case edit = 2
+        case saving = 3
+        case moved = 4
+        case closed = 5
+    }
+
+    private enum EditKind: UInt8 {
+        case setText = 1
+        case append = 2
+        case replace = 3
+        case setJSON = 4
+        case mergePatch = 5
+        case putMember = 6
+        case removeMember = 7
+        case setData = 8
+    }
+
+    // MARK: Encoding
+
+    func encode(into bytes: inout [UInt8]) {
+        bytes.removeAll(keepingCapacity: true)
+        switch self {
+        case .base(let path, let file, let token, let contents):
+            bytes.append(Kind.base.rawValue)
+            bytes.appendLittleEndian(token)
+            bytes.append((file == nil ? 0 : 1) | (contents == nil ? 0 : 2))
+            if let file { file.encode(into: &bytes) }
+            bytes.appendString(path)
+            if let contents { bytes.appendBytes(contents) }
+        case .edit(let token, let edit):
+            bytes.append(Kind.edit.rawValue)
+            bytes.appendLittleEndian(token)
+            Self.encode(edit, into: &bytes)
+        case .saving(let path, let token, let file):
+            bytes.append(Kind.saving.rawValue)
+            bytes.appendLittleEndian(token)
+            file.encode(into: &bytes)
+            bytes.appendString(path)
+        case .moved(let path):
+            bytes.append(Kind.moved.rawValue)
+            bytes.appendString(path)
+        case .closed:
+            bytes.append(Kind.closed.rawValue)
+        }
+    }
+
+    /// An edit record written straight into `bytes` (the path every edit takes).
+    static func encodeEdit(token: UInt64, _ edit: DocumentEdit, into bytes: inout [UInt8]) {
+        bytes.removeAll(keepingCapacity: true)
+        bytes.append(Kind.edit.rawValue)
+        bytes.appendLittleEndian(token)
+        encode(edit, into: &bytes)
+    }
+
+    private static func encode(_ edit: DocumentEdit, into bytes: inout [UInt8]) {
+        switch edit {
+        case .setText(let text):
+            bytes.append(EditKind.setText.rawValue)
+            bytes.appendString(text)
+        case .append(let text):
+            bytes.append(EditKind.append.rawValue)
+            bytes.appendString(text)
+        case .replace(let offset, let length, let text):
+            bytes.append(EditKind.replace.rawValue)
+            bytes.appendLittleEndian(UInt64(bitPattern: Int64(offset)))
+            bytes.appendLittleEndian(UInt64(bitPattern: Int64(length)))
+            bytes.appendString(text)
+        case .setJSON(let text):
+            bytes.append(EditKind.setJSON.rawValue)
+            bytes.appendString(text)
+        case .mergePatch(let text):
+            bytes.append(EditKind.mergePatch.rawValue)
+            bytes.appendString(text)
+        case .putMember(let member, let data):
+            bytes.append(EditKind.putMember.rawValue)
+            bytes.appendString(member)
+            bytes.appendBytes(data)
+        case .removeMember(let member):
+            bytes.append(EditKind.removeMember.rawValue)
+            bytes.appendString(member)
+        case .setData(let data):
+            bytes.append(EditKind.setData.rawValue)
+            bytes.appendBytes(data)
+        }
+    }
+
+    // MARK: Decoding
+
+    /// Why a record's payload could not be read.
+    struct DecodingError: Error, CustomStringConvertible {
+        var description: String
+    }
+
+    init(decoding payload: ArraySlice<UInt8>) throws(DecodingError) {
+        var reader = ByteReader(payload)
+        guard let raw = reader.byte(), let kind = Kind(rawValue: raw) else {
+            throw DecodingError(description: "unknown record kind \(payload.first.map(String.init) ?? "(empty)")")
+        }
+        switch kind {
+        case .base:
+            let token = try reader.integer()
+            guard let flags = reader.byte(), flags & ~3 == 0 else { throw DecodingError(description: "bad base flags") }
+            let file = flags & 1 != 0 ? try FileIdentity(reading: &reader) : nil
+            let path = try reader.string()
+            let contents = flags & 2 != 0 ? try reader.data() : nil
+            self = .base(path: path, file: file, token: token, contents: contents)
+        case .edit:
+            let token = try reader.integer()
+            self = .edit(token: token, try Self.decodeEdit(&reader))
+        case .saving:
+            let token = try reader.integer()
+            let file = try FileIdentity(reading: &reader)
+            self = .saving(path: try reader.string(), token: token, file: file)
+        case .moved:
+            self = .moved(path: try reader.string())
+        case .closed:
+            self = .closed
+        }
+        guard reader.isAtEnd else { throw DecodingError(description: "\(reader.remaining) bytes after the record") }
+    }
+
+    private static func decodeEdit(_ reader: inout ByteReader) throws(DecodingError) -> DocumentEdit {
+        guard let raw = reader.byte(), let kind = EditKind(rawValue: raw) else {
+            throw DecodingError(description: "unknown edit kind")
+        }
+        switch kind {
+        case .setText: return .setText(try reader.string())
+        case .append: return .append(try reader.string())
+        case .replace:
+            let offset = Int64(bitPattern: try reader.integer())
+            let length = Int64(bitPattern: try reader.integer())
+            return .replace(offset: Int(offset), length: Int(length), with: try reader.string())
+        case .setJSON: return .setJSON(try reader.string())
+        case .mergePatch: return .mergePatch(try reader.string())
+        case .putMember:
+            let member = try reader.string()
+            return .putMember(member, try reader.data())
+        case .removeMember: return .removeMember(try reader.string())
+        case .setData: return .setData(try reader.data())
+        }
+    }
+}
+
+extension DocumentEdit {
+    /// Whether the edit gives the whole document, whatever it held before.
+    var replacesWholeDocument: Bool {
+        switch self {
+        case .setText, .setJSON, .setData: true
+        default: false
+        }
+    }
+}
+
+/// Which version of a file a journal record's edits apply to: its size and the
+/// ``StableHash`` of its bytes. Contents, not the inode or the times: those a restore, a
+/// copy or a rename by another program change without changing the version, and a
+/// rewrite in place can keep them while changing it.
+struct FileIdentity: Hashable, Sendable, CustomStringConvertible {
+    var size: Int64
+    var hash: UInt64
+
+    init(size: Int64, hash: UInt64) {
+        self.size = size
+        self.hash = hash
+    }
+
+    /// The identity of a regular file's fingerprint (`nil` for a package).
+    init?(_ fingerprint: Fingerprint) {
+        guard !fingerprint.isDirectory, let hash = fingerprint.contentHash else { return nil }
+        self.init(size: fingerprint.size, hash: hash)
+    }
+
+    fileprivate init(reading reader: inout ByteReader) throws(JournalEntry.DecodingError) {
+        size = Int64(bitPattern: try reader.integer())
+        hash = try reader.integer()
+    }
+
+    fileprivate func encode(into bytes: inout [UInt8]) {
+        bytes.appendLittleEndian(UInt64(bitPattern: size))
+        bytes.appendLittleEndian(hash)
+    }
+
+    var description: String { "\(size) bytes, hash \(String(hash, radix: 16))" }
+}
+
+/// Reads a record's payload front to back.
+private struct ByteReader {
+    let bytes: ArraySlice<UInt8>
+    var position: Int
+
+    init(_ bytes: ArraySlice<UInt8>) {
+        self.bytes = bytes
+        position = bytes.startIndex
+    }
+
+    var isAtEnd: Bool { position == bytes.endIndex }
+    var remaining: Int { bytes.endIndex - position }
+
+    mutating func byte() -> UInt8? {
+        guard position < bytes.endIndex else { return nil }
+        defer { position += 1 }
+        return bytes[position]
+    }
+
+    mutating func integer() throws(JournalEntry.DecodingError) -> UInt64 {
+        guard remaining >= 8 else { throw JournalEntry.DecodingError(description: "the record ends inside a number") }
+        var value: UInt64 = 0
+        for index in 0..<8 { value |= UInt64(bytes[position + index]) << (8 * index) }
+        position += 8
+        return value
+    }
+
+    mutating func length() throws(JournalEntry.DecodingError) -> Int {
+        guard remaining >= 4 else { throw JournalEntry.DecodingError(description: "the record ends inside a length") }
+        var value = 0
+        for index in 0..<4 { value |= Int(bytes[position + index]) << (8 * index) }
+        position += 4
+        guard value <= remaining else {
+            throw JournalEntry.DecodingError(description: "a length of \(value) bytes runs past the record")
+        }
+        return value
+    }
+
+    mutating func string() throws(JournalEntry.DecodingError) -> String {
+        let count = try length()
+        defer { position += count }
+        guard let string = String(validating: bytes[position..<position + count], as: UTF8.self) else {
+            throw JournalEntry.DecodingError(description: "a string is not UTF-8")
+        }
+        return string
+    }
+
+    mutating func data() throws(JournalEntry.DecodingError) -> Data {
+        let count = try length()
+        defer { position += count }
+        return Data(bytes[position..<position + count])
+    }
+}
+
+extension [UInt8] {
+    fileprivate mutating func appendLittleEndian(_ value: UInt64) {
+        Swift.withUnsafeBytes(of: value.littleEndian) { append(contentsOf: $0) }
+    }
+
+    fileprivate mutating func appendLength(_ count: Int) {
+        Swift.withUnsafeBytes(of: UInt32(truncatingIfNeeded: count).littleEndian) { append(contentsOf: $0) }
+    }
+
+    fileprivate mutating func appendString(_ string: String) {
+        var string = string
+        string.withUTF8 { utf8 in
+            appendLength(utf8.count)
+            append(contentsOf: utf8)
+        }
+    }
+
+    fileprivate mutating func appendBytes(_ data: Data) {
+        appendLength(data.count)
+        append(contentsOf: data)
+    }
+}

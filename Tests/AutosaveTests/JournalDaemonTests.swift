@@ -1,0 +1,632 @@
+import Autosave
+import Control
+import Documents
+import Foundation
+@preconcurrency import Glibc
+import Logging
+import Posix
+import TestSupport
+import Testing
+
+/// The built daemon with its edit journal: started, edited through the socket, killed,
+/// started again on what it left.
+final class JournalRig {
+    let directory: TemporaryDirectory
+    let root: String
+    let journal: String
+    var socket: String { directory.sub("control.sock") }
+    var config: String { directory.sub("autosaved.conf") }
+    var daemon: DaemonProcess?
+
+    /// - Parameters:
+    ///   - settings: lines added to the configuration (a long quiet period by default:
+    ///     only the journal holds the edits).
+    init(_ settings: String = "", root: String? = nil, journal: String? = nil) throws {
+        directory = TemporaryDirectory("journal-daemon")
+        self.root = root ?? directory.sub("root")
+        self.journal = journal ?? directory.sub("journal")
+        try configure(settings)
+    }
+
+    func configure(_ settings: String) throws {
+        try Disk.write(
+            "[Store]\nRoot=\(root)\n[Autosave]\nQuietPeriod=1h\nMaxDelay=1h\nRetryInterval=100ms\nMaxRetryInterval=200ms\n"
+                + "[Control]\nSocket=\(socket)\n[Journal]\nDirectory=\(journal)\n" + settings, to: config)
+    }
+
+    /// Starts the daemon and waits until it is ready.
+    @discardableResult
+    func start(sourceLocation: SourceLocation = #_sourceLocation) async throws -> DaemonProcess {
+        var environment = ProcessInfo.processInfo.environment
+        environment["NOTIFY_SOCKET"] = nil
+        let process = try DaemonProcess(Machine.product("autosaved"), ["--config", config], environment: environment)
+        daemon = process
+        await process.waitForLine(containing: "started:", sourceLocation: sourceLocation)
+        return process
+    }
+
+    func kill() {
+        guard let daemon else { return }
+        daemon.signal(SIGKILL)
+        _ = PowerLossRig.waitForExit(daemon)
+        self.daemon = nil
+    }
+
+    func stop() -> Int32? {
+        guard let daemon else { return nil }
+        daemon.signal(SIGTERM)
+        defer { self.daemon = nil }
+        return PowerLossRig.waitForExit(daemon)
+    }
+
+    func client() throws -> ControlClient { try PowerLossRig.client(socket) }
+
+    /// A request that must succeed; its reply.
+    @discardableResult
+    func ok(_ request: JSONValue, on client: ControlClient? = nil, sourceLocation: SourceLocation = #_sourceLocation)
+        throws -> JSONValue
+    {
+        let reply = try (client ?? self.client()).call(request)
+        #expect(
+            reply["ok"] == true, "\(request["cmd"] ?? "?") \(request["doc"] ?? "") → \(reply)",
+            sourceLocation: sourceLocation)
+        return reply
+    }
+
+    func text(_ doc: String) throws -> String? { try ok(["cmd": "get", "doc": .string(doc)])["text"]?.stringValue }
+
+    func json(_ doc: String) throws -> JSONValue? {
+        guard let text = try text(doc) else { return nil }
+        return try JSONValue(parsing: Array(text.utf8))
+    }
+
+    func members(_ doc: String) throws -> [String: String] {
+        let list = try ok(["cmd": "get", "doc": .string(doc), "members": true])["members"]?.arrayValue ?? []
+        var members: [String: String] = [:]
+        for name in list.compactMap(\.stringValue) {
+            members[name] = try ok(["cmd": "get", "doc": .string(doc), "member": .string(name)])["text"]?.stringValue
+        }
+        return members
+    }
+
+    func status() throws -> JSONValue { try ok(["cmd": "status"]) }
+
+    var segments: [String] { ((try? Disk.names(in: journal)) ?? []).filter { $0.hasSuffix(".journal") }.sorted() }
+
+    deinit { kill() }
+}
+
+@Suite("The edit journal in the daemon: crashes, power loss, damage, changes while down", .serialized)
+struct JournalDaemonTests {
+    /// Every kind of edit, applied to text, JSON and package documents.
+    static func editEverything(_ rig: JournalRig, _ client: ControlClient) throws {
+        try rig.ok(["cmd": "set", "doc": "c.txt", "text": "acked edit 1\n"], on: client)
+        try rig.ok(["cmd": "append", "doc": "c.txt", "text": "acked edit 2\n"], on: client)
+        try rig.ok(["cmd": "replace", "doc": "c.txt", "offset": 0, "length": 5, "text": "ACKED"], on: client)
+        try rig.ok(["cmd": "set", "doc": "d/j.json", "json": ["a": 1, "b": ["x", "y"]]], on: client)
+        try rig.ok(["cmd": "patch", "doc": "d/j.json", "patch": ["b": .null, "c": true]], on: client)
+        try rig.ok(["cmd": "create", "doc": "p.package"], on: client)
+        try rig.ok(["cmd": "put-member", "doc": "p.package", "member": "m1.txt", "text": "one\n"], on: client)
+        try rig.ok(["cmd": "put-member", "doc": "p.package", "member": "ch/m2.txt", "text": "two\n"], on: client)
+        try rig.ok(["cmd": "remove-member", "doc": "p.package", "member": "m1.txt"], on: client)
+        try rig.ok(["cmd": "create", "doc": "empty.md"], on: client)
+    }
+
+    static func checkEverything(_ rig: JournalRig, sourceLocation: SourceLocation = #_sourceLocation) throws {
+        #expect(try rig.text("c.txt") == "ACKED edit 1\nacked edit 2\n", sourceLocation: sourceLocation)
+        #expect(try rig.json("d/j.json") == ["a": 1, "c": true], sourceLocation: sourceLocation)
+        #expect(try rig.members("p.package") == ["ch/m2.txt": "two\n"], sourceLocation: sourceLocation)
+        #expect(try rig.text("empty.md") == "", sourceLocation: sourceLocation)
+    }
+
+    @Test(
+        "SIGKILL within the quiet period loses no acknowledged edit: set, append, replace, patch, create, put-member and remove-member come back, replayed before READY and then saved"
+    )
+    func killedWithinQuietPeriod() async throws {
+        let rig = try JournalRig()
+        try await rig.start()
+        try Self.editEverything(rig, try rig.client())
+        #expect(
+            !FileManager.default.fileExists(atPath: rig.root + "/c.txt"), "nothing was saved: only the journal has it")
+        rig.kill()
+
+        let daemon = try await rig.start()
+        #expect(daemon.output.contains { $0.contains("replayed 8 edits to 4 documents from the journal in") })
+        try Self.checkEverything(rig)
+        let replay = try rig.status()["journal"]?["last_replay"]
+        #expect(replay?["edits"]?.intValue == 8 && replay?["documents"]?.intValue == 4)
+        #expect(replay?["unapplied"] == [] && replay?["problems"] == [] && replay?["conflicts"] == [])
+        // Replayed documents are saved at once, and their records released.
+        let deadline = ContinuousClock.now + .seconds(30)
+        while try rig.status()["unsaved"]?.intValue != 0, ContinuousClock.now < deadline { usleep(20_000) }
+        #expect(try Disk.bytes(rig.root + "/c.txt") == Data("ACKED edit 1\nacked edit 2\n".utf8))
+        #expect(try rig.status()["journal"]?["unsaved_records"]?.intValue == 0)
+
+        // Killed again with nothing left in the journal: the next start replays nothing.
+        rig.kill()
+        let again = try await rig.start()
+        #expect(again.output.contains { $0.contains("replayed 0 edits to 0 documents") })
+        try Self.checkEverything(rig)
+        #expect(rig.stop() == 0)
+    }
+
+    @Test("Edits made while a save is written, killed right after: the next start has every one of them")
+    func killedAfterSaves() async throws {
+        let rig = try JournalRig("[Autosave]\nQuietPeriod=0\nMaxDelay=0\n")
+        try await rig.start()
+        let client = try rig.client()
+        try rig.ok(["cmd": "set", "doc": "log.txt", "text": ""], on: client)
+        var expected = ""
+        // Saved after every edit (QuietPeriod=0): most edits land while a save runs. On
+        // until several saves have finished, each with edits made during it.
+        var round = 0
+        while round < 20_000 {
+            let line = "line \(round)\n"
+            try rig.ok(["cmd": "append", "doc": "log.txt", "text": .string(line)], on: client)
+            expected += line
+            round += 1
+            if round % 50 == 0, try rig.status()["saves"]?.intValue ?? 0 >= 5 { break }
+        }
+        #expect(try rig.status()["saves"]?.intValue ?? 0 >= 5)
+        rig.kill()
+        try await rig.start()
+        #expect(try rig.text("log.txt") == expected)
+        #expect(rig.stop() == 0)
+    }
+
+    @Test("Mode=off: no journal; \"durable\": true is refused with bad-request and changes nothing")
+    func off() async throws {
+        let rig = try JournalRig("[Journal]\nMode=off\n")
+        try await rig.start()
+        let reply = try rig.client().call(["cmd": "set", "doc": "n.txt", "text": "x", "durable": true])
+        #expect(reply["ok"] == false && reply["error"]?["code"] == "bad-request")
+        #expect(reply["error"]?["message"]?.stringValue?.contains("Mode=off") == true)
+        #expect(try rig.client().call(["cmd": "get", "doc": "n.txt"])["error"]?["code"] == "not-found")
+        #expect(try rig.status()["journal"] == ["mode": "off"])
+        #expect(!FileManager.default.fileExists(atPath: rig.journal))
+        #expect(rig.stop() == 0)
+    }
+
+    @Test("\"durable\": true waits for the sync: the journal's durable LSN covers the edit when the reply comes")
+    func durableRequest() async throws {
+        let rig = try JournalRig("[Journal]\nSyncInterval=1h\n")
+        try await rig.start()
+        let client = try rig.client()
+        try rig.ok(["cmd": "set", "doc": "a.txt", "text": "not synced yet"], on: client)
+        let before = try rig.status()["journal"]
+        #expect(before?["durable_lsn"]?.intValue ?? 0 < before?["written_lsn"]?.intValue ?? 0)
+        try rig.ok(["cmd": "append", "doc": "a.txt", "text": "!", "durable": true], on: client)
+        let after = try rig.status()["journal"]
+        #expect(after?["durable_lsn"] == after?["written_lsn"])
+        #expect(rig.stop() == 0)
+    }
+
+    @Test(
+        "Changed while the daemon was down: both versions are kept and the conflict is reported, never a blind replay")
+    func changedWhileDown() async throws {
+        let rig = try JournalRig()
+        try await rig.start()
+        let client = try rig.client()
+        try rig.ok(["cmd": "set", "doc": "a.txt", "text": "base\n"], on: client)
+        try rig.ok(["cmd": "save", "doc": "a.txt", "wait": true], on: client)
+        try rig.ok(["cmd": "append", "doc": "a.txt", "text": "journalled edit\n"], on: client)
+        try rig.ok(["cmd": "set", "doc": "b.txt", "text": "whole\n"], on: client)
+        try rig.ok(["cmd": "save", "doc": "b.txt", "wait": true], on: client)
+        try rig.ok(["cmd": "append", "doc": "b.txt", "text": "more\n"], on: client)
+        rig.kill()
+        // Another program replaces a.txt by rename, and rewrites b.txt in place.
+        try Disk.write("theirs\n", to: rig.root + "/a.new")
+        #expect(rename(rig.root + "/a.new", rig.root + "/a.txt") == 0)
+        try Disk.write("their b\n", to: rig.root + "/b.txt")
+
+        let daemon = try await rig.start()
+        #expect(try rig.text("a.txt") == "theirs\n")
+        #expect(try rig.text("b.txt") == "their b\n")
+        let names = try Disk.names(in: rig.root)
+        let copies = names.filter { $0.contains("(conflict ") }
+        #expect(copies.count == 2, "\(names)")
+        let contents = Set(try copies.map { String(decoding: try Disk.bytes(rig.root + "/" + $0), as: UTF8.self) })
+        #expect(contents == ["base\njournalled edit\n", "whole\nmore\n"])
+        let replay = try rig.status()["journal"]?["last_replay"]
+        #expect(replay?["conflicts"] == ["a.txt", "b.txt"])
+        #expect(daemon.output.contains { $0.contains("changed by another program while it had unsaved edits") })
+        #expect(rig.stop() == 0)
+    }
+
+    @Test("A save that fails at shutdown leaves its edits in the journal; the next start replays and saves them")
+    func failedShutdownSave() async throws {
+        let rig = try JournalRig()
+        try await rig.start()
+        try rig.ok(["cmd": "set", "doc": "sub/a.txt", "text": "kept through a failed shutdown\n"])
+        // The document's directory cannot be made: every save fails.
+        try Disk.write("a file where the directory goes\n", to: rig.root + "/sub")
+        let daemon = rig.daemon!
+        #expect(rig.stop() == 1)
+        #expect(daemon.output.contains { $0.contains("NOT SAVED at shutdown") })
+        #expect(daemon.output.contains { $0.contains("kept in the edit journal") && $0.contains("sub/a.txt") })
+        #expect(unlink(rig.root + "/sub") == 0)
+        try await rig.start()
+        #expect(try rig.text("sub/a.txt") == "kept through a failed shutdown\n")
+        #expect(rig.stop() == 0)
+        #expect(try Disk.bytes(rig.root + "/sub/a.txt") == Data("kept through a failed shutdown\n".utf8))
+    }
+
+    @Test(
+        "The journal's disk full: the edit in flight is not acknowledged until its record is written, new edits are refused naming the journal, and all recovers without a restart",
+        .enabled(if: Machine.isRoot, "mounting needs root"))
+    func journalDiskFull() async throws {
+        let scratch = TemporaryDirectory("journal-full")
+        let small = scratch.sub("small")
+        try FileManager.default.createDirectory(atPath: small, withIntermediateDirectories: false)
+        let tmpfs = try Mount(tmpfsOfSize: "1m", at: small)
+        defer { withExtendedLifetime(tmpfs) {} }
+        let rig = try JournalRig(root: small + "/root", journal: small + "/journal")
+        try await rig.start()
+        let client = try rig.client()
+        try rig.ok(["cmd": "set", "doc": "a.txt", "text": "before\n"], on: client)
+        try Disk.fill(small)
+        PowerLossRig.setReceiveTimeout(client, milliseconds: 1500)
+        // Large enough to need new pages of the full tmpfs (a small record could fit in the segment's last page).
+        let large = String(repeating: "while full\n", count: 8192)
+        _ = try client.send(["id": 99, "cmd": "set", "doc": "a.txt", "text": .string(large)])
+        #expect(throws: (any Error).self, "no reply while its record cannot be written") { try client.receive() }
+        let refused = try rig.client().call(["cmd": "append", "doc": "a.txt", "text": "refused\n"])
+        #expect(refused["error"]?["code"] == "io-error", "\(refused)")
+        #expect(refused["error"]?["message"]?.stringValue?.contains("edit journal") == true)
+        #expect(refused["error"]?["message"]?.stringValue?.contains("ENOSPC") == true)
+        #expect(try rig.status()["journal"]?["failure"]?.stringValue?.contains("ENOSPC") == true)
+        try FileManager.default.removeItem(atPath: small + "/filler")
+        // The journal writes the record again (its retries back off to 5 s); then the reply comes.
+        PowerLossRig.setReceiveTimeout(client, milliseconds: 30_000)
+        let late = try client.receive()
+        #expect(late["id"] == 99 && late["ok"] == true, "\(late)")
+        try rig.ok(["cmd": "append", "doc": "a.txt", "text": "after\n"])
+        rig.kill()
+        try await rig.start()
+        #expect(try rig.text("a.txt") == large + "after\n")
+        #expect(rig.stop() == 0)
+    }
+
+    @Test(
+        "A durable save releases its records; past MaxSize= the documents pinning the oldest segment are saved and it is deleted"
+    )
+    func truncation() async throws {
+        let rig = try JournalRig("[Journal]\nMaxSize=1M\n")
+        try await rig.start()
+        let client = try rig.client()
+        let chunk = String(repeating: "x", count: 4000) + "\n"
+        for index in 0..<6 { try rig.ok(["cmd": "set", "doc": .string("doc\(index).txt"), "text": ""], on: client) }
+        for round in 0..<600 {
+            try rig.ok(["cmd": "append", "doc": .string("doc\(round % 6).txt"), "text": .string(chunk)], on: client)
+        }
+        // 2.4 MB of edits with a quiet period of an hour: the size limit makes the saves,
+        // and the segments they free are deleted.
+        let deadline = ContinuousClock.now + .seconds(30)
+        var status = try rig.status()
+        while status["journal"]?["bytes"]?.intValue ?? .max > (1 << 20) + (256 << 10), ContinuousClock.now < deadline {
+            usleep(20_000)
+            status = try rig.status()
+        }
+        #expect(status["saves"]?.intValue ?? 0 >= 1)
+        #expect(status["journal"]?["bytes"]?.intValue ?? .max <= (1 << 20) + (256 << 10))
+        rig.kill()
+        try await rig.start()
+        for index in 0..<6 { #expect(try rig.text("doc\(index).txt") == String(repeating: chunk, count: 100)) }
+        #expect(rig.stop() == 0)
+    }
+}
+
+/// The journal on the power-loss file system (Tests/Tools/powerloss_fs.py): a cut keeps
+/// only what was synced — file data once fsynced, directory entries once the directory
+/// is — and the daemon is started again on what is left.
+@Suite(
+    "The edit journal under simulated power loss",
+    .enabled(if: PowerLossMount.isAvailable, "needs root, /dev/fuse and Debian's python3-fusepy"), .serialized)
+struct JournalPowerLossTests {
+    struct Run {
+        /// Lines acknowledged, with when.
+        var acknowledged: [(line: String, at: ContinuousClock.Instant)] = []
+        /// When the first request went unanswered (the cut).
+        var cutAt: ContinuousClock.Instant?
+        var found: String?
+        var problems: [String] = []
+    }
+
+    static func line(_ index: Int) -> String { "edit \(index) " + String(repeating: "·", count: index % 40) + "\n" }
+
+    /// Appends lines to one document, one request at a time, until the cut after the
+    /// `cut`-th fsync; then starts the daemon again on the durable state and reads it.
+    func run(mode: String, cut: Int, pace: Duration = .zero) async throws -> Run {
+        let directory = TemporaryDirectory("journal-powerloss")
+        let backing = directory.sub("backing")
+        let mountPoint = directory.sub("mnt")
+        for path in [backing, mountPoint] {
+            try FileManager.default.createDirectory(atPath: path, withIntermediateDirectories: false)
+        }
+        let rig = try JournalRig(
+            "[Journal]\nMode=\(mode)\nSyncInterval=100ms\n", root: mountPoint + "/root",
+            journal: mountPoint + "/journal")
+        var run = Run()
+        do {
+            let mount = try PowerLossMount(
+                backing: backing, at: mountPoint, crash: PowerLossMount.CrashPoint("fsync", cut))
+            try await rig.start()
+            let client = try rig.client()
+            // After the cut, nothing more is acknowledged: the journal's writes and syncs fail.
+            PowerLossRig.setReceiveTimeout(client, milliseconds: 1500)
+            _ = try? client.call(["cmd": "set", "doc": "log.txt", "text": ""])
+            for index in 0..<400 {
+                let line = Self.line(index)
+                let sent = ContinuousClock.now
+                let reply = try? client.call(["cmd": "append", "doc": "log.txt", "text": .string(line)])
+                guard reply?["ok"] == true else {
+                    run.cutAt = sent
+                    break
+                }
+                if index == 0 { _ = try? client.call(["cmd": "save", "doc": "log.txt", "wait": true]) }
+                run.acknowledged.append((line, ContinuousClock.now))
+                if pace > .zero { try await Task.sleep(for: pace) }
+            }
+            rig.kill()
+            if !mount.crashed { run.problems.append("the cut after fsync \(cut) never came") }
+            try mount.unmount()
+        }
+        // Power back: the daemon replays what the journal kept.
+        let mount = try PowerLossMount(backing: backing, at: mountPoint)
+        try await rig.start()
+        run.found = try rig.text("log.txt")
+        if rig.stop() != 0 { run.problems.append("the daemon did not stop cleanly after the restart") }
+        try mount.unmount()
+        return run
+    }
+
+    @Test(
+        "Mode=always: after a cut at any sync, every acknowledged edit is present, in order, and nothing half-applied")
+    func always() async throws {
+        var cuts = 0
+        for cut in [2, 3, 5, 8, 13, 21] {
+            let run = try await run(mode: "always", cut: cut)
+            #expect(run.problems.isEmpty, "cut after fsync \(cut): \(run.problems)")
+            let acknowledged = run.acknowledged.map(\.line).joined()
+            let found = run.found ?? ""
+            // The request in flight at the cut may be there too, whole.
+            let inFlight = acknowledged + Self.line(run.acknowledged.count)
+            #expect(
+                found == acknowledged || found == inFlight,
+                "cut after fsync \(cut): \(run.acknowledged.count) acknowledged, found \(found.split(separator: "\n").count) lines"
+            )
+            cuts += 1
+        }
+        #expect(cuts == 6)
+    }
+
+    @Test(
+        "Mode=periodic: after a cut, at most SyncInterval= of acknowledged edits is missing, and what is there is a prefix"
+    )
+    func periodic() async throws {
+        for cut in [4, 7] {
+            let run = try await run(mode: "periodic", cut: cut, pace: .milliseconds(5))
+            #expect(run.problems.isEmpty, "cut after fsync \(cut): \(run.problems)")
+            let lines = run.acknowledged.map(\.line)
+            let found = run.found ?? ""
+            let count = found.split(separator: "\n", omittingEmptySubsequences: true).count
+            #expect(
+                found == (lines + [Self.line(lines.count)]).prefix(count).joined(),
+                "cut after fsync \(cut): not a prefix")
+            // Everything acknowledged well before the cut (a sync interval and slack) survived.
+            if let cutAt = run.cutAt {
+                let old = run.acknowledged.filter { $0.at < cutAt - .milliseconds(600) }.count
+                #expect(count >= old, "cut after fsync \(cut): \(old) edits older than the interval, \(count) found")
+            }
+        }
+    }
+}
+
+/// Damaged journals: what the daemon starts with, and what it says.
+@Suite("Bad journals: torn, flipped, zeroed and missing segments", .serialized)
+struct BadJournalTests {
+    /// The records of a segment file: offset and length of each (header included in `length`).
+    static func records(_ path: String) throws -> [(offset: Int, length: Int)] {
+        let data = [UInt8](try Disk.bytes(path))
+        var found: [(Int, Int)] = []
+        var offset = 32
+        while offset + 8 <= data.count {
+            let length =
+                Int(data[offset]) | Int(data[offset + 1]) << 8 | Int(data[offset + 2]) << 16
+                | Int(data[offset + 3]) << 24
+            guard length >= 16, offset + 8 + length <= data.count else { break }
+            found.append((offset, 8 + length))
+            offset += 8 + length
+        }
+        return found
+    }
+
+    /// A journal left by a killed daemon: `b.txt` set, then `a.txt` set and appended to five times.
+    static func damagedRig() async throws -> (JournalRig, pristine: String) {
+        let rig = try JournalRig()
+        try await rig.start()
+        let client = try rig.client()
+        try rig.ok(["cmd": "set", "doc": "b.txt", "text": "b\n"], on: client)
+        try rig.ok(["cmd": "set", "doc": "a.txt", "text": "0\n"], on: client)
+        for index in 1...5 { try rig.ok(["cmd": "append", "doc": "a.txt", "text": .string("\(index)\n")], on: client) }
+        rig.kill()
+        let pristine = rig.directory.sub("pristine")
+        _ = try Machine.run("cp", ["-a", rig.journal, pristine])
+        return (rig, pristine)
+    }
+
+    /// Puts the pristine journal back, empties the root, applies `damage` to the segment.
+    static func restore(_ rig: JournalRig, from pristine: String, damage: (String) throws -> Void) throws {
+        _ = try Machine.run("rm", ["-rf", rig.journal, rig.root])
+        _ = try Machine.run("cp", ["-a", pristine, rig.journal])
+        try damage(rig.journal + "/" + rig.segments[0])
+    }
+
+    static func truncate(_ path: String, to size: Int) throws {
+        let handle = try FileHandle(forWritingTo: URL(fileURLWithPath: path))
+        try handle.truncate(atOffset: UInt64(size))
+        try handle.close()
+    }
+
+    func text(_ rig: JournalRig, _ doc: String) throws -> String? {
+        try rig.client().call(["cmd": "get", "doc": .string(doc)])["text"]?.stringValue
+    }
+
+    @Test(
+        "The last record cut at every byte offset: the daemon starts with every whole record, the cut is reported as a torn tail, the cut edit is not applied"
+    )
+    func tornAtEveryOffset() async throws {
+        let (rig, pristine) = try await Self.damagedRig()
+        let segment = pristine + "/" + rig.segments[0]
+        let last = try Self.records(segment).last!
+        for cut in 0..<last.length {
+            try Self.restore(rig, from: pristine) { try Self.truncate($0, to: last.offset + cut) }
+            try await rig.start()
+            #expect(try text(rig, "a.txt") == "0\n1\n2\n3\n4\n", "cut at byte \(cut) of the last record")
+            #expect(try text(rig, "b.txt") == "b\n")
+            let problems = try rig.status()["journal"]?["last_replay"]?["problems"]?.arrayValue ?? []
+            if cut > 0 {
+                #expect(
+                    problems.contains { $0.stringValue?.contains("torn tail at offset \(last.offset)") == true },
+                    "cut at byte \(cut): \(problems)")
+            }
+            rig.kill()
+        }
+    }
+
+    @Test(
+        "A bit flipped in a middle record: replay stops there for that segment, names it and the documents affected, and applies nothing wrong"
+    )
+    func flippedBit() async throws {
+        let (rig, pristine) = try await Self.damagedRig()
+        let records = try Self.records(pristine + "/" + rig.segments[0])
+        // Records: b's base and set, a's base, set and five appends; flip a bit in a's second append.
+        let target = records[5]
+        try Self.restore(rig, from: pristine) { path in
+            var data = [UInt8](try Disk.bytes(path))
+            data[target.offset + target.length - 2] ^= 0x10
+            try Data(data).write(to: URL(fileURLWithPath: path))
+        }
+        let daemon = try await rig.start()
+        #expect(try text(rig, "a.txt") == "0\n1\n")
+        #expect(try text(rig, "b.txt") == "b\n")
+        let problems = try rig.status()["journal"]?["last_replay"]?["problems"]?.arrayValue ?? []
+        #expect(
+            problems.contains {
+                $0.stringValue?.contains("bad record at offset \(target.offset)") == true
+                    && $0.stringValue?.contains("documents affected: a.txt") == true
+            }, "\(problems)")
+        #expect(daemon.output.contains { $0.contains("bad record at offset \(target.offset)") })
+        rig.kill()
+    }
+
+    @Test("A segment of zeros: not replayed, reported as a bad header; the daemon starts with the files as they are")
+    func zeros() async throws {
+        let (rig, pristine) = try await Self.damagedRig()
+        try Self.restore(rig, from: pristine) { path in
+            let size = try Disk.bytes(path).count
+            try Data(count: size).write(to: URL(fileURLWithPath: path))
+        }
+        try await rig.start()
+        #expect(try rig.client().call(["cmd": "get", "doc": "a.txt"])["error"]?["code"] == "not-found")
+        let problems = try rig.status()["journal"]?["last_replay"]?["problems"]?.arrayValue ?? []
+        #expect(problems.contains { $0.stringValue?.contains("bad header") == true }, "\(problems)")
+        rig.kill()
+    }
+
+    @Test(
+        "A missing segment: reported; the document whose records it held gets only the edits before the gap, and is named; the rest is replayed"
+    )
+    func missingSegment() async throws {
+        let rig = try JournalRig("[Journal]\nMaxSize=1M\n")
+        try await rig.start()
+        let client = try rig.client()
+        let chunk = String(repeating: "a", count: 4095) + "\n"
+        try rig.ok(["cmd": "set", "doc": "a.txt", "text": ""], on: client)
+        // 256 KiB segments (an eighth of MaxSize=): three of them.
+        for _ in 0..<150 { try rig.ok(["cmd": "append", "doc": "a.txt", "text": .string(chunk)], on: client) }
+        try rig.ok(["cmd": "set", "doc": "b.txt", "text": "in the last segment\n"], on: client)
+        rig.kill()
+        let segments = rig.segments
+        #expect(segments.count == 3, "\(segments)")
+        try FileManager.default.removeItem(atPath: rig.journal + "/" + segments[1])
+        try await rig.start()
+        #expect(try text(rig, "b.txt") == "in the last segment\n")
+        let a = try text(rig, "a.txt") ?? ""
+        let chunks = a.utf8.count / chunk.utf8.count
+        #expect(a == String(repeating: chunk, count: chunks) && chunks > 0 && chunks < 100, "\(chunks) chunks")
+        let replay = try rig.status()["journal"]?["last_replay"]
+        let problems = replay?["problems"]?.arrayValue ?? []
+        #expect(problems.contains { $0.stringValue?.contains("missing") == true }, "\(problems)")
+        let unapplied = replay?["unapplied"]?.arrayValue ?? []
+        #expect(unapplied.count == 1 && unapplied[0].stringValue?.hasPrefix("a.txt: ") == true, "\(unapplied)")
+        rig.kill()
+    }
+}
+
+/// A library user's own document type, whose edits are the engine's ``DocumentEdit``s.
+struct Tally: AutosaveDocument {
+    static let type = UTType.declare("com.example.tally", conformingTo: [.data], filenameExtensions: ["tally"])
+    static var readableContentTypes: [UTType] { [type] }
+    var marks: [String] = []
+
+    init(configuration: ReadConfiguration) throws {
+        let text = String(decoding: configuration.file.regularFileContents ?? Data(), as: UTF8.self)
+        marks = text.split(separator: "\n").map(String.init)
+    }
+
+    func fileWrapper(configuration: WriteConfiguration) throws -> FileWrapper {
+        FileWrapper(regularFileWithContents: Data(marks.map { $0 + "\n" }.joined().utf8))
+    }
+
+    mutating func apply(_ edit: DocumentEdit, existingFile: FileWrapper?) throws {
+        guard case .append(let mark) = edit else {
+            throw DocumentContentError(.unsupported, "a tally only takes appended marks")
+        }
+        marks.append(mark)
+    }
+}
+
+@Suite("The edit journal for programs embedding the engine")
+struct EmbeddedJournalTests {
+    static func store(_ directory: TemporaryDirectory, log: CapturedLog) -> DocumentStore {
+        var configuration = Configuration(environment: [:])
+        configuration.root = directory.sub("root")
+        configuration.journalDirectorySetting = directory.sub("journal")
+        configuration.quietPeriod = .seconds(3600)
+        configuration.maxDelay = .seconds(3600)
+        try? FileManager.default.createDirectory(atPath: configuration.root, withIntermediateDirectories: true)
+        var registry = DocumentTypeRegistry()
+        registry.register(Tally.self, contentType: Tally.type, filenameExtensions: ["tally"])
+        return DocumentStore(configuration: configuration, registry: registry, log: Logger(level: .info, handler: log))
+    }
+
+    @Test(
+        "A registered type's edits through apply(_:to:) are journalled and replayed by the next store; modify(_:as:_:) is reported as unjournalled"
+    )
+    func embedded() async throws {
+        let directory = TemporaryDirectory("journal-embedded")
+        let log = CapturedLog()
+        let first = Self.store(directory, log: log)
+        await first.openAll()
+        try await first.openJournal()
+        try Disk.write("", to: directory.sub("root/count.tally"))
+        for mark in ["a", "b", "c"] { try await first.apply(.append(mark), to: "count.tally") }
+        try Disk.write("x\n", to: directory.sub("root/other.tally"))
+        try await first.modify("other.tally", as: Tally.self) { $0.marks.append("unjournalled") }
+        let summary = try #require(await first.journalSummary)
+        #expect(summary.unjournalledEdits == 1 && summary.unjournalledTypes == ["Tally"])
+        #expect(log.all.contains { $0.message.contains("Tally documents through modify(_:as:_:) are not journalled") })
+        // Stopped without saving, as a crash would: the journal's records are all that holds the marks.
+        #expect(await first.closeJournal().failure == nil)
+        #expect(try Disk.bytes(directory.sub("root/count.tally")).isEmpty)
+
+        let second = Self.store(directory, log: CapturedLog())
+        await second.openAll()
+        let replayed = try #require(try await second.openJournal())
+        #expect(replayed.edits == 3 && replayed.documents == 1)
+        #expect(try await second.document("count.tally", as: Tally.self).marks == ["a", "b", "c"])
+        #expect(try await second.document("other.tally", as: Tally.self).marks == ["x"])
+        _ = await second.closeJournal()
+    }
+}
