@@ -257,7 +257,12 @@ extension DocumentStore {
             }
             var applied = 0
             for (lsn, t, edit) in edits {
-                do { try entry.document.apply(edit, existingFile: entry.existingFile) } catch {
+                do { try entry.document.apply(edit, existingFile: entry.existingFile) } catch let error
+                    as DocumentContentError where error.kind == .notFound && Self.removesMember(edit)
+                {
+                    // A package saved in place, cut between removing a member and writing the
+                    // rest: the member is gone already, as the edit wants.
+                } catch {
                     // Never refused when it was made (refused edits are not journalled): keep what came before it.
                     summary.unapplied.append("\(path): the journalled edit \(lsn) was refused on replay: \(error)")
                     log.error(
@@ -317,6 +322,11 @@ extension DocumentStore {
         summary.conflicts.append(path)
         resolveConflict(path)
         if entries[path]?.isDirty == true { saveReplayed(path) }
+    }
+
+    private static func removesMember(_ edit: DocumentEdit) -> Bool {
+        if case .removeMember = edit { return true }
+        return false
     }
 
     /// The document the journalled `entries` describe, from the last record that gives
