@@ -158,19 +158,39 @@ extension FileDescriptor {
     }
 
     /// Reads from the current offset to the end of the file.
+    ///
+    /// `sizeHint` (the file's size, when known) sizes the buffer: the bytes are read
+    /// straight into one uninitialised allocation of `sizeHint + 1` bytes (the extra byte
+    /// lets the read that finds the end of the file tell it from a file that grew), so a
+    /// small file costs no zero-filling of space it does not use. A file longer than the
+    /// hint is read on into an allocation twice as large.
     public func readToEnd(sizeHint: Int = 0) throws(Errno) -> [UInt8] {
         var bytes: [UInt8] = []
-        bytes.reserveCapacity(max(sizeHint, 0) + 1)
-        var chunk = max(64 * 1024, sizeHint + 1)
+        var capacity = max(sizeHint, 4095) + 1
         while true {
-            let start = bytes.count
-            bytes.append(contentsOf: repeatElement(0, count: chunk))
-            let n = try bytes.withUnsafeMutableBytes { all in
-                Result { () throws(Errno) in try read(into: UnsafeMutableRawBufferPointer(rebasing: all[start...])) }
-            }.get()
-            bytes.removeLast(chunk - n)
-            if n == 0 { return bytes }
-            if n == chunk { chunk = min(chunk * 2, 16 * 1024 * 1024) }
+            var failure: Errno?
+            var reachedEnd = false
+            let previous = bytes
+            bytes = [UInt8](unsafeUninitializedCapacity: capacity) { buffer, initialized in
+                initialized = previous.withUnsafeBufferPointer { buffer.initialize(fromContentsOf: $0) }
+                while initialized < buffer.count {
+                    let free = UnsafeMutableBufferPointer(rebasing: buffer[initialized...])
+                    do throws(Errno) {
+                        let n = try read(into: UnsafeMutableRawBufferPointer(free))
+                        if n == 0 {
+                            reachedEnd = true
+                            return
+                        }
+                        initialized += n
+                    } catch {
+                        failure = error
+                        return
+                    }
+                }
+            }
+            if let failure { throw failure }
+            if reachedEnd { return bytes }
+            capacity *= 2
         }
     }
 
