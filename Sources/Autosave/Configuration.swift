@@ -189,8 +189,13 @@ extension Configuration {
     mutating func apply(_ text: String, file: String) -> [ConfigurationError] {
         var errors: [ConfigurationError] = []
         var section: String? = nil
-        for (index, rawLine) in text.split(separator: "\n", omittingEmptySubsequences: false).enumerated() {
+        // Split by scalars: "\r\n" is one Character, which a split by Character never cuts.
+        for (index, scalars) in text.unicodeScalars.split(separator: "\n", omittingEmptySubsequences: false)
+            .enumerated()
+        {
             let lineNumber = index + 1
+            var rawLine = Substring(scalars)
+            if rawLine.unicodeScalars.last == "\r" { rawLine.unicodeScalars.removeLast() }
             let line = rawLine.trimmingCharacters(in: .whitespaces)
             func fail(_ message: String) {
                 errors.append(ConfigurationError(file: file, line: lineNumber, message: message))

@@ -85,8 +85,9 @@ public struct IgnorePattern: Sendable, Equatable, CustomStringConvertible {
     /// The patterns of an ignore file's text, one per line, `#` comments; `file` names it in sources.
     public static func parse(_ text: String, file: String, base: String) -> [IgnorePattern] {
         var patterns: [IgnorePattern] = []
-        for (index, line) in text.split(separator: "\n", omittingEmptySubsequences: false).enumerated() {
-            if let pattern = IgnorePattern(line, source: "\(file) line \(index + 1)", base: base) {
+        // Split by scalars: "\r\n" is one Character, which a split by Character never cuts.
+        for (index, line) in text.unicodeScalars.split(separator: "\n", omittingEmptySubsequences: false).enumerated() {
+            if let pattern = IgnorePattern(Substring(line), source: "\(file) line \(index + 1)", base: base) {
                 patterns.append(pattern)
             }
         }

@@ -44,6 +44,8 @@ public struct Errno: RawRepresentable, Error, Hashable, Sendable, CustomStringCo
     public static let connectionRefused = Errno(rawValue: ECONNREFUSED)
     public static let brokenPipe = Errno(rawValue: EPIPE)
     public static let connectionReset = Errno(rawValue: ECONNRESET)
+    /// Bytes that are not valid UTF-8 where a string is needed (a link destination).
+    public static let illegalByteSequence = Errno(rawValue: EILSEQ)
 
     /// Lets `case Errno.noSpace:` match an `any Error`.
     public static func ~= (lhs: Errno, rhs: any Error) -> Bool {
@@ -59,6 +61,7 @@ public struct Errno: RawRepresentable, Error, Hashable, Sendable, CustomStringCo
         EPIPE: "EPIPE", ENAMETOOLONG: "ENAMETOOLONG", ENOSYS: "ENOSYS", ENOTEMPTY: "ENOTEMPTY",
         ELOOP: "ELOOP", EOPNOTSUPP: "EOPNOTSUPP", EDQUOT: "EDQUOT", ETXTBSY: "ETXTBSY",
         ECONNREFUSED: "ECONNREFUSED", ECONNRESET: "ECONNRESET", ETIMEDOUT: "ETIMEDOUT",
+        EILSEQ: "EILSEQ",
     ]
 }
 

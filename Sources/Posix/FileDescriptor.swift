@@ -374,7 +374,7 @@ extension FileDescriptor {
         }.get()
     }
 
-    /// The destination of the symbolic link `name`.
+    /// The destination of the symbolic link `name`; `EILSEQ` when it is not UTF-8.
     ///
     /// The corresponding C function is `readlinkat`.
     public func readSymbolicLink(_ name: String) throws(Errno) -> String {
@@ -387,7 +387,11 @@ extension FileDescriptor {
                 }
             }.get()
             if n < capacity {
-                return String(decoding: buffer[..<n].map { UInt8(bitPattern: $0) }, as: UTF8.self)
+                // A destination that is not UTF-8 has no String that writes it back as it
+                // was: refused rather than silently changed.
+                guard let destination = String(validating: buffer[..<n].map { UInt8(bitPattern: $0) }, as: UTF8.self)
+                else { throw Errno.illegalByteSequence }
+                return destination
             }
             capacity *= 4
         }
