@@ -417,22 +417,30 @@ extension FileDescriptor {
                 if system_errno != 0 { throw Errno.current }
                 return entries
             }
-            let name = withUnsafeBytes(of: entry.pointee.d_name) { raw -> String in
+            let (name, valid) = withUnsafeBytes(of: entry.pointee.d_name) { raw -> (String, Bool) in
                 let bytes = raw.bindMemory(to: UInt8.self)
                 let end = bytes.firstIndex(of: 0) ?? bytes.count
-                return String(decoding: bytes[..<end], as: UTF8.self)
+                let name = UnsafeBufferPointer(rebasing: bytes[..<end])
+                if let string = String(validating: name, as: UTF8.self) { return (string, true) }
+                return (String(decoding: name, as: UTF8.self), false)
             }
             if name == "." || name == ".." { continue }
-            entries.append(DirectoryEntry(name: name, kind: FileKind(directoryEntryType: entry.pointee.d_type)))
+            entries.append(
+                DirectoryEntry(
+                    name: name, kind: FileKind(directoryEntryType: entry.pointee.d_type), nameIsUTF8: valid))
         }
     }
 }
 
 /// One entry of a directory listing.
 public struct DirectoryEntry: Hashable, Sendable {
+    /// The name; with U+FFFD for the bytes that are not UTF-8 when ``nameIsUTF8`` is false.
     public var name: String
     /// The type the file system reported, or `nil` when it did not say (`DT_UNKNOWN`).
     public var kind: FileKind?
+    /// Whether the name's bytes are UTF-8. A name that is not has no String that opens
+    /// the file again (``name`` names another file, or none).
+    public var nameIsUTF8 = true
 }
 
 /// Calls `body` with a C string for `path`, refusing a path with an embedded NUL byte,

@@ -92,4 +92,35 @@ struct FuzzRegressionTests {
         #expect(rules.ignoring("keep", isDirectory: false) != nil)
         #expect(rules.ignoring("a.keep.tmp", isDirectory: false) == nil)
     }
+
+    @Test("Time spans below a millisecond are rendered so that they read back the same (FuzzConfig)")
+    func subMillisecondSpans() throws {
+        let path = directory.sub("spans.conf")
+        // As found: RetryInterval=250us was rendered as 0ms.
+        try Disk.write(
+            "[Autosave]\nQuietPeriod=1.5s\nMaxDelay=2min 3s 40ms\nRetryInterval=250us\nMaxRetryInterval=1d\n", to: path)
+        let configuration = try Configuration.load(path: path, required: true, environment: [:])
+        #expect(configuration.retryInterval == .microseconds(250))
+        #expect(configuration.rendered.contains("RetryInterval=250us\n"))
+        try Disk.write(configuration.rendered, to: path)
+        var again = try Configuration.load(path: path, required: true, environment: [:])
+        again.sources = configuration.sources
+        #expect(again == configuration)
+        #expect(TimeSpan.format(.nanoseconds(1500)) == "1500ns")
+        #expect(try TimeSpan.parse("1500ns") == .nanoseconds(1500))
+    }
+
+    @Test(
+        "Spans and sizes too large for their types are refused, not trapped on",
+        arguments: [
+            "[Autosave]\nQuietPeriod=10000000000\n", "[Autosave]\nMaxDelay=\(String(repeating: "9", count: 400))d\n",
+            "[Control]\nMaxRequestSize=9999999999999999G\n",
+        ])
+    func tooLarge(text: String) throws {
+        let path = directory.sub("large.conf")
+        try Disk.write(text, to: path)
+        #expect(throws: ConfigurationErrors.self) {
+            _ = try Configuration.load(path: path, required: true, environment: [:])
+        }
+    }
 }

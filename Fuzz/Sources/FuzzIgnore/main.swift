@@ -257,7 +257,7 @@ func fuzzIgnore(_ input: [UInt8]) {
     var configuration = Configuration(environment: [:])
     configuration.ignoreDefaults = pieces.first?.first.map { $0 & 1 == 1 } ?? false
     configuration.ignoreFile = ".ignore"
-    let configured = pieces[0].split(separator: 10, omittingEmptySubsequences: false).map {
+    let configured = pieces[0].split(separator: 10, omittingEmptySubsequences: false).prefix(12).map {
         String(decoding: $0, as: UTF8.self)
     }
     configuration.ignore = configured.filter { IgnorePattern($0, source: "") != nil }
@@ -265,10 +265,14 @@ func fuzzIgnore(_ input: [UInt8]) {
     var references: [(ReferencePattern, [UInt8])] = []
 
     // Each line, parsed by both.
-    let files: [(text: [UInt8], base: String)] = [
-        (pieces.count > 1 ? pieces[1] : [], ""), (pieces.count > 2 ? pieces[2] : [], "d"),
-    ]
-    let lineSets = [(pieces[0], "")] + files.map { ($0.text, $0.base) }
+    // A dozen lines each: enough for any interplay, few enough to stay fast.
+    func firstLines(_ index: Int) -> [UInt8] {
+        guard index < pieces.count else { return [] }
+        return Array(
+            pieces[index].split(separator: 10, omittingEmptySubsequences: false).prefix(12).joined(separator: [10]))
+    }
+    let files: [(text: [UInt8], base: String)] = [(firstLines(1), ""), (firstLines(2), "d")]
+    let lineSets = [(firstLines(0), "")] + files.map { ($0.text, $0.base) }
     for (text, _) in lineSets {
         for line in text.split(separator: 10, omittingEmptySubsequences: false).map(Array.init) {
             let string = String(decoding: line, as: UTF8.self)
@@ -290,15 +294,19 @@ func fuzzIgnore(_ input: [UInt8]) {
     for (text, base) in files where !text.isEmpty {
         rules.setFile(base, IgnorePattern.parse(String(decoding: text, as: UTF8.self), file: "f", base: base))
     }
-    for pattern in rules.all {
-        guard
-            let reference = referenceParse(Array(pattern.text.utf8))
-                ?? referenceParse(Array(pattern.text.utf8) + [0x5C, 0x20])
-        else {
-            fail("a pattern in force does not parse again: \(pattern)")
-        }
-        references.append((reference, Array(pattern.base.utf8)))
+    // The reference patterns, from the original lines, in the order the rules apply them.
+    var sources: [([UInt8], [UInt8])] = []
+    if configuration.ignoreDefaults { sources += IgnoreRules.defaults.map { (Array($0.utf8), []) } }
+    sources += configuration.ignore.map { (Array($0.utf8), []) }
+    for (text, base) in files where !text.isEmpty {
+        let decoded = Array(String(decoding: text, as: UTF8.self).utf8)
+        sources += decoded.split(separator: 10, omittingEmptySubsequences: false).map { (Array($0), Array(base.utf8)) }
     }
+    for (line, base) in sources {
+        if let reference = referenceParse(line) { references.append((reference, base)) }
+    }
+    let all = rules.all
+    check(all.count == references.count, "\(all.count) patterns in force, the reference has \(references.count)")
 
     var paths: [(path: String, isDirectory: Bool)] = []
     for piece in pieces.dropFirst(3) {
@@ -317,8 +325,7 @@ func fuzzIgnore(_ input: [UInt8]) {
         }
     }
 
-    let all = rules.all
-    for (path, isDirectory) in paths.prefix(40) {
+    for (path, isDirectory) in paths.prefix(24) {
         let got = rules.ignoring(path, isDirectory: isDirectory)
         // The reference decision: each prefix of the path in turn, a directory unless it is the
         // path itself; the last pattern in force that matches decides; an excluded prefix ends it.

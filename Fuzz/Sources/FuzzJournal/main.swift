@@ -121,7 +121,8 @@ func fuzzJournal(_ input: [UInt8]) {
     // The reference: valid prefixes in base order, release marks applied, each LSN once, rising.
     var released: [UInt64: UInt64] = [:]
     var candidates: [Record] = []
-    for base in segments.keys.sorted() {
+    // Names above 2^62 are not segments' (SegmentFormat.maximumBase).
+    for base in segments.keys.sorted() where base <= 1 << 62 {
         for record in validPrefix(segments[base]!, base: base) {
             if record.owner == reservedOwner, record.payload.count == 16 {
                 let owner = u64(record.payload, 0)
