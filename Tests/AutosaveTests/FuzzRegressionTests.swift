@@ -123,4 +123,20 @@ struct FuzzRegressionTests {
             _ = try Configuration.load(path: path, required: true, environment: [:])
         }
     }
+
+    @Test("A trailing space after an escaped backslash is dropped, as git drops it (FuzzIgnore)")
+    func escapedBackslashBeforeSpace() throws {
+        // As found: the line `\\  ` kept a space, as if the second backslash escaped it.
+        let found = try #require(IgnorePattern("\\\\  ", source: ""))
+        #expect(found.text == "\\\\")
+        var configuration = Configuration(environment: [:])
+        configuration.ignoreDefaults = false
+        configuration.ignore = ["\\\\  "]
+        let rules = IgnoreRules(configuration: configuration)
+        #expect(rules.ignoring("\\", isDirectory: false) != nil)
+        #expect(rules.ignoring("\\ ", isDirectory: false) == nil)
+        // An escaped space stays, and so do the spaces before it.
+        #expect(IgnorePattern("a \\  ", source: "")?.text == "a \\ ")
+        #expect(IgnorePattern("a\\\\\\  ", source: "")?.text == "a\\\\\\ ")
+    }
 }
