@@ -33,7 +33,8 @@ enum SegmentFormat {
     /// The highest base LSN a segment may have: 2^62, which a journal appending a million
     /// records a second reaches after 146,000 years. Above it, the LSNs of a segment's
     /// records (consecutive from its base) and the next segment's base could pass
-    /// `UInt64.max`; a file named so is not a segment.
+    /// `UInt64.max`; a file named so is not a segment, and replay refuses to start a
+    /// journal whose next segment would be numbered above it (`EOVERFLOW`).
     static let maximumBase = LSN(1 << 62)
 
     /// The base LSN a segment file name stands for, or `nil` for any other name.

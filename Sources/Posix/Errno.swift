@@ -46,6 +46,8 @@ public struct Errno: RawRepresentable, Error, Hashable, Sendable, CustomStringCo
     public static let connectionReset = Errno(rawValue: ECONNRESET)
     /// Bytes that are not valid UTF-8 where a string is needed (a link destination).
     public static let illegalByteSequence = Errno(rawValue: EILSEQ)
+    /// A number past what its type or format holds (a journal's LSNs).
+    public static let valueTooLarge = Errno(rawValue: EOVERFLOW)
 
     /// Lets `case Errno.noSpace:` match an `any Error`.
     public static func ~= (lhs: Errno, rhs: any Error) -> Bool {
@@ -61,7 +63,7 @@ public struct Errno: RawRepresentable, Error, Hashable, Sendable, CustomStringCo
         EPIPE: "EPIPE", ENAMETOOLONG: "ENAMETOOLONG", ENOSYS: "ENOSYS", ENOTEMPTY: "ENOTEMPTY",
         ELOOP: "ELOOP", EOPNOTSUPP: "EOPNOTSUPP", EDQUOT: "EDQUOT", ETXTBSY: "ETXTBSY",
         ECONNREFUSED: "ECONNREFUSED", ECONNRESET: "ECONNRESET", ETIMEDOUT: "ETIMEDOUT",
-        EILSEQ: "EILSEQ",
+        EILSEQ: "EILSEQ", EOVERFLOW: "EOVERFLOW",
     ]
 }
 

@@ -28,6 +28,44 @@ final class JournalFuzzRegressionTests {
         #expect(again.close() == nil)
     }
 
+    @Test(
+        "A valid segment numbered at the limit (2^62): the journal does not start rather than write a segment it would not read"
+    )
+    func segmentAtTheLimit() throws {
+        // As found: the record appended after replay went to segment 2^62 + 1, whose name the
+        // next replay does not take for a segment, and was lost.
+        let path = directory.sub("limit")
+        try FileManager.default.createDirectory(atPath: path, withIntermediateDirectories: false)
+        let base: UInt64 = 1 << 62
+        var header = Array("ASJOURNL".utf8)
+        for value in [UInt32(1), UInt32(32)] { header += withUnsafeBytes(of: value.littleEndian, Array.init) }
+        header += withUnsafeBytes(of: base.littleEndian, Array.init) + [0, 0, 0, 0]
+        header += withUnsafeBytes(of: CRC32C.checksum(of: header).littleEndian, Array.init)
+        var body =
+            withUnsafeBytes(of: base.littleEndian, Array.init) + withUnsafeBytes(of: UInt64(5).littleEndian, Array.init)
+        body += [1, 2, 3]
+        let length = withUnsafeBytes(of: UInt32(body.count).littleEndian, Array.init)
+        let crc = CRC32C.checksum(of: body, continuing: CRC32C.checksum(of: length))
+        let name = "0\(base).journal"
+        #expect(name.count == 28)
+        let segment = header + length + withUnsafeBytes(of: crc.littleEndian, Array.init) + body
+        try Bytes.write(segment, to: path + "/" + name)
+
+        let journal = try Journal(directory: path)
+        var delivered: [Replayed] = []
+        #expect(throws: JournalFailure(.open, path: path, errno: .valueTooLarge)) {
+            try journal.replay { record in
+                delivered.append(
+                    Replayed(lsn: record.lsn.rawValue, owner: record.owner, payload: Array(record.payload)))
+            }
+        }
+        #expect(delivered == [Replayed(lsn: base, owner: 5, payload: [1, 2, 3])])
+        _ = journal.close()
+        // Nothing was cut or set aside.
+        #expect(try Bytes.read(path + "/" + name) == segment)
+        #expect(try segmentFiles(path) == [name])
+    }
+
     func writeRecords(_ path: String, count: Int) throws -> [Replayed] {
         let (journal, _, _) = try openJournal(path)
         var written: [Replayed] = []
