@@ -225,8 +225,13 @@ extension Configuration {
     mutating func apply(_ text: String, file: String) -> [ConfigurationError] {
         var errors: [ConfigurationError] = []
         var section: String? = nil
-        for (index, rawLine) in text.split(separator: "\n", omittingEmptySubsequences: false).enumerated() {
+        // Split by scalars: "\r\n" is one Character, which a split by Character never cuts.
+        for (index, scalars) in text.unicodeScalars.split(separator: "\n", omittingEmptySubsequences: false)
+            .enumerated()
+        {
             let lineNumber = index + 1
+            var rawLine = Substring(scalars)
+            if rawLine.unicodeScalars.last == "\r" { rawLine.unicodeScalars.removeLast() }
             let line = rawLine.trimmingCharacters(in: .whitespaces)
             func fail(_ message: String) {
                 errors.append(ConfigurationError(file: file, line: lineNumber, message: message))
@@ -443,7 +448,9 @@ extension Configuration {
     static func byteSize(_ value: String) -> Int? {
         let units: [Character: Int] = ["K": 1 << 10, "M": 1 << 20, "G": 1 << 30]
         if let last = value.last, let unit = units[Character(last.uppercased())] {
-            return Int(value.dropLast()).map { $0 * unit }
+            guard let count = Int(value.dropLast()) else { return nil }
+            let (size, overflow) = count.multipliedReportingOverflow(by: unit)
+            return overflow ? nil : size
         }
         return Int(value)
     }
@@ -589,7 +596,8 @@ public enum TimeSpan {
     }
 
     static let units: [(String, Double)] = [
-        ("usec", 1e-6), ("us", 1e-6), ("µs", 1e-6), ("msec", 1e-3), ("ms", 1e-3), ("seconds", 1), ("second", 1),
+        ("nsec", 1e-9), ("ns", 1e-9), ("usec", 1e-6), ("us", 1e-6), ("µs", 1e-6), ("msec", 1e-3), ("ms", 1e-3),
+        ("seconds", 1), ("second", 1),
         ("sec", 1), ("s", 1), ("minutes", 60), ("minute", 60), ("min", 60), ("m", 60), ("hours", 3600),
         ("hour", 3600), ("hr", 3600), ("h", 3600), ("days", 86400), ("day", 86400), ("d", 86400),
     ]
@@ -616,12 +624,17 @@ public enum TimeSpan {
                 throw ParseError(description: "unknown time unit '\(unitText)' in '\(text)' (use ms, s, min, h)")
             }
         }
-        return .nanoseconds(Int64((total * 1e9).rounded()))
+        let nanoseconds = (total * 1e9).rounded()
+        guard nanoseconds < 0x1p63 else { throw ParseError(description: "'\(text)' is longer than 292 years") }
+        return .nanoseconds(Int64(nanoseconds))
     }
 
+    /// The span in the largest unit that gives a whole number (what ``parse(_:)`` reads back).
     public static func format(_ duration: Duration) -> String {
         let (seconds, attoseconds) = duration.components
-        let ms = seconds * 1000 + attoseconds / 1_000_000_000_000_000
+        let ns = seconds * 1_000_000_000 + attoseconds / 1_000_000_000
+        if ns % 1_000_000 != 0 { return ns % 1000 == 0 ? "\(ns / 1000)us" : "\(ns)ns" }
+        let ms = ns / 1_000_000
         if ms % 3_600_000 == 0 && ms > 0 { return "\(ms / 3_600_000)h" }
         if ms % 60_000 == 0 && ms > 0 { return "\(ms / 60_000)min" }
         if ms % 1000 == 0 { return "\(ms / 1000)s" }

@@ -28,9 +28,28 @@ public struct IgnorePattern: Sendable, Equatable, CustomStringConvertible {
     public init?(_ line: some StringProtocol, source: String, base: String = "") {
         var text = String(line)
         if text.hasSuffix("\r") { text.removeLast() }
-        // Trailing spaces are dropped unless escaped with a backslash.
-        while text.hasSuffix(" "), !text.hasSuffix("\\ ") { text.removeLast() }
+        // Trailing spaces are dropped unless escaped with a backslash that is not itself
+        // escaped (`a\ ` keeps its space, `a\\ ` does not), as git reads them.
         var bytes = Array(text.utf8)
+        var trailingSpaces: Int?
+        var index = 0
+        while index < bytes.count {
+            switch bytes[index] {
+            case UInt8(ascii: " "):
+                if trailingSpaces == nil { trailingSpaces = index }
+            case UInt8(ascii: "\\"):
+                // The escaped byte is taken as it is.
+                index += 1
+                trailingSpaces = nil
+            default:
+                trailingSpaces = nil
+            }
+            index += 1
+        }
+        if let trailingSpaces {
+            bytes.removeSubrange(trailingSpaces...)
+            text = String(decoding: bytes, as: UTF8.self)
+        }
         guard !bytes.isEmpty, bytes[0] != UInt8(ascii: "#") else { return nil }
         var negated = false
         if bytes[0] == UInt8(ascii: "!") {
@@ -85,8 +104,9 @@ public struct IgnorePattern: Sendable, Equatable, CustomStringConvertible {
     /// The patterns of an ignore file's text, one per line, `#` comments; `file` names it in sources.
     public static func parse(_ text: String, file: String, base: String) -> [IgnorePattern] {
         var patterns: [IgnorePattern] = []
-        for (index, line) in text.split(separator: "\n", omittingEmptySubsequences: false).enumerated() {
-            if let pattern = IgnorePattern(line, source: "\(file) line \(index + 1)", base: base) {
+        // Split by scalars: "\r\n" is one Character, which a split by Character never cuts.
+        for (index, line) in text.unicodeScalars.split(separator: "\n", omittingEmptySubsequences: false).enumerated() {
+            if let pattern = IgnorePattern(Substring(line), source: "\(file) line \(index + 1)", base: base) {
                 patterns.append(pattern)
             }
         }

@@ -21,10 +21,11 @@ extension JSONValue: ExpressibleByStringLiteral, ExpressibleByIntegerLiteral, Ex
     public init(_ value: String) { self = .string(value) }
     public init(_ value: Bool) { self = .bool(value) }
 
-    /// The member `key` of an object (the last one, if repeated).
+    /// The member `key` of an object (the last one, if repeated); names are compared by
+    /// their Unicode scalars, as JSON compares them.
     public subscript(key: String) -> JSONValue? {
         guard case .object(let members) = self else { return nil }
-        return members.last(where: { $0.key == key })?.value
+        return members.last(where: { $0.key.utf8.elementsEqual(key.utf8) })?.value
     }
 
     public var stringValue: String? {

@@ -388,16 +388,28 @@ extension JSONValue {
 extension JSONValue {
     /// Applies an RFC 7396 JSON merge patch: members of an object patch are merged
     /// recursively, `null` removes a member, anything else replaces the target.
+    ///
+    /// Member names are compared by their Unicode scalars, as JSON compares them (not by
+    /// canonical equivalence, as `String` does). Of members that share a name, the last is
+    /// the one a reader sees (``subscript(_:)``, pointers): a patch of that name merges into
+    /// it and drops the others, and `null` removes them all. In the patch, too, only the
+    /// last member of a name counts.
     public func merging(patch: JSONValue) -> JSONValue {
         guard case .object(let patchMembers) = patch else { return patch }
         var members: [(key: String, value: JSONValue)] = []
         if case .object(let existing) = self { members = existing }
-        for (key, value) in patchMembers {
-            let index = members.firstIndex { $0.key == key }
+        var seen = Set<[UInt8]>()
+        let lastOfEachName = patchMembers.reversed().filter { seen.insert(Array($0.key.utf8)).inserted }.reversed()
+        for (key, value) in lastOfEachName {
             if value == .null {
-                if let index { members.remove(at: index) }
-            } else if let index {
-                members[index].value = members[index].value.merging(patch: value)
+                members.removeAll { $0.key.utf8.elementsEqual(key.utf8) }
+            } else if let last = members.lastIndex(where: { $0.key.utf8.elementsEqual(key.utf8) }) {
+                members[last].value = members[last].value.merging(patch: value)
+                var index = 0
+                members.removeAll { member in
+                    defer { index += 1 }
+                    return index != last && member.key.utf8.elementsEqual(key.utf8)
+                }
             } else {
                 members.append((key, JSONValue.null.merging(patch: value)))
             }
@@ -413,19 +425,21 @@ extension JSONValue {
     }
 
     /// The value an RFC 6901 JSON pointer (`/a/0/b~1c`) designates; `""` is the whole value.
+    /// The pointer is read as Unicode scalars: `/` separates tokens even before a combining
+    /// mark, and a `~` followed by anything but `0` or `1` is an error.
     public func value(at pointer: String) throws(PointerError) -> JSONValue {
         if pointer.isEmpty { return self }
-        guard pointer.hasPrefix("/") else {
+        let scalars = pointer.unicodeScalars
+        guard scalars.first == "/" else {
             throw PointerError(pointer: pointer, message: "must be empty or start with '/'")
         }
         var current = self
         var walked = ""
-        for rawToken in pointer.dropFirst().split(separator: "/", omittingEmptySubsequences: false) {
-            guard Self.validEscapes(rawToken) else {
+        for rawToken in scalars.dropFirst().split(separator: "/", omittingEmptySubsequences: false) {
+            guard let token = Self.unescape(rawToken) else {
                 throw PointerError(pointer: pointer, message: "'~' must be followed by 0 or 1")
             }
-            let token = rawToken.replacingOccurrences(of: "~1", with: "/").replacingOccurrences(of: "~0", with: "~")
-            walked += "/" + rawToken
+            walked += "/" + String(Substring(rawToken))
             switch current {
             case .object:
                 guard let next = current[token] else {
@@ -450,13 +464,25 @@ extension JSONValue {
         return current
     }
 
-    private static func validEscapes(_ token: Substring) -> Bool {
+    /// A reference token with `~1` read as `/` and `~0` as `~`; `nil` for any other `~`.
+    private static func unescape(_ token: Substring.UnicodeScalarView) -> String? {
+        var result = String.UnicodeScalarView()
         var afterTilde = false
-        for c in token {
-            if afterTilde && c != "0" && c != "1" { return false }
-            afterTilde = c == "~"
+        for scalar in token {
+            if afterTilde {
+                switch scalar {
+                case "0": result.append("~")
+                case "1": result.append("/")
+                default: return nil
+                }
+                afterTilde = false
+            } else if scalar == "~" {
+                afterTilde = true
+            } else {
+                result.append(scalar)
+            }
         }
-        return !afterTilde
+        return afterTilde ? nil : String(result)
     }
 }
 

@@ -72,6 +72,12 @@ enum DiskReader {
                 var children: [String: FileWrapper] = [:]
                 for entry in entries where !TemporaryName.isTemporary(entry.name) {
                     let childPath = path + "/" + entry.name
+                    guard entry.nameIsUTF8 else {
+                        // Its String names another file or none: read, it would be lost or doubled.
+                        throw DocumentError(
+                            operation: .listDirectory, path: childPath, errno: .illegalByteSequence,
+                            detail: "the name is not UTF-8")
+                    }
                     let read = try readNode(name: entry.name, in: directory, path: childPath, immediate: immediate)
                     let child = FileWrapper(node: read.node, preferredFilename: entry.name)
                     child.state.withLock {

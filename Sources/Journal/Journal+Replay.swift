@@ -299,6 +299,11 @@ extension Journal {
             scans.removeLast()
         }
         var next = max(highest.next, scans.last?.base.next ?? LSN(1))
+        // Only a segment that some file forged or damaged numbers this high: a new segment
+        // named above the limit would not be read back, so the journal does not start.
+        guard next <= SegmentFormat.maximumBase else {
+            throw JournalFailure(.open, path: directory, errno: .valueTooLarge)
+        }
         var current: SegmentEntry
         if let last = scans.last, last.header == nil, last.records == 0, last.defect == nil,
             last.size == SegmentFormat.headerSize, last.base >= highest.next

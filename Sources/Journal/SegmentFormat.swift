@@ -30,12 +30,19 @@ enum SegmentFormat {
         return String(repeating: "0", count: max(0, 20 - digits.count)) + digits + suffix
     }
 
+    /// The highest base LSN a segment may have: 2^62, which a journal appending a million
+    /// records a second reaches after 146,000 years. Above it, the LSNs of a segment's
+    /// records (consecutive from its base) and the next segment's base could pass
+    /// `UInt64.max`; a file named so is not a segment, and replay refuses to start a
+    /// journal whose next segment would be numbered above it (`EOVERFLOW`).
+    static let maximumBase = LSN(1 << 62)
+
     /// The base LSN a segment file name stands for, or `nil` for any other name.
     static func base(ofName name: String) -> LSN? {
         guard name.hasSuffix(suffix) else { return nil }
         let digits = name.utf8.dropLast(suffix.utf8.count)
         guard digits.count == 20, digits.allSatisfy({ $0 >= UInt8(ascii: "0") && $0 <= UInt8(ascii: "9") }),
-            let value = UInt64(Substring(digits))
+            let value = UInt64(Substring(digits)), value <= maximumBase.rawValue
         else { return nil }
         return LSN(value)
     }

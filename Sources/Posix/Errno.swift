@@ -44,6 +44,10 @@ public struct Errno: RawRepresentable, Error, Hashable, Sendable, CustomStringCo
     public static let connectionRefused = Errno(rawValue: ECONNREFUSED)
     public static let brokenPipe = Errno(rawValue: EPIPE)
     public static let connectionReset = Errno(rawValue: ECONNRESET)
+    /// Bytes that are not valid UTF-8 where a string is needed (a link destination).
+    public static let illegalByteSequence = Errno(rawValue: EILSEQ)
+    /// A number past what its type or format holds (a journal's LSNs).
+    public static let valueTooLarge = Errno(rawValue: EOVERFLOW)
 
     /// Lets `case Errno.noSpace:` match an `any Error`.
     public static func ~= (lhs: Errno, rhs: any Error) -> Bool {
@@ -59,6 +63,7 @@ public struct Errno: RawRepresentable, Error, Hashable, Sendable, CustomStringCo
         EPIPE: "EPIPE", ENAMETOOLONG: "ENAMETOOLONG", ENOSYS: "ENOSYS", ENOTEMPTY: "ENOTEMPTY",
         ELOOP: "ELOOP", EOPNOTSUPP: "EOPNOTSUPP", EDQUOT: "EDQUOT", ETXTBSY: "ETXTBSY",
         ECONNREFUSED: "ECONNREFUSED", ECONNRESET: "ECONNRESET", ETIMEDOUT: "ETIMEDOUT",
+        EILSEQ: "EILSEQ", EOVERFLOW: "EOVERFLOW",
     ]
 }
 

@@ -394,7 +394,7 @@ extension FileDescriptor {
         }.get()
     }
 
-    /// The destination of the symbolic link `name`.
+    /// The destination of the symbolic link `name`; `EILSEQ` when it is not UTF-8.
     ///
     /// The corresponding C function is `readlinkat`.
     public func readSymbolicLink(_ name: String) throws(Errno) -> String {
@@ -407,7 +407,11 @@ extension FileDescriptor {
                 }
             }.get()
             if n < capacity {
-                return String(decoding: buffer[..<n].map { UInt8(bitPattern: $0) }, as: UTF8.self)
+                // A destination that is not UTF-8 has no String that writes it back as it
+                // was: refused rather than silently changed.
+                guard let destination = String(validating: buffer[..<n].map { UInt8(bitPattern: $0) }, as: UTF8.self)
+                else { throw Errno.illegalByteSequence }
+                return destination
             }
             capacity *= 4
         }
@@ -433,22 +437,30 @@ extension FileDescriptor {
                 if system_errno != 0 { throw Errno.current }
                 return entries
             }
-            let name = withUnsafeBytes(of: entry.pointee.d_name) { raw -> String in
+            let (name, valid) = withUnsafeBytes(of: entry.pointee.d_name) { raw -> (String, Bool) in
                 let bytes = raw.bindMemory(to: UInt8.self)
                 let end = bytes.firstIndex(of: 0) ?? bytes.count
-                return String(decoding: bytes[..<end], as: UTF8.self)
+                let name = UnsafeBufferPointer(rebasing: bytes[..<end])
+                if let string = String(validating: name, as: UTF8.self) { return (string, true) }
+                return (String(decoding: name, as: UTF8.self), false)
             }
             if name == "." || name == ".." { continue }
-            entries.append(DirectoryEntry(name: name, kind: FileKind(directoryEntryType: entry.pointee.d_type)))
+            entries.append(
+                DirectoryEntry(
+                    name: name, kind: FileKind(directoryEntryType: entry.pointee.d_type), nameIsUTF8: valid))
         }
     }
 }
 
 /// One entry of a directory listing.
 public struct DirectoryEntry: Hashable, Sendable {
+    /// The name; with U+FFFD for the bytes that are not UTF-8 when ``nameIsUTF8`` is false.
     public var name: String
     /// The type the file system reported, or `nil` when it did not say (`DT_UNKNOWN`).
     public var kind: FileKind?
+    /// Whether the name's bytes are UTF-8. A name that is not has no String that opens
+    /// the file again (``name`` names another file, or none).
+    public var nameIsUTF8 = true
 }
 
 /// Calls `body` with a C string for `path`, refusing a path with an embedded NUL byte,

@@ -1,0 +1,142 @@
+import Control
+import Foundation
+import TestSupport
+import Testing
+
+@testable import Autosave
+
+/// Inputs the fuzz targets in Fuzz/ found (each is also a seed in Fuzz/Corpus/), with
+/// what the product must make of them.
+@Suite("Fuzz finds: JSON merge patch, pointers, configuration and ignore files")
+struct FuzzRegressionTests {
+    let directory = TemporaryDirectory("fuzz-finds")
+
+    func json(_ text: String) throws -> JSONValue { try JSONValue(parsing: text) }
+
+    @Test("A merge patch changes the member a reader sees when a name is repeated (FuzzMergePatch)")
+    func repeatedNamesInTheTarget() throws {
+        // As found: the patch went into the first "b", while subscripts and pointers read the last.
+        let found = try json(#"{"a":1,"b":0,"b":{"cBoolInt":[0,2]},"b":{"c":[1E2]}}"#)
+            .merging(patch: try json(#"{"b":{"Boolc":null,"d":"x"},"e":null}"#))
+        #expect(found.serialized(pretty: false) == #"{"a":1,"b":{"c":[1E2],"d":"x"}}"#)
+        #expect(try found.value(at: "/b/d") == "x")
+
+        let removed = try json(#"{"a":1,"a":2}"#).merging(patch: try json(#"{"a":null}"#))
+        #expect(removed["a"] == nil)
+        #expect(removed.serialized(pretty: false) == "{}")
+    }
+
+    @Test("Only the last member of a repeated name in the patch counts (FuzzMergePatch)")
+    func repeatedNamesInThePatch() throws {
+        let found = try json(#"{"b":{"c":[1,2]}}"#).merging(
+            patch: try json(#"{"b":{"[":null,"d":"x"},"b":{"c":[1,2]}}"#))
+        #expect(found.serialized(pretty: false) == #"{"b":{"c":[1,2]}}"#)
+        let other = try json(#"{"a":0,"b":{"%c":[0,2]}}"#)
+            .merging(patch: try json(#"{"\"a":0,"a":1,"b":0,"b":{"c":[0,2]}}"#))
+        #expect(other.serialized(pretty: false) == #"{"a":1,"b":{"%c":[0,2],"c":[0,2]},"\"a":0}"#)
+    }
+
+    @Test("Member names are compared by their scalars, not by canonical equivalence")
+    func namesByScalars() throws {
+        // "é" precomposed and "e" + U+0301 are equal as Swift Strings, distinct JSON names.
+        let merged = try json(#"{"\u00e9":1}"#).merging(patch: try json(#"{"e\u0301":2}"#))
+        guard case .object(let members) = merged else {
+            Issue.record("not an object")
+            return
+        }
+        #expect(members.count == 2)
+        #expect(merged["\u{E9}"] == .number("1"))
+        #expect(merged["e\u{301}"] == .number("2"))
+    }
+
+    @Test("A pointer's tokens are split at every '/', even one followed by a combining mark")
+    func pointerScalars() throws {
+        let value = try json(#"{"a":{"\u0301b":1},"~\u0301":2}"#)
+        #expect(try value.value(at: "/a/\u{301}b") == .number("1"))
+        // '~' followed by anything but 0 or 1 is not a valid pointer, whatever follows it.
+        #expect(throws: JSONValue.PointerError.self) { try value.value(at: "/~\u{301}") }
+    }
+
+    @Test("A configuration file with CRLF line ends reads as with LF (FuzzConfig)")
+    func configurationCRLF() throws {
+        let path = directory.sub("autosaved.conf")
+        let text = "[Store]\nRoot=/srv/x\nIgnore=*.tmp build/\n[Autosave]\nQuietPeriod=500ms\n"
+        try Disk.write(text.replacingOccurrences(of: "\n", with: "\r\n"), to: path)
+        try FileManager.default.createDirectory(atPath: path + ".d", withIntermediateDirectories: false)
+        try Disk.write("[Watch]\r\nMode=poll\r\nPollInterval=1s\r\n", to: path + ".d/10-part.conf")
+        let configuration = try Configuration.load(path: path, required: true, environment: [:])
+        #expect(configuration.root == "/srv/x")
+        #expect(configuration.ignore == ["*.tmp", "build/"])
+        #expect(configuration.quietPeriod == .milliseconds(500))
+        #expect(configuration.watchMode == .poll && configuration.pollInterval == .seconds(1))
+
+        // A problem is still reported at its line.
+        try Disk.write("[Store]\r\n\r\nNope=1\r\n", to: path)
+        do {
+            _ = try Configuration.load(path: path, required: true, environment: [:])
+            Issue.record("an unknown key was accepted")
+        } catch {
+            #expect(error.errors.map(\.line) == [3])
+        }
+    }
+
+    @Test("An ignore file with CRLF line ends has one pattern per line (FuzzIgnore)")
+    func ignoreFileCRLF() {
+        let patterns = IgnorePattern.parse("*.tmp\r\nkeep\r\n!*.keep.tmp\r\n", file: ".autosavedignore", base: "")
+        #expect(patterns.map(\.text) == ["*.tmp", "keep", "!*.keep.tmp"])
+        var configuration = Configuration(environment: [:])
+        configuration.ignoreDefaults = false
+        var rules = IgnoreRules(configuration: configuration)
+        rules.setFile("", patterns)
+        #expect(rules.ignoring("a.tmp", isDirectory: false) != nil)
+        #expect(rules.ignoring("keep", isDirectory: false) != nil)
+        #expect(rules.ignoring("a.keep.tmp", isDirectory: false) == nil)
+    }
+
+    @Test("Time spans below a millisecond are rendered so that they read back the same (FuzzConfig)")
+    func subMillisecondSpans() throws {
+        let path = directory.sub("spans.conf")
+        // As found: RetryInterval=250us was rendered as 0ms.
+        try Disk.write(
+            "[Autosave]\nQuietPeriod=1.5s\nMaxDelay=2min 3s 40ms\nRetryInterval=250us\nMaxRetryInterval=1d\n", to: path)
+        let configuration = try Configuration.load(path: path, required: true, environment: [:])
+        #expect(configuration.retryInterval == .microseconds(250))
+        #expect(configuration.rendered.contains("RetryInterval=250us\n"))
+        try Disk.write(configuration.rendered, to: path)
+        var again = try Configuration.load(path: path, required: true, environment: [:])
+        again.sources = configuration.sources
+        #expect(again == configuration)
+        #expect(TimeSpan.format(.nanoseconds(1500)) == "1500ns")
+        #expect(try TimeSpan.parse("1500ns") == .nanoseconds(1500))
+    }
+
+    @Test(
+        "Spans and sizes too large for their types are refused, not trapped on",
+        arguments: [
+            "[Autosave]\nQuietPeriod=10000000000\n", "[Autosave]\nMaxDelay=\(String(repeating: "9", count: 400))d\n",
+            "[Control]\nMaxRequestSize=9999999999999999G\n",
+        ])
+    func tooLarge(text: String) throws {
+        let path = directory.sub("large.conf")
+        try Disk.write(text, to: path)
+        #expect(throws: ConfigurationErrors.self) {
+            _ = try Configuration.load(path: path, required: true, environment: [:])
+        }
+    }
+
+    @Test("A trailing space after an escaped backslash is dropped, as git drops it (FuzzIgnore)")
+    func escapedBackslashBeforeSpace() throws {
+        // As found: the line `\\  ` kept a space, as if the second backslash escaped it.
+        let found = try #require(IgnorePattern("\\\\  ", source: ""))
+        #expect(found.text == "\\\\")
+        var configuration = Configuration(environment: [:])
+        configuration.ignoreDefaults = false
+        configuration.ignore = ["\\\\  "]
+        let rules = IgnoreRules(configuration: configuration)
+        #expect(rules.ignoring("\\", isDirectory: false) != nil)
+        #expect(rules.ignoring("\\ ", isDirectory: false) == nil)
+        // An escaped space stays, and so do the spaces before it.
+        #expect(IgnorePattern("a \\  ", source: "")?.text == "a \\ ")
+        #expect(IgnorePattern("a\\\\\\  ", source: "")?.text == "a\\\\\\ ")
+    }
+}

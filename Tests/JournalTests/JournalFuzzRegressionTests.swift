@@ -1,0 +1,80 @@
+import Foundation
+import Journal
+import Posix
+import TestSupport
+import Testing
+
+/// Directories the journal fuzz target (Fuzz/Sources/FuzzJournal) found replay trapping on.
+@Suite("Fuzz finds: journal replay")
+final class JournalFuzzRegressionTests {
+    let directory = TemporaryDirectory("journal-fuzz")
+
+    @Test(
+        "A file named for an LSN near 2^64 is not a segment: replay goes on instead of trapping on an overflow",
+        arguments: ["18446744073709551615.journal", "18446744073709551614.journal", "04611686018427387905.journal"])
+    func baseNearTheTop(name: String) throws {
+        let path = directory.sub(name)
+        let written = try writeRecords(path, count: 3)
+        // As found: a damaged header under that name made replay start at highest.next, past UInt64.max.
+        try Bytes.write(Array(repeating: 0xA5, count: 40), to: path + "/" + name)
+        let (journal, report, records) = try openJournal(path, pin: true)
+        #expect(records == written)
+        #expect(report.isClean, "\(report)")
+        let lsn = try journal.append(owner: 9, payload: [1, 2, 3])
+        #expect(lsn.rawValue == 4)
+        #expect(journal.close() == nil)
+        let (again, _, replayed) = try openJournal(path, pin: true)
+        #expect(replayed == written + [Replayed(lsn: 4, owner: 9, payload: [1, 2, 3])])
+        #expect(again.close() == nil)
+    }
+
+    @Test(
+        "A valid segment numbered at the limit (2^62): the journal does not start rather than write a segment it would not read"
+    )
+    func segmentAtTheLimit() throws {
+        // As found: the record appended after replay went to segment 2^62 + 1, whose name the
+        // next replay does not take for a segment, and was lost.
+        let path = directory.sub("limit")
+        try FileManager.default.createDirectory(atPath: path, withIntermediateDirectories: false)
+        let base: UInt64 = 1 << 62
+        var header = Array("ASJOURNL".utf8)
+        for value in [UInt32(1), UInt32(32)] { header += withUnsafeBytes(of: value.littleEndian, Array.init) }
+        header += withUnsafeBytes(of: base.littleEndian, Array.init) + [0, 0, 0, 0]
+        header += withUnsafeBytes(of: CRC32C.checksum(of: header).littleEndian, Array.init)
+        var body =
+            withUnsafeBytes(of: base.littleEndian, Array.init) + withUnsafeBytes(of: UInt64(5).littleEndian, Array.init)
+        body += [1, 2, 3]
+        let length = withUnsafeBytes(of: UInt32(body.count).littleEndian, Array.init)
+        let crc = CRC32C.checksum(of: body, continuing: CRC32C.checksum(of: length))
+        let name = "0\(base).journal"
+        #expect(name.count == 28)
+        let segment = header + length + withUnsafeBytes(of: crc.littleEndian, Array.init) + body
+        try Bytes.write(segment, to: path + "/" + name)
+
+        let journal = try Journal(directory: path)
+        var delivered: [Replayed] = []
+        #expect(throws: JournalFailure(.open, path: path, errno: .valueTooLarge)) {
+            try journal.replay { record in
+                delivered.append(
+                    Replayed(lsn: record.lsn.rawValue, owner: record.owner, payload: Array(record.payload)))
+            }
+        }
+        #expect(delivered == [Replayed(lsn: base, owner: 5, payload: [1, 2, 3])])
+        _ = journal.close()
+        // Nothing was cut or set aside.
+        #expect(try Bytes.read(path + "/" + name) == segment)
+        #expect(try segmentFiles(path) == [name])
+    }
+
+    func writeRecords(_ path: String, count: Int) throws -> [Replayed] {
+        let (journal, _, _) = try openJournal(path)
+        var written: [Replayed] = []
+        for i in 0..<count {
+            let lsn = try journal.append(owner: 1, payload: payload(i))
+            written.append(Replayed(lsn: lsn.rawValue, owner: 1, payload: payload(i)))
+        }
+        journal.flush()
+        #expect(journal.close() == nil)
+        return written
+    }
+}
