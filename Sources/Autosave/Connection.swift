@@ -19,7 +19,7 @@ final class Connection: Sendable {
         var scheduled = false
         var broken = false
     }
-    private let output = Mutex(Output())
+    private let output = Lock(Output())
     /// `Output.broken`, readable without the lock (the loop asks before every read).
     private let brokenFlag = Atomic<Bool>(false)
 
