@@ -86,7 +86,7 @@ public enum Machine {
     /// which a sanitized binary exports.
     public static let sanitizer: String? = {
         let program = dlopen(nil, RTLD_NOW)
-        defer { if program != nil { dlclose(program) } }
+        defer { if let program { dlclose(program) } }
         if dlsym(program, "__tsan_init") != nil { return "thread" }
         if dlsym(program, "__asan_init") != nil { return "address" }
         return nil
