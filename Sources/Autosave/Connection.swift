@@ -24,7 +24,7 @@ final class Connection: Sendable {
         /// Parked in the gate until the journal catches up.
         var held = false
     }
-    private let output = Mutex(Output())
+    private let output = Lock(Output())
     /// `Output.broken`, readable without the lock (the loop asks before every read).
     private let brokenFlag = Atomic<Bool>(false)
 

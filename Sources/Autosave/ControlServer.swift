@@ -30,7 +30,7 @@ public final class ControlServer: Sendable {
     let rootDescriptor: Int32
     private let connections = Atomic<Int>(0)
     /// The descriptors of the connections being served, and whether the server stops.
-    private let live = Mutex<(descriptors: Set<Int32>, stopping: Bool)>(([], false))
+    private let live = Lock<(descriptors: Set<Int32>, stopping: Bool)>(([], false))
 
     /// Listens on the configured socket, or on the one systemd passed (socket activation).
     public init(

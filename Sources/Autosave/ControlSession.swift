@@ -2,7 +2,6 @@ import Control
 import Documents
 import Foundation
 import Posix
-import Synchronization
 
 /// A request that cannot be carried out, with the protocol's error code.
 struct RequestError: Error {
@@ -25,8 +24,8 @@ struct RequestError: Error {
 final class ControlSession: Sendable {
     let server: ControlServer
     let connection: Connection
-    private let exports = Mutex<[String: Task<Void, Never>]>([:])
-    private let subscription = Mutex<Task<Void, Never>?>(nil)
+    private let exports = Lock<[String: Task<Void, Never>]>([:])
+    private let subscription = Lock<Task<Void, Never>?>(nil)
 
     init(server: ControlServer, connection: Connection) {
         self.server = server

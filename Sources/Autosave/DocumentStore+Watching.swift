@@ -339,7 +339,11 @@ extension DocumentStore {
                 for document in documents(under: from) { handle([.removed(document)]) }
                 openNew(to)
             } else {
-                for document in documents(under: from) { move(document, to: to + document.dropFirst(from.count)) }
+                for document in documents(under: from) {
+                    let moved = to + document.dropFirst(from.count)
+                    move(document, to: moved)
+                    checkExternalChange(moved)
+                }
                 if configuration.openNewFiles { scan(directory: to) }
             }
             return
@@ -349,6 +353,9 @@ extension DocumentStore {
             return
         }
         move(from, to: to)
+        // A change just before the rename was handled (or is queued) under the old name,
+        // where the file no longer is: compare what is now under the new name.
+        checkExternalChange(to)
     }
 
     /// Moves the open document `from` to the name its file now has.

@@ -1,7 +1,7 @@
 import Control
 import Documents
 import Foundation
-import Synchronization
+import Posix
 
 /// The reply to an edit — `{"id":…,"ok":true,"document":{…}}` and its newline — written
 /// with plain stores into a buffer sized for the worst case, then queued with one copy.
@@ -226,7 +226,7 @@ struct EditReply {
         fileprivate var saveAt = EditReply.unformatted
     }
     /// The cache of callers that keep none.
-    private static let sharedSeconds = Mutex(TimestampCache())
+    private static let sharedSeconds = Lock(TimestampCache())
 
     /// `2026-11-29T18:11:15.` for `second` since 1970 (the civil date from the day number).
     private static func formatSecond(_ second: Int, into out: UnsafeMutablePointer<UInt8>) {

@@ -132,8 +132,8 @@ final class EventLoop: SerialExecutor, @unchecked Sendable {
     /// ``ConnectionReader``): one buffer for all, so memory does not grow with the number
     /// of clients and the reads of a pass stay in the same cache lines.
     let readBuffer = UnsafeMutableRawBufferPointer.allocate(byteCount: 64 * 1024, alignment: 64)
-    private let waiters = Mutex(WaiterTable())
-    private let jobs = Mutex(Jobs())
+    private let waiters = Lock(WaiterTable())
+    private let jobs = Lock(Jobs())
     private let stopping = Atomic<Bool>(false)
     /// The loop thread's `pthread_t`, once it runs.
     private let thread = Atomic<UInt>(0)
@@ -474,7 +474,7 @@ final class LoopTaskExecutor: TaskExecutor {
     /// retain and release of the loop would take the runtime's slow path): the loop
     /// clears it when its thread ends, which breaks the cycle. Jobs that come later are
     /// dropped, as for a stopped loop.
-    fileprivate let loop = Mutex<EventLoop?>(nil)
+    fileprivate let loop = Lock<EventLoop?>(nil)
 
     func enqueue(_ job: consuming ExecutorJob) {
         let job = UnownedJob(job)

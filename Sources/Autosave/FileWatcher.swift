@@ -53,13 +53,13 @@ final class FileWatcher: @unchecked Sendable {
         var limitReported = false
         var rootMissing = false
     }
-    private let state = Mutex(State())
+    private let state = Lock(State())
     /// Polled directories and their last listing. Held for a whole poll round, so rounds
     /// from the thread and from ``pollNow()`` never interleave.
-    private let polled = Mutex([String: [String: Stamp]]())
+    private let polled = Lock([String: [String: Stamp]]())
     /// The polled directories that are polled by choice (`Mode=poll`, or a file system
     /// inotify cannot see other hosts' changes on), not for want of a watch: never watched.
-    private let pollOnly = Mutex(Set<String>())
+    private let pollOnly = Lock(Set<String>())
     private let stopping = Atomic<Bool>(false)
     /// Whether an overflow was handed over and not yet handled: further overflows until
     /// then are folded into it (one rescan covers them all).

@@ -1,5 +1,4 @@
 import Posix
-import Synchronization
 
 /// One ignore pattern, in gitignore's syntax, with where it came from.
 ///
@@ -366,9 +365,9 @@ public struct IgnoreRules: Sendable, Equatable {
 
 /// The rules shared by the store and its watcher's thread.
 final class SharedIgnoreRules: Sendable {
-    private let rules: Mutex<IgnoreRules>
+    private let rules: Lock<IgnoreRules>
 
-    init(_ rules: IgnoreRules) { self.rules = Mutex(rules) }
+    init(_ rules: IgnoreRules) { self.rules = Lock(rules) }
 
     var current: IgnoreRules { rules.withLock { $0 } }
 

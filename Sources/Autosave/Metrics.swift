@@ -2,7 +2,6 @@ import Control
 import Foundation
 import Logging
 import Posix
-import Synchronization
 
 /// The daemon's figures in the Prometheus text format (version 0.0.4), for
 /// `autosavectl metrics` (the `metrics` command) and node_exporter's textfile collector
@@ -23,12 +22,12 @@ public final class Metrics: Sendable {
         var events: [String: Int] = [:]
     }
 
-    private let counters = Mutex(Counters())
+    private let counters = Lock(Counters())
     /// The control socket's open connections, when a server is there to say.
     private let connections: (@Sendable () -> Int)?
 
     /// The metrics of each store that has them, so that its control sessions find them.
-    private static let registry = Mutex<[ObjectIdentifier: Metrics]>([:])
+    private static let registry = Lock<[ObjectIdentifier: Metrics]>([:])
 
     init(connections: (@Sendable () -> Int)? = nil) { self.connections = connections }
 

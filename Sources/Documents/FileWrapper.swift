@@ -1,6 +1,5 @@
 import Foundation
 import Posix
-import Synchronization
 
 /// A representation of a file-system node — a regular file, a directory or a symbolic
 /// link — held in memory, with Apple's `FileWrapper` API.
@@ -68,14 +67,14 @@ public final class FileWrapper: @unchecked Sendable {
         var directoryKeys: Set<String> = []
     }
 
-    let state: Mutex<State>
+    let state: Lock<State>
 
     init(node: Node, preferredFilename: String? = nil) {
         var initial = State(node: node, preferredFilename: preferredFilename)
         if case .directory(let children) = node {
             initial.directoryKeys = Set(children.filter { $0.value.isDirectory }.keys)
         }
-        state = Mutex(initial)
+        state = Lock(initial)
     }
 
     // MARK: Creating

@@ -1,4 +1,4 @@
-import Synchronization
+import Posix
 
 /// A uniform type identifier: a name for a kind of data (`public.json`), the types it
 /// conforms to, and the filename extensions and MIME types that mark it.
@@ -194,7 +194,7 @@ final class UTTypeRegistry: Sendable {
         var ancestorCache: [String: Set<String>] = [:]
     }
 
-    private let state = Mutex(State())
+    private let state = Lock(State())
 
     private init() {
         for declaration in Self.systemDeclarations { insert(declaration) }

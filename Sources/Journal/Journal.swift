@@ -1,6 +1,5 @@
 import Foundation
 import Posix
-import Synchronization
 
 /// The edit journal: an append-only sequence of checksummed records in segment files,
 /// written in batches and made durable by group commit.
@@ -28,7 +27,7 @@ public final class Journal: Sendable {
     public let directory: String
     public let options: JournalOptions
     let directoryDescriptor: CInt
-    let state: Mutex<JournalState>
+    let state: Lock<JournalState>
     let wake = NSCondition()
     let onDurable: @Sendable (LSN) -> Void
     let onFailure: @Sendable (JournalFailure) -> Void
@@ -95,7 +94,7 @@ public final class Journal: Sendable {
         var initial = JournalState()
         initial.retryDelay = options.retryDelay
         initial.statistics.mode = options.mode.description
-        state = Mutex(initial)
+        state = Lock(initial)
     }
 
     deinit {

@@ -5,7 +5,6 @@
 import Foundation
 import Journal
 import Posix
-import Synchronization
 
 /// Writes a line to standard output unbuffered, so a parent waiting for it sees it at once.
 func say(_ line: String) {
@@ -80,7 +79,7 @@ do {
         // batch's last LSN: every record up to it is acknowledged.
         let size = option("--payload", default: 100)
         let batch = option("--batch", default: 8)
-        let acknowledged = Mutex(LSN.zero)
+        let acknowledged = Lock(LSN.zero)
         let syncMode = mode()
         let journal = try Journal(
             directory: directory, options: JournalOptions(mode: syncMode),
@@ -112,8 +111,8 @@ do {
         // flushes and waits for the first failure or for durability ("failed OP ERRNO
         // FIRST LAST durable N" or "durable N"); "wait" waits for durability ("durable N
         // rewrites R"); "close" closes ("closed" or "closed failure …").
-        let failures = Mutex<[JournalFailure]>([])
-        let durable = Mutex(LSN.zero)
+        let failures = Lock<[JournalFailure]>([])
+        let durable = Lock(LSN.zero)
         let journal = try Journal(
             directory: directory, options: JournalOptions(mode: .always, retryDelay: .milliseconds(50)),
             onDurable: { lsn in durable.withLock { $0 = max($0, lsn) } },
@@ -169,7 +168,7 @@ do {
         let size = option("--payload", default: 100)
         let seconds = Double(option("--milliseconds", default: 3000)) / 1000
         let syncMode = mode()
-        let durable = Mutex(LSN.zero)
+        let durable = Lock(LSN.zero)
         let signal = NSCondition()
         let journal = try Journal(
             directory: directory, options: JournalOptions(mode: syncMode),

@@ -4,7 +4,6 @@ import Foundation
 @preconcurrency import Glibc
 import Logging
 import Posix
-import Synchronization
 import TestSupport
 import Testing
 
@@ -618,7 +617,7 @@ struct ControlSocketTests {
         try daemon.ctl("set", "log.txt", "--text", "")
         // One thread per client (blocking I/O), so all 100 really are connected and sending at once.
         final class Failures: Sendable {
-            let list = Mutex<[String]>([])
+            let list = Lock<[String]>([])
         }
         let failures = Failures()
         let finished = DispatchGroup()

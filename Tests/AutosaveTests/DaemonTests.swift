@@ -2,7 +2,7 @@ import Autosave
 import Foundation
 @preconcurrency import Glibc
 import Logging
-import Synchronization
+import Posix
 import TestSupport
 import Testing
 
@@ -10,7 +10,7 @@ import Testing
 /// lines can be waited for.
 final class DaemonProcess: Sendable {
     final class Lines: Sendable {
-        let value = Mutex<[String]>([])
+        let value = Lock<[String]>([])
     }
 
     let process: Process

@@ -2,7 +2,7 @@ import Autosave
 import Documents
 import Foundation
 import Logging
-import Synchronization
+import Posix
 import TestSupport
 import Testing
 
@@ -51,7 +51,7 @@ final class CapturedLog: LogHandler, Sendable {
         var message: String
         var metadata: [String: String]
     }
-    private let entries = Mutex<[Entry]>([])
+    private let entries = Lock<[Entry]>([])
 
     func log(level: LogLevel, message: String, metadata: [String: String], file: String, line: Int, function: String) {
         entries.withLock { $0.append(Entry(level: level, message: message, metadata: metadata)) }

@@ -2,7 +2,7 @@ import Autosave
 import Control
 import Foundation
 @preconcurrency import Glibc
-import Synchronization
+import Posix
 import TestSupport
 import Testing
 
@@ -27,7 +27,7 @@ enum CleanClone {
         return path + "/autosaved"
     }()
 
-    static let directoryForRemoval = Mutex<String?>(nil)
+    static let directoryForRemoval = Lock<String?>(nil)
 }
 
 /// What a new user does first: the README's lines, as printed.

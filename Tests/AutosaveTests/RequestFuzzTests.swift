@@ -1,7 +1,6 @@
 import Control
 import Foundation
 import Posix
-import Synchronization
 import TestSupport
 import Testing
 
@@ -228,7 +227,7 @@ struct RequestFuzzTests {
         let outside = daemon.directory.sub("outside")
         try FileManager.default.createDirectory(atPath: outside, withIntermediateDirectories: true)
         try Disk.write("planted\n", to: outside + "/planted.txt")
-        let problems = Mutex<[String]>([])
+        let problems = Lock<[String]>([])
         let done = DispatchSemaphore(value: 0)
         var threads: [Thread] = []
         for client in 0..<4 {

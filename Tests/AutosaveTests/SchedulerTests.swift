@@ -3,7 +3,6 @@ import Documents
 import Foundation
 import Logging
 import Posix
-import Synchronization
 import TestSupport
 import Testing
 
@@ -37,7 +36,7 @@ final class Gate: Sendable {
     /// The gate new gated documents get (set by the test that creates them).
     nonisolated(unsafe) static var current: Gate?
 
-    private let state = Mutex((arrived: 0, open: false))
+    private let state = Lock((arrived: 0, open: false))
     private let semaphore = DispatchSemaphore(value: 0)
     private let arrivals: AsyncStream<Int>.Continuation
     let arrived: AsyncStream<Int>

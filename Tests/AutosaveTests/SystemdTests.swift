@@ -296,8 +296,15 @@ struct NspawnTests {
         try FileManager.default.createDirectory(atPath: units, withIntermediateDirectories: true)
         let repository = ShippedConfigurationTests.repository
         // The shipped units, with ExecStart pointing where the built binaries are bound.
-        let service = try String(contentsOfFile: repository + "/systemd/autosaved.service", encoding: .utf8)
+        var service = try String(contentsOfFile: repository + "/systemd/autosaved.service", encoding: .utf8)
             .replacingOccurrences(of: "/usr/local/bin/autosaved", with: "/opt/autosaved/autosaved")
+        if Machine.sanitizer == "address" {
+            // LeakSanitizer stops the threads with ptrace for its check at exit, which the
+            // unit's SystemCallFilter= refuses ("LeakSanitizer has encountered a fatal
+            // error", exit 1): under the unit the daemon runs with ASan's other checks only.
+            service = service.replacingOccurrences(
+                of: "[Service]\n", with: "[Service]\nEnvironment=ASAN_OPTIONS=detect_leaks=0\n")
+        }
         try Disk.write(service, to: units + "/autosaved.service")
         try FileManager.default.copyItem(
             atPath: repository + "/systemd/autosaved.socket", toPath: units + "/autosaved.socket")

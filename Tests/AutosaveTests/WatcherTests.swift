@@ -107,6 +107,36 @@ struct WatcherTests {
         await #expect(throws: StoreError.self) { try await harness.store.info("moved.txt") }
     }
 
+    /// The change's event is handled after the rename, when the old name no longer
+    /// exists; the rename must not carry the document's old contents to the new name.
+    /// Found by the soak (scripts/soak): the daemon kept stale text for a renamed file.
+    @Test(
+        "A file rewritten (in place or by a rename over it) and at once renamed: the document under the new name holds the new contents"
+    )
+    func rewrittenThenRenamed() async throws {
+        let harness = try await harness()
+        let count = 20
+        for i in 0..<count {
+            try Disk.write("old \(i)\n", to: harness.file("r\(i).txt"))
+            try await harness.store.open("r\(i).txt")
+        }
+        for i in 0..<count {
+            let path = harness.file("r\(i).txt")
+            if i.isMultiple(of: 2) {
+                try Disk.write("new \(i)\n", to: path)
+            } else {
+                try Disk.write("new \(i)\n", to: harness.file(".r\(i).txt.swp"))
+                #expect(rename(harness.file(".r\(i).txt.swp"), path) == 0)
+            }
+            #expect(rename(path, harness.file("moved\(i).txt")) == 0)
+        }
+        await harness.store.sync()
+        for i in 0..<count {
+            #expect(try await text(harness, "moved\(i).txt") == "new \(i)\n", "moved\(i).txt")
+            #expect(try await harness.store.info("moved\(i).txt").state == .clean)
+        }
+    }
+
     @Test("1,000 saves by the store itself cause no reload and no conflict")
     func ownSaves() async throws {
         let harness = try await harness()

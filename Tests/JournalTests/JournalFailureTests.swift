@@ -1,7 +1,6 @@
 import Foundation
 import Journal
 import Posix
-import Synchronization
 import TestSupport
 import Testing
 
@@ -20,7 +19,7 @@ final class JournalFailureTests {
         let options = JournalOptions(mode: .always, retryDelay: .milliseconds(20), io: disk.io)
         let (journal, _, _) = try openJournal(path, options: options, reports: reports)
         disk.counts.withLock { $0.failingSyncs = 3 }
-        let answered = Mutex<[JournalFailure?]>([])
+        let answered = Lock<[JournalFailure?]>([])
         var last = LSN.zero
         for i in 0..<5 { last = try journal.append(owner: 1, payload: payload(i)) }
         journal.whenDurable(last) { failure in answered.withLock { $0.append(failure) } }

@@ -2,7 +2,6 @@ import Foundation
 @preconcurrency import Glibc
 import Journal
 import Posix
-import Synchronization
 import TestSupport
 
 /// The journal's two disk calls, counted, with failures injected on demand: a fake only
@@ -26,7 +25,7 @@ final class FaultyDisk: Sendable {
         var writesDuringSync = 0
     }
 
-    let counts = Mutex(Counts())
+    let counts = Lock(Counts())
 
     var io: JournalIO {
         JournalIO(
@@ -70,7 +69,7 @@ final class Reports: Sendable {
         var failures: [JournalFailure] = []
     }
 
-    let seen = Mutex(Seen())
+    let seen = Lock(Seen())
 
     var durable: LSN { seen.withLock { $0.durable } }
     var failures: [JournalFailure] { seen.withLock { $0.failures } }

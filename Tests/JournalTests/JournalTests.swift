@@ -1,7 +1,6 @@
 import Foundation
 import Journal
 import Posix
-import Synchronization
 import TestSupport
 import Testing
 
@@ -123,7 +122,7 @@ final class JournalTests {
         journal.flush()
         usleep(50_000)
         #expect(reports.durable == .zero, "nothing syncs before the interval unless asked")
-        let answered = Mutex<[JournalFailure?]>([])
+        let answered = Lock<[JournalFailure?]>([])
         let lsn = try journal.append(owner: 1, payload: payload(2))
         journal.whenDurable(lsn) { failure in answered.withLock { $0.append(failure) } }
         journal.flush()

@@ -1,10 +1,10 @@
 import Foundation
 @preconcurrency import Glibc
-import Synchronization
+import Posix
 
 /// Output lines of a child process, with waiting for one to arrive.
 public final class ProcessLines: Sendable {
-    private let state = Mutex<(lines: [String], ended: Bool)>(([], false))
+    private let state = Lock<(lines: [String], ended: Bool)>(([], false))
     private let arrival = NSCondition()
 
     public init() {}

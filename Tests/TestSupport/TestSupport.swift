@@ -81,6 +81,21 @@ public enum Machine {
 
     public static var probe: String { productsDirectory + "/DocumentsProbe" }
 
+    /// The sanitizer this test binary (and so every product beside it) was built with:
+    /// `"thread"`, `"address"`, or `nil`. Known from the sanitizer runtime's entry point,
+    /// which a sanitized binary exports.
+    public static let sanitizer: String? = {
+        let program = dlopen(nil, RTLD_NOW)
+        defer { if let program { dlclose(program) } }
+        if dlsym(program, "__tsan_init") != nil { return "thread" }
+        if dlsym(program, "__asan_init") != nil { return "address" }
+        return nil
+    }()
+
+    /// Whether the products run without a sanitizer, for `.enabled(if:)` on the tests that
+    /// cannot run under one (the reason goes with it).
+    public static var isUnsanitized: Bool { sanitizer == nil }
+
     /// A built product of this package, by name.
     public static func product(_ name: String) -> String { productsDirectory + "/" + name }
 
