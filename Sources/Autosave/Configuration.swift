@@ -565,7 +565,8 @@ extension Configuration {
             [Journal]
             Mode=\(journalMode.rawValue)
             SyncInterval=\(TimeSpan.format(journalSyncInterval))
-            Directory=\(journalDirectory)
+            # In use: \(journalDirectory)
+            Directory=\(journalDirectorySetting ?? "")
             MaxSize=\(Self.formatSize(journalMaxSize))
 
             [Control]

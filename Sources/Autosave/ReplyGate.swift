@@ -1,3 +1,4 @@
+import Posix
 import Synchronization
 
 /// Holds back replies until the journal records they depend on are on the disk.
@@ -20,9 +21,9 @@ public final class ReplyGate: Sendable {
     /// reaches it again, the journal is failing and edits are refused. (The replies of the
     /// pass whose write failed wait for the records' sync, through ``Connection/require(durable:)``.)
     let barrier = Atomic<UInt64>(0)
-    private let held = Mutex<[Connection]>([])
+    private let held = Lock<[Connection]>([])
     /// The journal's latest write or sync failure, for the refusal of edits while it lasts.
-    let lastFailure = Mutex<String?>(nil)
+    let lastFailure = Lock<String?>(nil)
 
     /// Whether the journal failed to write records and has not written them again yet:
     /// edits are refused meanwhile.

@@ -248,12 +248,15 @@ final class Session {
                 let count = { (key: String) in journal[key]?.intValue ?? 0 }
                 var line =
                     "edit journal: \(mode), \(count("bytes")) bytes in \(count("segments")) segment\(count("segments") == 1 ? "" : "s"), \(count("unsaved_records")) records not yet saved"
-                if let failure = journal["failure"]?.stringValue { line += "; FAILING: \(failure.escapingControlCharacters)" }
+                if let failure = journal["failure"]?.stringValue {
+                    line += "; FAILING: \(failure.escapingControlCharacters)"
+                }
                 say(line)
                 if let replay = journal["last_replay"], !replay.isNull {
                     say(
                         "last start-up replayed \(replay["edits"]?.intValue ?? 0) edits to \(replay["documents"]?.intValue ?? 0) documents"
-                            + ((replay["unapplied"]?.arrayValue?.isEmpty ?? true) ? "" : "; some could not be replayed (autosavectl --json status lists them)"))
+                            + ((replay["unapplied"]?.arrayValue?.isEmpty ?? true)
+                                ? "" : "; some could not be replayed (autosavectl --json status lists them)"))
                 }
             }
         }

@@ -321,7 +321,7 @@ struct NspawnTests {
             Restart=on-failure
             RestartSec=100ms
             DynamicUser=yes
-            StateDirectory=autosaved-hang
+            StateDirectory=autosaved-hang autosaved-hang-journal
             RuntimeDirectory=autosaved-hang
             """, to: units + "/autosaved-hang.service")
 
