@@ -188,9 +188,7 @@ extension DocumentStore {
             }
             journal?.release(owner: owner, through: lastLSN)
         }
-        // Only what follows the last `closed` counts.
-        var records = chain.entries[...]
-        if let closed = records.lastIndex(where: { $0.entry == .closed }) { records = records[(closed + 1)...] }
+        let records = chain.entries[...]
         guard !records.isEmpty else { return drop(nil) }
         guard !path.isEmpty else {
             // Its first records (which name the document) are lost: nothing to apply them to.

@@ -9,8 +9,9 @@ import Posix
 /// version on disk its edits apply to; each ``edit`` is one operation with the change
 /// count it produced; a ``saving`` record, written by the save right before its rename,
 /// identifies the file that save puts in place, so that the edits after it apply on top
-/// of that file after a crash; ``moved`` follows a rename by another program; ``closed``
-/// ends the chain. Replay reads the chain back (``DocumentStore/replay(_:)``).
+/// of that file after a crash; ``moved`` follows a rename by another program. A chain
+/// ends with the journal's release of its records (a durable save, a revert, a close).
+/// Replay reads the chain back (``DocumentStore/openJournal()``).
 ///
 /// Encoding: one kind byte, then the fields, integers little-endian, strings and bytes
 /// as a `u32` length and the bytes.
@@ -26,8 +27,6 @@ enum JournalEntry: Equatable {
     case saving(path: String, token: UInt64, file: FileIdentity)
     /// Another program renamed the document's file to `path`; the document followed it.
     case moved(path: String)
-    /// The document was closed or forgotten: nothing before this applies any more.
-    case closed
 
     /// The largest document whose contents a ``base`` carries.
     static let baseContentsLimit = 64 << 10
@@ -37,7 +36,6 @@ enum JournalEntry: Equatable {
         case edit = 2
         case saving = 3
         case moved = 4
-        case closed = 5
     }
 
     private enum EditKind: UInt8 {
@@ -75,8 +73,6 @@ enum JournalEntry: Equatable {
         case .moved(let path):
             bytes.append(Kind.moved.rawValue)
             bytes.appendString(path)
-        case .closed:
-            bytes.append(Kind.closed.rawValue)
         }
     }
 
@@ -149,8 +145,6 @@ enum JournalEntry: Equatable {
             self = .saving(path: try reader.string(), token: token, file: file)
         case .moved:
             self = .moved(path: try reader.string())
-        case .closed:
-            self = .closed
         }
         guard reader.isAtEnd else { throw DecodingError(description: "\(reader.remaining) bytes after the record") }
     }

@@ -76,7 +76,4 @@ public final class ReplyGate: Sendable {
             current = found
         }
     }
-
-    /// How many connections wait (for `status`).
-    var heldConnections: Int { held.withLock { $0.count } }
 }
