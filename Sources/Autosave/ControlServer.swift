@@ -192,16 +192,19 @@ public final class ControlServer: Sendable {
 
     /// Refuses a document path that is not a clean relative path, or whose existing part
     /// goes through a symbolic link (which could lead out of the root): one `openat2`
-    /// with `RESOLVE_BENEATH | RESOLVE_NO_SYMLINKS` from the root.
-    func checkBeneathRoot(_ path: String) throws {
+    /// with `RESOLVE_BENEATH | RESOLVE_NO_SYMLINKS` from the root. Returns whether
+    /// something is there.
+    @discardableResult
+    func checkBeneathRoot(_ path: String) throws -> Bool {
         let normalized: String
         do { normalized = try DocumentPath.validate(path) } catch { throw RequestError(error) }
         let root = FileDescriptor(rawValue: rootDescriptor)
         do {
             // Without O_NOFOLLOW: with O_PATH it would let a symbolic link as the last component through.
             try FileDescriptor.openBeneath(normalized, relativeTo: root, options: [.pathOnly], noSymlinks: true).close()
+            return true
         } catch .noSuchFile {
-            return
+            return false
         } catch .tooManySymbolicLinks, .crossDevice {
             throw RequestError(
                 .invalidPath,
@@ -286,5 +289,5 @@ public final class ControlServer: Sendable {
 
 extension ControlServer: UnopenedPathCheck {
     /// A document a request opens or creates must lie beneath the root (see ``checkBeneathRoot(_:)``).
-    func checkUnopened(_ path: String) throws { try checkBeneathRoot(path) }
+    func checkUnopened(_ path: String) throws -> Bool { try checkBeneathRoot(path) }
 }

@@ -363,7 +363,10 @@ final class ControlSession: Sendable {
 
     /// `save`, answered once the save has started or, with `wait`, once it is durable.
     private func save(_ request: JSONValue, store: isolated DocumentStore) async throws -> DocumentInfo {
-        let path = try document(request)
+        // A document the store holds needs no look at the disk (as for edits); only one
+        // it does not hold is checked beneath the root, for the error to name.
+        let path = try string(request, "doc")
+        if store.entries.index(forKey: path) == nil { try server.checkBeneathRoot(path) }
         try await store.save(path, wait: try flag(request, "wait"))
         return try store.info(path)
     }

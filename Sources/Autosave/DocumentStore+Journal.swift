@@ -113,6 +113,9 @@ extension DocumentStore {
         replyNeedsSync = configuration.journalMode == .always
         gate.advance(written: report.lastLSN?.rawValue ?? 0, durable: report.lastLSN?.rawValue ?? 0)
         loop.beforeReplies = { [weak self] in self?.isolatedHere { $0.writeJournal() } ?? nil }
+        loop.beforePolling = { [weak self] willSleep in
+            self?.isolatedHere { $0.startJournalSync(loopWillSleep: willSleep) } ?? false
+        }
         var summary = replay(records, report: report)
         summary.duration = ContinuousClock.now - started
         lastReplay = summary
@@ -488,7 +491,8 @@ extension DocumentStore {
     @discardableResult
     func writeJournal() -> UInt64? {
         guard let journal else { return nil }
-        let written = journal.flush().rawValue
+        // The sync the records call for starts when the loop polls (``startJournalSync(loopWillSleep:)``).
+        let written = journal.flush(deferringSync: true).rawValue
         var wait: UInt64?
         if written < lastJournalLSN {
             // The write failed: edits are refused until the journal has written the records
@@ -507,6 +511,26 @@ extension DocumentStore {
             compactIfNeeded(journal)
         }
         return wait
+    }
+
+    /// The longest a sync may have taken for the loop to make the next one itself.
+    static let loopSyncLimit = Duration.milliseconds(2)
+
+    /// Starts the group commit of the records the loop's passes wrote, when one is called
+    /// for (`Mode=always`, `"durable": true`). When the loop is about to sleep, it syncs
+    /// them itself: it would otherwise sleep until the sync thread had synced them and
+    /// woken it, two hand-offs a lone client waits for — unless the last sync took longer
+    /// than ``loopSyncLimit`` (a slow disk is left to the sync thread, so that the loop
+    /// never stalls on it). While the loop stays busy, the sync thread is asked at the
+    /// second pass, and syncs while the loop goes on. Returns whether the loop synced.
+    func startJournalSync(loopWillSleep: Bool) -> Bool {
+        guard let journal else { return false }
+        if !loopWillSleep {
+            journalBusyPasses += 1
+            guard journalBusyPasses >= 2 else { return false }
+        }
+        journalBusyPasses = 0
+        return journal.startDeferredSync(onCaller: loopWillSleep, ifLastSyncTookAtMost: Self.loopSyncLimit)
     }
 
     /// Past `MaxSize=`, saves the documents whose records keep the oldest segments: their
@@ -623,6 +647,7 @@ extension DocumentStore {
     public func closeJournal() -> (keptDocuments: [String], failure: JournalFailure?) {
         guard let journal else { return ([], nil) }
         loop.beforeReplies = nil
+        loop.beforePolling = nil
         let kept = entries.filter { $0.value.isDirty && $0.value.journalOwner != 0 && !$0.value.journalBroken }
             .map(\.key).sorted()
         let failure = journal.close()

@@ -12,26 +12,25 @@ extension DocumentStore {
     /// saves are recognised by the fingerprint they recorded and ignored.
     public func startWatching() throws {
         guard watcher == nil else { return }
-        let (stream, continuation) = AsyncStream<[WatchEvent]>.makeStream()
         let log = log
+        // Each batch is handed to the loop as it is read, in order, with one wake-up at
+        // most (no task in between); a batch read after the watcher stopped is dropped.
+        let generation = watchGeneration + 1
+        watchGeneration = generation
         watcher = try FileWatcher(
             root: root, pollInterval: configuration.pollInterval, mode: configuration.watchMode, ignore: ignore,
             log: { log.error($0, ["message_id": MessageID.watchLimit]) },
-            deliver: { batch in continuation.yield(batch) })
-        watchStreamEnd = continuation
-        Task { [weak self] in
-            for await batch in stream {
-                guard let self else { return }
-                await self.handle(batch)
-            }
-        }
+            deliver: { [weak self] batch in
+                self?.onLoop { store in
+                    if store.watchGeneration == generation, store.watcher != nil { store.handle(batch) }
+                }
+            })
     }
 
     public func stopWatching() {
         watcher?.stop()
         watcher = nil
-        watchStreamEnd?.finish()
-        watchStreamEnd = nil
+        watchGeneration += 1
         releaseSyncWaiters()
     }
 

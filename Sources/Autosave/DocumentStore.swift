@@ -97,8 +97,11 @@ public actor DocumentStore {
     /// Where saves are serialised and written.
     nonisolated let saveThreads = SaveThreads()
     var subscribers: [UUID: AsyncStream<StoreEvent>.Continuation] = [:]
+    /// Called with every event, on the store's thread (see ``observe(_:)``).
+    var observers: [@Sendable (StoreEvent) -> Void] = []
     var watcher: FileWatcher?
-    var watchStreamEnd: AsyncStream<[WatchEvent]>.Continuation?
+    /// Counts the watchers started and stopped: a batch of events is handled only by the watcher that read it.
+    var watchGeneration = 0
     /// Documents whose file changed while their own save was being written: checked
     /// once that save has recorded its fingerprint.
     var pendingChecks: Set<String> = []
@@ -133,6 +136,8 @@ public actor DocumentStore {
     @exclusivity(unchecked) var journalBytesSinceCheck = 0
     /// The latest LSN whose replies were held because the journal's write failed.
     var journalWaitIssued: UInt64 = 0
+    /// Passes of a busy loop since the journal's sync was last started (see ``startJournalSync(loopWillSleep:)``).
+    @exclusivity(unchecked) var journalBusyPasses = 0
     /// Saves started because the journal is past `MaxSize=` are running.
     var journalCompacting = false
     var unjournalledEdits = 0
@@ -511,20 +516,26 @@ public actor DocumentStore {
         if let existing = entries.index(forKey: path) {
             return try apply(edit, at: existing, path: path, knownType: knownType)
         }
-        try unopened.checkUnopened(path)
-        return try applyUnopened(edit, path: path, create: create, knownType: knownType)
+        let exists = try unopened.checkUnopened(path)
+        return try applyUnopened(edit, path: path, create: create, knownType: knownType, knownMissing: !exists)
     }
 
     /// Applies `edit` to a document the store does not hold: read from disk (or, with
     /// `create`, made new), edited, and only then added. A refused edit leaves the store
     /// as it was: no document opened or created, no event.
     private func applyUnopened(
-        _ edit: DocumentEdit, path: String, create: Bool, knownType: UTType?
+        _ edit: DocumentEdit, path: String, create: Bool, knownType: UTType?, knownMissing: Bool = false
     ) throws(StoreError) -> EditOutcome {
         var entry: Entry
-        do { entry = try loadEntry(path) } catch .notFound(let missing) {
-            guard create else { throw .notFound(missing) }
+        if knownMissing, create {
+            // Nothing was at the path a moment ago: no second look (a file made meanwhile
+            // is caught by the save, which expects to find none).
             entry = try newEntry(path)
+        } else {
+            do { entry = try loadEntry(path) } catch .notFound(let missing) {
+                guard create else { throw .notFound(missing) }
+                entry = try newEntry(path)
+            }
         }
         let baseContents = journal == nil ? nil : journalBaseContents(entry, for: edit)
         do {
@@ -850,7 +861,15 @@ public actor DocumentStore {
 
     private func unsubscribe(_ id: UUID) { subscribers[id] = nil }
 
+    /// Calls `observer` with every event from now on, on the store's thread, as the event
+    /// happens (before the subscribers of ``events()`` hear of it). For bookkeeping that
+    /// must see every event and costs little: it runs on the path of saves and edits.
+    public func observe(_ observer: @escaping @Sendable (StoreEvent) -> Void) {
+        observers.append(observer)
+    }
+
     func emit(_ event: StoreEvent) {
+        for observer in observers { observer(event) }
         for continuation in subscribers.values { continuation.yield(event) }
     }
 }

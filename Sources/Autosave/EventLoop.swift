@@ -188,6 +188,14 @@ final class EventLoop: SerialExecutor, @unchecked Sendable {
     /// Set and read on the loop's thread only.
     @exclusivity(unchecked) var beforeReplies: (() -> UInt64?)?
 
+    /// Runs on the loop's thread at the end of every pass, before it polls: `willSleep`
+    /// when nothing is left to do and the loop is about to block. Returns `true` when it
+    /// did work that may have queued more (the loop then makes another pass before it
+    /// polls). The store starts the journal's group commit there: on the loop itself
+    /// when the loop would only sleep until the sync thread had done it. Set and read on
+    /// the loop's thread only.
+    @exclusivity(unchecked) var beforePolling: ((_ willSleep: Bool) -> Bool)?
+
     /// Runs `body` on the loop's thread in its next pass, between jobs: how a thread that
     /// finished work for the store (a save) hands its result back with one wake-up and
     /// no task.
@@ -402,8 +410,10 @@ final class EventLoop: SerialExecutor, @unchecked Sendable {
             }
             for connection in flushes where !connection.flush() { blockWriter(connection) }
             flushes.removeAll(keepingCapacity: true)
+            let willSleep = idle && localFlushes.isEmpty
+            if let beforePolling, beforePolling(willSleep) { continue }
             let sleep: Int32? =
-                idle && localFlushes.isEmpty
+                willSleep
                 ? jobs.withLock { jobs in
                     guard jobs.queue.isEmpty, jobs.flushes.isEmpty, jobs.reads.isEmpty, jobs.closures.isEmpty
                     else { return nil }

@@ -7,7 +7,7 @@ import Posix
 /// `autosavectl metrics` (the `metrics` command) and node_exporter's textfile collector
 /// (`[Metrics] TextfileDirectory=`). Counters of what the store's events report (saves,
 /// bytes, durations, failures by errno, other programs' changes) are kept by a
-/// ``Metrics`` value that follows the store's events; gauges come from the store's
+/// ``Metrics`` value that observes the store's events; gauges come from the store's
 /// status when the text is made.
 public final class Metrics: Sendable {
     /// Upper bounds of the save-duration histogram's buckets, in seconds.
@@ -38,8 +38,10 @@ public final class Metrics: Sendable {
     ) async -> [Task<Void, Never>] {
         let metrics = Metrics(connections: connections)
         registry.withLock { $0[ObjectIdentifier(store)] = metrics }
-        let events = await store.events()
-        var tasks = [Task { for await event in events { metrics.record(event) } }]
+        // Counted on the store's thread as each event happens: no task to wake per save or
+        // opened document, and none missed when the events come faster than a task reads them.
+        await store.observe { metrics.record($0) }
+        var tasks: [Task<Void, Never>] = []
         if let directory = configuration.metricsTextfileDirectory {
             let interval = configuration.metricsInterval
             tasks.append(

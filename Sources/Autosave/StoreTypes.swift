@@ -83,9 +83,10 @@ struct EditOutcome {
 }
 
 /// Asked about a document the store does not hold yet, before an edit opens or creates
-/// it: throws to refuse it.
+/// it: throws to refuse it; returns `false` when it found nothing at the path (the store
+/// then creates the document without looking for it on disk again).
 protocol UnopenedPathCheck {
-    func checkUnopened(_ path: String) throws
+    func checkUnopened(_ path: String) throws -> Bool
 }
 
 /// The store's counters, for `status`.

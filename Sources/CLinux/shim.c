@@ -167,3 +167,41 @@ const char *__lsan_default_suppressions(void) {
            "leak:libTesting.so\n"
            "leak:formWeakReference\n";
 }
+
+#if defined(__x86_64__)
+#include <cpuid.h>
+
+int clinux_crc32c_available(void) {
+    unsigned int a, b, c, d;
+    if (!__get_cpuid(1, &a, &b, &c, &d)) return 0;
+    return (c & bit_SSE4_2) != 0;
+}
+
+__attribute__((target("sse4.2")))
+uint32_t clinux_crc32c(uint32_t crc, const void *bytes, size_t length) {
+    const unsigned char *p = bytes;
+    uint64_t c = (uint32_t)~crc;
+    while (length >= 8) {
+        uint64_t word;
+        memcpy(&word, p, 8);
+        c = __builtin_ia32_crc32di(c, word);
+        p += 8;
+        length -= 8;
+    }
+    uint32_t c32 = (uint32_t)c;
+    while (length > 0) {
+        c32 = __builtin_ia32_crc32qi(c32, *p);
+        p += 1;
+        length -= 1;
+    }
+    return ~c32;
+}
+#else
+int clinux_crc32c_available(void) { return 0; }
+
+uint32_t clinux_crc32c(uint32_t crc, const void *bytes, size_t length) {
+    (void)bytes;
+    (void)length;
+    return crc;
+}
+#endif

@@ -1,5 +1,9 @@
+import Posix
+
 /// CRC-32C (Castagnoli, reflected polynomial 0x82F63B78), as iSCSI, ext4 and
-/// PostgreSQL's WAL use it, computed eight bytes at a time with slicing-by-8 tables.
+/// PostgreSQL's WAL use it: with the CPU's instruction where it has one
+/// (``HardwareCRC32C``), else eight bytes at a time with slicing-by-8 tables
+/// (``tableChecksum(of:continuing:)``, which the tests hold the instruction to).
 ///
 /// `checksum(of: "123456789")` is `0xE306_9283`. Checksums chain:
 /// `checksum(of: b, continuing: checksum(of: a))` equals the checksum of `a` followed by `b`.
@@ -21,8 +25,16 @@ public enum CRC32C {
         return t
     }()
 
+    private static let hardware = HardwareCRC32C.isAvailable
+
     /// The checksum of `bytes`, continuing `crc` (the checksum of what came before; 0 to start).
     public static func checksum(of bytes: UnsafeRawBufferPointer, continuing crc: UInt32 = 0) -> UInt32 {
+        if hardware { return HardwareCRC32C.checksum(of: bytes, continuing: crc) }
+        return tableChecksum(of: bytes, continuing: crc)
+    }
+
+    /// ``checksum(of:continuing:)`` computed with the tables, whatever the CPU.
+    public static func tableChecksum(of bytes: UnsafeRawBufferPointer, continuing crc: UInt32 = 0) -> UInt32 {
         guard var p = bytes.baseAddress else { return crc }
         var n = bytes.count
         var c = ~crc

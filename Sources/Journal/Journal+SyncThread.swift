@@ -53,6 +53,12 @@ extension Journal {
     {
         s.syncThreadIdle = false
         s.syncThreadWaitsForSignal = false
+        if s.syncing {
+            // A caller is syncing: it signals once it is done if anything is left to do.
+            s.syncThreadIdle = true
+            s.syncThreadWaitsForSignal = true
+            return (nil, nil)
+        }
         if s.recovering {
             if s.closing {
                 if s.closeRetried { return (.exit, nil) }
@@ -81,9 +87,42 @@ extension Journal {
         return (nil, deadline)
     }
 
+    /// Makes the records written so far durable on the caller's thread, when waiting for
+    /// the sync thread would only add its two wake-ups: the thread is idle, something
+    /// waits for the sync (`Mode=always`, a requested sync, a ``whenDurable(_:_:)``
+    /// handler), and the last sync took at most `limit` (a slow or stalled disk is left
+    /// to the thread, so that the caller is never held for long). The event loop calls
+    /// it when it is about to sleep with replies held for the journal: it would wait for
+    /// the sync anyway, and a client waiting alone gets its reply without two thread
+    /// hand-offs. `onDurable` and the handlers then run on the caller's thread.
+    ///
+    /// - Returns: Whether it synced (the records written so far are durable, or the
+    ///   failure has been reported and the sync thread recovers).
+    public func syncOnCaller(ifLastSyncTookAtMost limit: Duration) -> Bool {
+        performSync(onCallerWithin: limit)
+    }
+
+    /// Starts the sync that ``flush(deferringSync:)`` left waiting, if any: on the
+    /// caller's thread when `onCaller` and ``syncOnCaller(ifLastSyncTookAtMost:)`` can,
+    /// else on the sync thread. Returns whether it synced on the caller's thread.
+    public func startDeferredSync(onCaller: Bool, ifLastSyncTookAtMost limit: Duration) -> Bool {
+        let deferred = state.withLock { s -> Bool in
+            defer { s.syncDeferred = false }
+            return s.syncDeferred
+        }
+        guard deferred else { return false }
+        if onCaller, performSync(onCallerWithin: limit) { return true }
+        let signal = state.withLock { s in s.syncThreadIdle && s.writtenThrough > s.durableThrough }
+        if signal { signalSyncThread() }
+        return false
+    }
+
     /// One group commit: `fdatasync` of every segment with written but unsynced bytes (and
     /// of the directory when a segment was created), covering every batch written so far.
-    private func performSync() {
+    /// On the sync thread when `limit` is `nil`; else on a caller's, if
+    /// ``syncOnCaller(ifLastSyncTookAtMost:)``'s conditions hold.
+    @discardableResult
+    private func performSync(onCallerWithin limit: Duration? = nil) -> Bool {
         struct Item {
             var base: LSN
             var descriptor: CInt
@@ -91,14 +130,21 @@ extension Journal {
             var name: String
         }
         let snapshot = state.withLock { s -> (target: LSN, items: [Item], directory: [LSN])? in
-            guard !s.recovering, s.writtenThrough > s.durableThrough else { return nil }
+            guard !s.recovering, !s.syncing, s.writtenThrough > s.durableThrough else { return nil }
+            if let limit {
+                guard s.phase == .running, !s.closing, s.syncThreadIdle,
+                    options.mode == .always || s.syncRequested > s.durableThrough || !s.waiters.isEmpty
+                else { return nil }
+                if let last = s.statistics.lastSyncDuration, last > limit { return nil }
+            }
+            s.syncing = true
             let items = s.segments.compactMap { segment -> Item? in
                 guard let fd = segment.descriptor, segment.syncedSize < segment.size else { return nil }
                 return Item(base: segment.base, descriptor: fd, size: segment.size, name: segment.name)
             }
             return (s.writtenThrough, items, s.segments.filter(\.needsDirectorySync).map(\.base))
         }
-        guard let snapshot else { return }
+        guard let snapshot else { return false }
         let start = ContinuousClock.now
         var failure: JournalFailure?
         for item in snapshot.items {
@@ -115,13 +161,18 @@ extension Journal {
             }
         }
         let end = ContinuousClock.now
-        let outcome = state.withLock { s -> Outcome in
+        let (outcome, signal) = state.withLock { s -> (Outcome, Bool) in
+            s.syncing = false
             s.statistics.lastSync = end
             s.statistics.lastSyncDuration = end - start
             s.lastSyncMark = end
+            // A caller's sync hands what is left (a rewrite, more records, housekeeping) to the thread.
+            func left(_ s: JournalState) -> Bool {
+                limit != nil && (s.recovering || s.housekeeping || s.writtenThrough > s.durableThrough)
+            }
             if let failure {
                 s.statistics.syncFailures += 1
-                return enterRecovery(&s, failure)
+                return (enterRecovery(&s, failure), limit != nil)
             }
             s.statistics.syncs += 1
             for item in snapshot.items {
@@ -144,9 +195,11 @@ extension Journal {
                 }
             }
             if s.oldestIsObsolete { s.housekeeping = true }
-            return Outcome(durable: durable, waiters: s.takeWaiters(through: durable))
+            return (Outcome(durable: durable, waiters: s.takeWaiters(through: durable)), left(s))
         }
         outcome.deliver(self)
+        if signal { signalSyncThread() }
+        return true
     }
 
     /// After a failed write or sync: every record not proven durable (and what was appended

@@ -154,8 +154,12 @@ public final class Journal: Sendable {
     /// - Returns: The LSN through which records are written (in the page cache). After a
     ///   failure (reported through `onFailure`) it stops advancing until the sync thread
     ///   has written the records again to a new segment; `onDurable` says when.
+    ///
+    /// With `deferringSync`, a sync this batch calls for is not asked of the sync thread
+    /// yet: the caller says later, through ``startDeferredSync(onCaller:ifLastSyncTookAtMost:)``,
+    /// whether it syncs itself or the thread does.
     @discardableResult
-    public func flush() -> LSN {
+    public func flush(deferringSync: Bool = false) -> LSN {
         let (written, report, signal) = state.withLock { s -> (LSN, Outcome, Bool) in
             guard s.phase == .running, let first = s.pendingFirst, !s.recovering else {
                 return (s.writtenThrough, Outcome(), false)
@@ -193,6 +197,10 @@ public final class Journal: Sendable {
             s.statistics.bytesWritten += batch.bytes.count
             let wanted =
                 options.mode == .always || s.syncRequested > s.durableThrough || s.syncThreadWaitsForSignal
+            if wanted, deferringSync {
+                s.syncDeferred = true
+                return (s.writtenThrough, Outcome(), false)
+            }
             return (s.writtenThrough, Outcome(), wanted && s.syncThreadIdle)
         }
         if signal { signalSyncThread() }

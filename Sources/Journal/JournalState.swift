@@ -86,6 +86,12 @@ struct JournalState {
     var lastSyncMark = ContinuousClock.now
     var threadExited = false
     var syncThreadIdle = false
+    /// A group commit is under way (on the sync thread, or on a caller's through
+    /// ``Journal/syncOnCaller(ifLastSyncTookAtMost:)``): nobody else syncs, rewrites or
+    /// closes descriptors meanwhile.
+    var syncing = false
+    /// A flush called for a sync and left it to ``Journal/startDeferredSync(onCaller:ifLastSyncTookAtMost:)``.
+    var syncDeferred = false
     /// The idle sync thread has no deadline: a periodic write must wake it to start one.
     var syncThreadWaitsForSignal = false
 

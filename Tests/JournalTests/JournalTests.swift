@@ -17,6 +17,28 @@ final class JournalTests {
         #expect(split == CRC32C.checksum(of: all))
     }
 
+    @Test("The CPU's CRC-32C instruction and the tables agree on every length and split")
+    func hardwareChecksum() {
+        #expect(HardwareCRC32C.isAvailable, "this machine's CPU has SSE4.2: the journal should use it")
+        guard HardwareCRC32C.isAvailable else { return }
+        var generator = SystemRandomNumberGenerator()
+        for length in 0..<300 {
+            let bytes = (0..<length).map { _ in UInt8.random(in: 0...255, using: &generator) }
+            bytes.withUnsafeBytes { all in
+                let crc = UInt32.random(in: 0...UInt32.max, using: &generator)
+                #expect(
+                    HardwareCRC32C.checksum(of: all, continuing: crc) == CRC32C.tableChecksum(of: all, continuing: crc))
+                let cut = length / 3
+                let first = UnsafeRawBufferPointer(rebasing: all[..<cut])
+                let rest = UnsafeRawBufferPointer(rebasing: all[cut...])
+                #expect(
+                    HardwareCRC32C.checksum(of: rest, continuing: HardwareCRC32C.checksum(of: first))
+                        == CRC32C.tableChecksum(of: all))
+            }
+        }
+        #expect(CRC32C.tableChecksum(of: UnsafeRawBufferPointer(start: nil, count: 0)) == 0)
+    }
+
     @Test("Records come back after reopening, with their LSNs, owners and payloads; numbering goes on")
     func roundTrip() throws {
         var written: [Replayed] = []

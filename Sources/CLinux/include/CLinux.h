@@ -85,4 +85,11 @@ int clinux_flock_exclusive_nonblocking(int fd);
 /// CLOCK_MONOTONIC in microseconds.
 uint64_t clinux_monotonic_usec(void);
 
+/// Whether the CPU computes CRC-32C in hardware (SSE4.2's `crc32` on x86-64).
+int clinux_crc32c_available(void);
+/// CRC-32C (Castagnoli, reflected) of `length` bytes, continuing `crc` (the checksum of
+/// what came before, 0 to start), with the CPU's instruction; only when
+/// `clinux_crc32c_available()`.
+uint32_t clinux_crc32c(uint32_t crc, const void *bytes, size_t length);
+
 #endif

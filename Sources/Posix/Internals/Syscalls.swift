@@ -166,3 +166,7 @@ internal func nothingOrErrno<I: FixedWidthInteger>(
 ) -> Result<Void, Errno> {
     valueOrErrno(retryOnInterrupt: retryOnInterrupt, body).map { _ in () }
 }
+internal func system_crc32c_available() -> Bool { clinux_crc32c_available() != 0 }
+internal func system_crc32c(_ crc: UInt32, _ bytes: UnsafeRawPointer, _ count: Int) -> UInt32 {
+    clinux_crc32c(crc, bytes, count)
+}
