@@ -125,15 +125,25 @@ final class ControlSession: Sendable {
         // Taken apart first: the text moves into the edit without a copy of the request.
         let (command, id, document, text) = (edit.command, edit.id, edit.document, edit.text)
         if !memo.document.withUnsafeBytes({ $0.elementsEqual(document) }) {
+            let raw = edit.documentPath
             let path: String
-            do {
-                path = try DocumentPath.validate(edit.documentPath)
-            } catch {
-                connection.send(Self.failure(EditRequest.Raw.idValue(id), error))
-                return
+            if store.entries.index(forKey: raw) != nil {
+                // A path the store holds a document at was checked when it was opened.
+                path = raw
+            } else {
+                do {
+                    path = try DocumentPath.validate(raw)
+                } catch {
+                    connection.send(Self.failure(EditRequest.Raw.idValue(id), error))
+                    return
+                }
             }
-            memo = EditMemo(
-                document: Array(document), path: path, isJSON: Self.isJSONPath(path), timestamps: memo.timestamps)
+            // The memo's buffers are reused: another document costs no allocation here.
+            memo.document.removeAll(keepingCapacity: true)
+            memo.document.append(contentsOf: document)
+            memo.path = path
+            memo.isJSON = Self.isJSONPath(path)
+            memo.type = nil
         }
         let documentEdit: DocumentEdit
         switch command {

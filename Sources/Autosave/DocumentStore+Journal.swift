@@ -113,9 +113,6 @@ extension DocumentStore {
         replyNeedsSync = configuration.journalMode == .always
         gate.advance(written: report.lastLSN?.rawValue ?? 0, durable: report.lastLSN?.rawValue ?? 0)
         loop.beforeReplies = { [weak self] in self?.isolatedHere { $0.writeJournal() } ?? nil }
-        loop.beforePolling = { [weak self] willSleep in
-            self?.isolatedHere { $0.startJournalSync(loopWillSleep: willSleep) } ?? false
-        }
         var summary = replay(records, report: report)
         summary.duration = ContinuousClock.now - started
         lastReplay = summary
@@ -647,7 +644,6 @@ extension DocumentStore {
     public func closeJournal() -> (keptDocuments: [String], failure: JournalFailure?) {
         guard let journal else { return ([], nil) }
         loop.beforeReplies = nil
-        loop.beforePolling = nil
         let kept = entries.filter { $0.value.isDirty && $0.value.journalOwner != 0 && !$0.value.journalBroken }
             .map(\.key).sorted()
         let failure = journal.close()

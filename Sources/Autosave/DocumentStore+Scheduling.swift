@@ -307,8 +307,9 @@ extension DocumentStore {
         let clock = clock
         // Serialising and writing block on memory copies and on the disk: they run on the
         // save threads, never on the store's thread that edits (and the socket) run on; the
-        // result comes back to the loop with one wake-up.
-        saveThreads.submit { @Sendable [weak self] in
+        // result comes back to the loop with one wake-up. A small save somebody waits for
+        // may instead run on the loop once it has nothing else to do (``runDeferredSaves(loopWillSleep:)``).
+        let work = { @Sendable () -> (Result<SaveOutcome, any Error>, Duration) in
             let start = clock.now
             let result = Result { () throws -> SaveOutcome in
                 let wrapper = try snapshot.fileWrapper(configuration: .init(contentType: type, existingFile: existing))
@@ -336,11 +337,58 @@ extension DocumentStore {
                     wrapper: wrapper, report: report, fingerprint: status.map { Fingerprint($0, contentHash: hash) },
                     journalRecord: savingRecord.lsn)
             }
-            let duration = clock.now - start
-            self?.onLoop {
-                $0.finishSave(path, token: token, snapshot: snapshot, result: result, duration: duration, since: since)
+            return (result, clock.now - start)
+        }
+        let finish = { @Sendable (store: isolated DocumentStore, result: Result<SaveOutcome, any Error>, duration: Duration) in
+            store.finishSave(path, token: token, snapshot: snapshot, result: result, duration: duration, since: since)
+        }
+        if Self.mayRunOnLoop(entry) {
+            deferredSaves.append(DeferredSave(work: work, finish: finish))
+            return
+        }
+        saveThreads.submit { @Sendable [weak self] in
+            let (result, duration) = work()
+            self?.onLoop { finish($0, result, duration) }
+        }
+    }
+
+    /// The longest a document's last save may have taken, and the most bytes it may
+    /// have written, for its next save to run on the loop (see ``runDeferredSaves(loopWillSleep:)``).
+    static let loopSaveLimit = (duration: Duration.milliseconds(2), bytes: 256 << 10)
+
+    /// Whether a save about to start may run on the loop: somebody waits for it (a
+    /// `save` with `wait: true`), and the document is a regular file whose last save was
+    /// small and quick.
+    private static func mayRunOnLoop(_ entry: Entry) -> Bool {
+        guard !entry.waiters.isEmpty, !entry.isPackage, let last = entry.lastSaveDuration,
+            let size = entry.fingerprint?.size
+        else { return false }
+        return last <= loopSaveLimit.duration && size <= loopSaveLimit.bytes
+    }
+
+    /// Starts the saves ``startSave(_:)`` left to the end of the loop's pass. When the
+    /// loop is about to sleep, the first runs right here: the client waiting for it would
+    /// otherwise wait for two thread hand-offs (to a save thread and back) around a write
+    /// that takes about as long, and the loop has nothing else to do. It is small and its
+    /// last save was quick (``loopSaveLimit``), so the loop is held for no longer than a
+    /// couple of milliseconds; everything else goes to the save threads. Returns whether
+    /// a save ran here (its reply is queued: the loop makes another pass).
+    func runDeferredSaves(loopWillSleep: Bool) -> Bool {
+        guard !deferredSaves.isEmpty else { return false }
+        var saves: [DeferredSave] = []
+        swap(&saves, &deferredSaves)
+        var here: DeferredSave?
+        if loopWillSleep, saves.count == 1 { here = saves.removeFirst() }
+        for save in saves {
+            saveThreads.submit { @Sendable [weak self] in
+                let (result, duration) = save.work()
+                self?.onLoop { save.finish($0, result, duration) }
             }
         }
+        guard let here else { return false }
+        let (result, duration) = here.work()
+        here.finish(self, result, duration)
+        return true
     }
 
     /// Creates the directories a new document's path needs (each made durable in its
@@ -415,6 +463,7 @@ extension DocumentStore {
             entry.failure = nil
             entry.retryAt = nil
             entry.saves += 1
+            entry.lastSaveDuration = duration
             let now = Date()
             entry.lastSaved = now
             let finished = entry.waiters.filter { $0.token <= entry.savedChangeCount }
@@ -548,6 +597,13 @@ struct LatencyHistogram: Sendable {
 }
 
 /// What a finished save hands back to the store.
+/// A save ``DocumentStore/startSave(_:)`` left to the end of the loop's pass: the
+/// writing, and what the store does with its result.
+struct DeferredSave: Sendable {
+    var work: @Sendable () -> (Result<SaveOutcome, any Error>, Duration)
+    var finish: @Sendable (isolated DocumentStore, Result<SaveOutcome, any Error>, Duration) -> Void
+}
+
 struct SaveOutcome: Sendable {
     var wrapper: FileWrapper
     var report: DurableWriter.Report

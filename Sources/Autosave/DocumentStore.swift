@@ -65,6 +65,8 @@ public actor DocumentStore {
         var waiters: [(token: UInt64, continuation: CheckedContinuation<Void, any Error>)] = []
         var saves = 0
         var lastSaved: Date?
+        /// How long the last successful save took.
+        var lastSaveDuration: Duration?
         /// The file as this store last read or wrote it.
         var fingerprint: Fingerprint?
         /// The document's owner number in the edit journal (0: it has no records yet).
@@ -136,6 +138,8 @@ public actor DocumentStore {
     @exclusivity(unchecked) var journalBytesSinceCheck = 0
     /// The latest LSN whose replies were held because the journal's write failed.
     var journalWaitIssued: UInt64 = 0
+    /// Saves waiting for the end of the loop's pass (see ``runDeferredSaves(loopWillSleep:)``).
+    var deferredSaves: [DeferredSave] = []
     /// Passes of a busy loop since the journal's sync was last started (see ``startJournalSync(loopWillSleep:)``).
     @exclusivity(unchecked) var journalBusyPasses = 0
     /// Saves started because the journal is past `MaxSize=` are running.
@@ -172,6 +176,21 @@ public actor DocumentStore {
         self.registry = registry ?? DocumentTypeRegistry(packageExtensions: configuration.packageExtensions)
         self.log = log
         ignore = SharedIgnoreRules(IgnoreRules(configuration: configuration))
+        // Set on the loop's thread, the only one that reads it.
+        let loop = loop
+        loop.execute { [weak self] in
+            loop.beforePolling = { [weak self] willSleep in
+                self?.isolatedHere { $0.loopWillPoll(willSleep: willSleep) } ?? false
+            }
+        }
+    }
+
+    /// The end of a pass of the loop, before it polls (see ``EventLoop/beforePolling``):
+    /// the saves and the journal's sync left to it start. Returns whether it did work
+    /// whose replies are queued.
+    func loopWillPoll(willSleep: Bool) -> Bool {
+        if runDeferredSaves(loopWillSleep: willSleep) { return true }
+        return startJournalSync(loopWillSleep: willSleep)
     }
 
     // MARK: Configuration
@@ -717,12 +736,17 @@ public actor DocumentStore {
         let token = entry.changeCount
         entries[path]!.forcedToken = max(entry.forcedToken ?? 0, token)
         entries[path]!.retryAt = nil
-        schedule(path)
-        // Due now: started here, without waiting for the scheduler's turn.
-        processDue()
-        guard wait else { return }
+        guard wait else {
+            schedule(path)
+            // Due now: started here, without waiting for the scheduler's turn.
+            processDue()
+            return
+        }
         try await withCheckedThrowingContinuation { (continuation: CheckedContinuation<Void, any Error>) in
+            // The waiter first: a save somebody waits for may run on the loop (``runDeferredSaves(loopWillSleep:)``).
             entries[path]!.waiters.append((token, continuation))
+            schedule(path)
+            processDue()
         }
     }
 

@@ -34,14 +34,20 @@ struct EditReply {
     /// `"ok":true,"document":{"doc":…,"type":…,"state":"` (kept by the caller for the
     /// next edit of the same document).
     static func documentPrefix(path: String, type: UTType) -> [UInt8] {
-        // Written once per document and connection: the general writer's strings will do.
-        func quoted(_ text: String) -> [UInt8] {
-            var writer = JSONWriter()
-            writer.string(text)
-            return writer.bytes
-        }
-        return Array(#""ok":true,"document":{"doc":"#.utf8) + quoted(path) + Array(#","type":"#.utf8)
-            + quoted(type.identifier) + Array(#","state":""#.utf8)
+        // Written when a connection's edit names another document than its last: into one
+        // buffer, the strings by the general writer.
+        var bytes: [UInt8] = []
+        bytes.reserveCapacity(48 + path.utf8.count + path.utf8.count / 4 + type.identifier.utf8.count)
+        bytes.append(contentsOf: #""ok":true,"document":{"doc":"#.utf8)
+        var writer = JSONWriter(appendingTo: bytes)
+        writer.string(path)
+        bytes = writer.take()
+        bytes.append(contentsOf: #","type":"#.utf8)
+        writer = JSONWriter(appendingTo: bytes)
+        writer.string(type.identifier)
+        bytes = writer.take()
+        bytes.append(contentsOf: #","state":""#.utf8)
+        return bytes
     }
 
     /// Queues ``withBytes(idText:prefix:_:_:)``'s reply on `connection` (written in
