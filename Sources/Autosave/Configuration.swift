@@ -25,6 +25,10 @@ public struct Configuration: Sendable, Equatable {
     public var maxDelay: Duration = .seconds(30)
     /// Saves running at once, across all documents.
     public var maxConcurrentSaves = 4
+    /// The longest a document's last save (or the journal's last sync) may have taken for
+    /// the event loop to make the next one itself, when a client waits for it and the loop
+    /// has nothing else to do; zero: always on the save threads and the journal's thread.
+    public var loopWriteLimit: Duration = .milliseconds(2)
     /// First wait before retrying a failed save; doubles up to `maxRetryInterval`.
     public var retryInterval: Duration = .seconds(1)
     public var maxRetryInterval: Duration = .seconds(60)
@@ -280,7 +284,7 @@ extension Configuration {
         "Store": ["Root", "PackageExtensions", "IgnoreDefaults", "Ignore", "IgnoreFile"],
         "Autosave": [
             "QuietPeriod", "MaxDelay", "MaxConcurrentSaves", "RetryInterval", "MaxRetryInterval",
-            "RefuseEditsWhenSaveFails",
+            "RefuseEditsWhenSaveFails", "LoopWriteLimit",
         ],
         "Watch": ["Enabled", "Mode", "OpenNewFiles", "PollInterval"],
         "Conflicts": ["Keep", "WhenRemoved"],
@@ -338,6 +342,8 @@ extension Configuration {
         case ("Autosave", "MaxConcurrentSaves"):
             guard let n = Int(value), n >= 1, n <= 1024 else { return "expected a whole number from 1 to 1024" }
             maxConcurrentSaves = n
+        case ("Autosave", "LoopWriteLimit"):
+            return parseSpan(value) { loopWriteLimit = $0 }
         case ("Autosave", "RefuseEditsWhenSaveFails"):
             guard let flag = Self.boolean(value) else { return "expected yes or no" }
             refuseEditsWhenSaveFails = flag
@@ -489,6 +495,11 @@ extension Configuration {
             errors.append(
                 ConfigurationError(file: file, line: nil, message: "PollInterval= must be at least 100ms"))
         }
+        if loopWriteLimit > .seconds(1) {
+            errors.append(
+                ConfigurationError(
+                    file: file, line: nil, message: "[Autosave] LoopWriteLimit= must be from 0 to 1s"))
+        }
         if journalSyncInterval < .milliseconds(1) || journalSyncInterval > .seconds(3600) {
             errors.append(
                 ConfigurationError(
@@ -551,6 +562,7 @@ extension Configuration {
             RetryInterval=\(TimeSpan.format(retryInterval))
             MaxRetryInterval=\(TimeSpan.format(maxRetryInterval))
             RefuseEditsWhenSaveFails=\(refuseEditsWhenSaveFails ? "yes" : "no")
+            LoopWriteLimit=\(TimeSpan.format(loopWriteLimit))
 
             [Watch]
             Enabled=\(watchEnabled ? "yes" : "no")

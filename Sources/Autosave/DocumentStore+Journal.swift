@@ -489,7 +489,10 @@ extension DocumentStore {
     func writeJournal() -> UInt64? {
         guard let journal else { return nil }
         // The sync the records call for starts when the loop polls (``startJournalSync(loopWillSleep:)``).
+        let before = journalFlushedThrough
         let written = journal.flush(deferringSync: true).rawValue
+        journalFlushedThrough = written
+        if written > before { journalSyncPending = true }
         var wait: UInt64?
         if written < lastJournalLSN {
             // The write failed: edits are refused until the journal has written the records
@@ -510,24 +513,24 @@ extension DocumentStore {
         return wait
     }
 
-    /// The longest a sync may have taken for the loop to make the next one itself.
-    static let loopSyncLimit = Duration.milliseconds(2)
-
-    /// Starts the group commit of the records the loop's passes wrote, when one is called
-    /// for (`Mode=always`, `"durable": true`). When the loop is about to sleep, it syncs
-    /// them itself: it would otherwise sleep until the sync thread had synced them and
-    /// woken it, two hand-offs a lone client waits for — unless the last sync took longer
-    /// than ``loopSyncLimit`` (a slow disk is left to the sync thread, so that the loop
-    /// never stalls on it). While the loop stays busy, the sync thread is asked at the
-    /// second pass, and syncs while the loop goes on. Returns whether the loop synced.
+    /// Starts the group commit of the records the loop's passes wrote, once a pass wrote
+    /// some and a sync is called for (`Mode=always`, `"durable": true`). When the loop is
+    /// about to sleep, it syncs them itself: it would otherwise sleep until the sync
+    /// thread had synced them and woken it, two hand-offs a lone client waits for —
+    /// unless the last sync took longer than `LoopWriteLimit=` (a slow disk is left to the
+    /// sync thread, so that the loop never stalls on it). While the loop stays busy, the
+    /// sync thread is asked at the second pass after the write, and syncs while the loop
+    /// goes on. Returns whether the loop synced.
     func startJournalSync(loopWillSleep: Bool) -> Bool {
-        guard let journal else { return false }
+        guard let journal, journalSyncPending else { return false }
         if !loopWillSleep {
             journalBusyPasses += 1
             guard journalBusyPasses >= 2 else { return false }
         }
         journalBusyPasses = 0
-        return journal.startDeferredSync(onCaller: loopWillSleep, ifLastSyncTookAtMost: Self.loopSyncLimit)
+        journalSyncPending = false
+        let limit = configuration.loopWriteLimit
+        return journal.startDeferredSync(onCaller: loopWillSleep && limit > .zero, ifLastSyncTookAtMost: limit)
     }
 
     /// Past `MaxSize=`, saves the documents whose records keep the oldest segments: their

@@ -339,10 +339,11 @@ extension DocumentStore {
             }
             return (result, clock.now - start)
         }
-        let finish = { @Sendable (store: isolated DocumentStore, result: Result<SaveOutcome, any Error>, duration: Duration) in
+        let finish = {
+            @Sendable (store: isolated DocumentStore, result: Result<SaveOutcome, any Error>, duration: Duration) in
             store.finishSave(path, token: token, snapshot: snapshot, result: result, duration: duration, since: since)
         }
-        if Self.mayRunOnLoop(entry) {
+        if mayRunOnLoop(entry) {
             deferredSaves.append(DeferredSave(work: work, finish: finish))
             return
         }
@@ -352,26 +353,27 @@ extension DocumentStore {
         }
     }
 
-    /// The longest a document's last save may have taken, and the most bytes it may
-    /// have written, for its next save to run on the loop (see ``runDeferredSaves(loopWillSleep:)``).
-    static let loopSaveLimit = (duration: Duration.milliseconds(2), bytes: 256 << 10)
+    /// The most bytes a document's last save may have written for its next save to run
+    /// on the loop (see ``runDeferredSaves(loopWillSleep:)``).
+    static let loopSaveBytes = 256 << 10
 
     /// Whether a save about to start may run on the loop: somebody waits for it (a
     /// `save` with `wait: true`), and the document is a regular file whose last save was
-    /// small and quick.
-    private static func mayRunOnLoop(_ entry: Entry) -> Bool {
-        guard !entry.waiters.isEmpty, !entry.isPackage, let last = entry.lastSaveDuration,
+    /// small (``loopSaveBytes``) and quick (`LoopWriteLimit=`).
+    private func mayRunOnLoop(_ entry: Entry) -> Bool {
+        guard configuration.loopWriteLimit > .zero, !entry.waiters.isEmpty, !entry.isPackage,
+            let last = entry.lastSaveDuration,
             let size = entry.fingerprint?.size
         else { return false }
-        return last <= loopSaveLimit.duration && size <= loopSaveLimit.bytes
+        return last <= configuration.loopWriteLimit && size <= Self.loopSaveBytes
     }
 
     /// Starts the saves ``startSave(_:)`` left to the end of the loop's pass. When the
     /// loop is about to sleep, the first runs right here: the client waiting for it would
     /// otherwise wait for two thread hand-offs (to a save thread and back) around a write
     /// that takes about as long, and the loop has nothing else to do. It is small and its
-    /// last save was quick (``loopSaveLimit``), so the loop is held for no longer than a
-    /// couple of milliseconds; everything else goes to the save threads. Returns whether
+    /// last save was quick (`LoopWriteLimit=`, 2 ms), so the loop is held for no longer
+    /// than that, about; everything else goes to the save threads. Returns whether
     /// a save ran here (its reply is queued: the loop makes another pass).
     func runDeferredSaves(loopWillSleep: Bool) -> Bool {
         guard !deferredSaves.isEmpty else { return false }

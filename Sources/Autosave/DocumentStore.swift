@@ -142,6 +142,9 @@ public actor DocumentStore {
     var deferredSaves: [DeferredSave] = []
     /// Passes of a busy loop since the journal's sync was last started (see ``startJournalSync(loopWillSleep:)``).
     @exclusivity(unchecked) var journalBusyPasses = 0
+    /// A pass wrote records whose sync has not been started yet; what the loop's flushes wrote through.
+    @exclusivity(unchecked) var journalSyncPending = false
+    @exclusivity(unchecked) var journalFlushedThrough: UInt64 = 0
     /// Saves started because the journal is past `MaxSize=` are running.
     var journalCompacting = false
     var unjournalledEdits = 0

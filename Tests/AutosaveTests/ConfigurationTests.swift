@@ -81,7 +81,7 @@ struct ConfigurationTests {
             return lines == [
                 "\(path):2: QuietPeriod=soon: 'soon' is not a time span (expected e.g. 500ms, 2s, 1min 30s)",
                 "\(path):3: MaxConcurrentSaves=0: expected a whole number from 1 to 1024",
-                "\(path):4: unknown key Colour= in section [Autosave]; known keys: QuietPeriod=, MaxDelay=, MaxConcurrentSaves=, RetryInterval=, MaxRetryInterval=, RefuseEditsWhenSaveFails=",
+                "\(path):4: unknown key Colour= in section [Autosave]; known keys: QuietPeriod=, MaxDelay=, MaxConcurrentSaves=, RetryInterval=, MaxRetryInterval=, RefuseEditsWhenSaveFails=, LoopWriteLimit=",
                 "\(path):5: expected Key=value, found: no equals sign here",
                 "\(path):6: unknown section [Network]; known sections: [Autosave], [Conflicts], [Control], [Journal], [Log], [Metrics], [Store], [Watch]",
                 "\(path):7: Port= is outside any section (or in an unknown one)",
