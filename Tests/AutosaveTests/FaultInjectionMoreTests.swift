@@ -2,6 +2,7 @@ import Autosave
 import Control
 import Foundation
 @preconcurrency import Glibc
+import Posix
 import TestSupport
 import Testing
 
@@ -69,6 +70,60 @@ final class NamespacedJournald {
     }
 }
 
+/// Everything the daemon sends to systemd's socket, read as it comes by a thread of its
+/// own: a queue left full (`net.unix.max_dgram_qlen`, 10) blocks the daemon's `sd_notify`,
+/// which a real systemd never lets happen. ``waitFor(_:since:_:)`` looks at what came.
+final class SystemdNotices: @unchecked Sendable {
+    // @unchecked: the receiver is read by the thread only; the messages are under a lock.
+    private let receiver: NotifyReceiver
+    private let messages = Lock<[[String: String]]>([])
+    private let stopped = Lock(false)
+
+    init(_ receiver: NotifyReceiver) {
+        self.receiver = receiver
+        let thread = Thread { [self] in
+            while !self.stopped.withLock({ $0 }) {
+                if let message = self.receiver.receive(timeout: .milliseconds(100)) {
+                    self.messages.withLock { $0.append(message) }
+                }
+            }
+        }
+        thread.name = "notify-reader"
+        thread.start()
+    }
+
+    /// Whether any `STATUS=` so far contained `text`.
+    func messages(containing text: String) -> Bool {
+        messages.withLock { $0.contains { $0["STATUS"]?.contains(text) == true } }
+    }
+
+    /// How many messages came so far (a mark for ``waitFor(_:since:_:)``).
+    var count: Int { messages.withLock { $0.count } }
+
+    func stop() { stopped.withLock { $0 = true } }
+
+    /// The first `STATUS=` text from the `since`-th message on that `predicate` accepts,
+    /// waiting up to 30 s; a test issue and `nil` if none comes.
+    func waitFor(
+        _ what: String, since: Int = 0, sourceLocation: SourceLocation = #_sourceLocation,
+        _ predicate: (String) -> Bool
+    ) async -> String? {
+        let deadline = ContinuousClock.now + .seconds(30)
+        while true {
+            let found = messages.withLock { all in
+                all.dropFirst(since).compactMap { $0["STATUS"] }.first(where: predicate)
+            }
+            if let found { return found }
+            if ContinuousClock.now >= deadline { break }
+            try? await Task.sleep(for: .milliseconds(20))
+        }
+        let seen = messages.withLock { $0.dropFirst(since).compactMap { $0["STATUS"] } }
+        Issue.record(
+            Comment(rawValue: "no STATUS= \(what); came: \(seen.suffix(5))"), sourceLocation: sourceLocation)
+        return nil
+    }
+}
+
 /// Faults libfiu cannot make, and faults the machine makes for real: short counts and
 /// EINTR from `read`/`write` on files (an LD_PRELOAD interposer, `Tests/Tools/shortio.c`),
 /// EACCES for an unprivileged daemon, the store root removed while running, and the
@@ -129,14 +184,13 @@ struct FaultInjectionMoreTests {
         Issue.record("timed out waiting for \(what)", sourceLocation: sourceLocation)
     }
 
-    /// SIGTERM, and exit status 0 required; the daemon's last lines otherwise. systemd's
-    /// socket is read meanwhile: a full queue would block the daemon's `sd_notify`.
+    /// SIGTERM, and exit status 0 required; the daemon's last lines otherwise.
     static func stop(_ rig: FaultRig, sourceLocation: SourceLocation = #_sourceLocation) async throws {
         let pid = rig.pid
         rig.process.signal(SIGTERM)
         let deadline = ContinuousClock.now + .seconds(60)
         while rig.process.process.isRunning, ContinuousClock.now < deadline {
-            if rig.notify?.receive(timeout: .milliseconds(20)) == nil { try await Task.sleep(for: .milliseconds(10)) }
+            try await Task.sleep(for: .milliseconds(10))
         }
         let status = rig.process.process.isRunning ? -1 : rig.process.process.terminationStatus
         if status != 0 {
@@ -183,6 +237,8 @@ struct FaultInjectionMoreTests {
         try FileManager.default.createDirectory(atPath: rig.root, withIntermediateDirectories: true)
         try Disk.write(outside, to: rig.root + "/outside.txt")
         try await rig.start()
+        let notices = SystemdNotices(try #require(rig.notify))
+        defer { notices.stop() }
         let client = try rig.client()
         #expect(try client.call(["cmd": "get", "doc": "outside.txt"])["text"]?.stringValue == outside)
 
@@ -250,7 +306,12 @@ struct FaultInjectionMoreTests {
         // journal's saved entries count every byte.
         let after = try rig.status()
         #expect(after["failed"]?.intValue == 0 && after["last_failure"] == .null, "\(after)")
-        _ = rig.notify?.waitFor { ($0["STATUS"] ?? "").contains(" 0 unsaved") && !($0["STATUS"] ?? "").contains("fail") }
+        let settled = notices.count
+        _ = try again.call(["cmd": "save-all", "wait": true])
+        _ = await notices.waitFor("with nothing unsaved and no failure", since: settled) {
+            $0.contains(" 0 unsaved") && !$0.contains("fail")
+        }
+        #expect(!notices.messages(containing: "fail"), "no STATUS= ever named a failure")
         let big = try await journald.waitForEntry("saved unsaved.txt") {
             $0["MESSAGE_ID"]?.stringValue == MessageID.documentSaved && $0["DOCUMENT"]?.stringValue == "unsaved.txt"
         }
@@ -299,6 +360,8 @@ struct FaultInjectionMoreTests {
         #expect(try Machine.run("chown", ["-R", "\(nobody):\(nobody)", rig.directory.path]).status == 0)
         if let notify = rig.notify { #expect(chmod(notify.path, 0o777) == 0) }
         try await rig.start()
+        let notices = SystemdNotices(try #require(rig.notify))
+        defer { notices.stop() }
         let uid = try String(contentsOfFile: "/proc/\(rig.pid)/status", encoding: .utf8)
             .split(separator: "\n").first { $0.hasPrefix("Uid:") }
         #expect(uid?.split(separator: "\t").dropFirst().allSatisfy { $0 == "65534" } == true, "\(String(describing: uid))")
@@ -336,8 +399,8 @@ struct FaultInjectionMoreTests {
         let status = try rig.status()
         #expect(status["failed"]?.intValue == 3, "\(status)")
         #expect(status["last_failure"]?["errno"]?.stringValue == "EACCES", "\(status)")
-        let failing = rig.notify?.waitFor { ($0["STATUS"] ?? "").contains("3 failing") }
-        #expect(failing?["STATUS"]?.contains("failed with EACCES") == true, "\(String(describing: failing))")
+        let failing = await notices.waitFor("with 3 failing") { $0.contains("3 failing") }
+        #expect(failing?.contains("failed with EACCES") == true, "\(String(describing: failing))")
         for (doc, operation) in operations {
             let entry = try await journald.waitForEntry("save-failed for \(doc)") {
                 $0["MESSAGE_ID"]?.stringValue == MessageID.saveFailed && $0["DOCUMENT"]?.stringValue == doc
@@ -349,12 +412,13 @@ struct FaultInjectionMoreTests {
 
         // The operator fixes the mode: the retries save everything, no restart, no request.
         let pid = rig.pid
+        let fixed = notices.count
         #expect(chmod(rig.root + "/locked", 0o755) == 0)
         try await rig.waitUntilSaved()
         #expect(rig.pid == pid && rig.process.process.isRunning)
         for (doc, text) in edits { #expect(Self.holds(rig.root + "/" + doc, text), "\(doc)") }
         #expect(Disk.temporaries(under: rig.root).isEmpty)
-        _ = rig.notify?.waitFor { !($0["STATUS"] ?? "fail").contains("fail") }
+        _ = await notices.waitFor("without a failure", since: fixed) { !$0.contains("fail") }
         try await Self.stop(rig)
     }
 
@@ -369,6 +433,8 @@ struct FaultInjectionMoreTests {
         let rig = try await FaultRig(
             underFaultInjection: false, notifying: true,
             settings: "[Watch]\nPollInterval=200ms\n[Conflicts]\nWhenRemoved=\(whenRemoved)\n", journald: journald)
+        let notices = SystemdNotices(try #require(rig.notify))
+        defer { notices.stop() }
         let client = try rig.client()
         let clean = ["a.txt": Self.text(20, lines: 300), "dir/b.txt": Self.text(21, lines: 200)]
         let dirty = ["c.txt": Self.text(22, lines: 400), "dir/d.txt": Self.text(23, lines: 100)]
@@ -423,8 +489,7 @@ struct FaultInjectionMoreTests {
         #expect(failures < 40, "\(failures) save attempts in 2 s")
         #expect(!FileManager.default.fileExists(atPath: rig.root), "the daemon does not make the root")
         #expect(rig.process.process.isRunning)
-        let gone = rig.notify?.waitFor { ($0["STATUS"] ?? "").contains("the store root is gone") }
-        #expect(gone != nil)
+        _ = await notices.waitFor("naming the missing root") { $0.contains("the store root is gone") }
         let logged = try await journald.waitForEntry("the root is gone") {
             $0["MESSAGE_ID"]?.stringValue == MessageID.externalChange
                 && ($0["MESSAGE"]?.stringValue ?? "").contains("is gone")
@@ -437,6 +502,7 @@ struct FaultInjectionMoreTests {
 
         // The operator makes the directory again: everything unsaved is saved, without a request.
         let pid = rig.pid
+        let back = notices.count
         try FileManager.default.createDirectory(atPath: rig.root, withIntermediateDirectories: false)
         try await rig.waitUntilSaved()
         #expect(rig.pid == pid)
@@ -451,7 +517,9 @@ struct FaultInjectionMoreTests {
             }
         }
         #expect(try rig.status()["root_gone_since"] == .null)
-        _ = rig.notify?.waitFor { !($0["STATUS"] ?? "gone").contains("gone") && !($0["STATUS"] ?? "").contains("fail") }
+        _ = await notices.waitFor("without the root or a failure", since: back) {
+            !$0.contains("gone") && !$0.contains("fail")
+        }
         _ = try await journald.waitForEntry("the root is back") {
             ($0["MESSAGE"]?.stringValue ?? "").contains("is back") && $0["PRIORITY"]?.stringValue == "5"
         }
@@ -486,6 +554,8 @@ struct FaultInjectionMoreTests {
         }
         let machineLimit = try String(contentsOfFile: "/proc/sys/fs/inotify/max_user_watches", encoding: .utf8)
         try await rig.start()
+        let notices = SystemdNotices(try #require(rig.notify))
+        defer { notices.stop() }
         let client = try rig.client()
         #expect(Self.inotifyWatches(rig.pid) == 4)
         let watch = try rig.status()["watch"]
@@ -499,8 +569,9 @@ struct FaultInjectionMoreTests {
         let message = entry?["MESSAGE"]?.stringValue ?? ""
         for directory in unwatched { #expect(message.contains(rig.root + "/" + directory), "\(message)") }
         #expect(message.contains("7 directories"), "\(message)")
-        let polled = rig.notify?.waitFor { ($0["STATUS"] ?? "").contains("7 directories polled, past the inotify watch limit") }
-        #expect(polled != nil)
+        _ = await notices.waitFor("naming the polled directories") {
+            $0.contains("7 directories polled, past the inotify watch limit")
+        }
 
         // Changes in unwatched directories are seen: by the poll alone, and at once by `sync`.
         let first = unwatched[0]
@@ -517,6 +588,7 @@ struct FaultInjectionMoreTests {
         #expect(try client.call(["cmd": "get", "doc": .string("\(second)/new/g.txt")])["text"]?.stringValue == "new\n")
 
         // Watches become available (the namespace's limit raised): every directory is watched, no restart.
+        let raised = notices.count
         let raise = try Machine.run(
             "nsenter", ["-t", "\(rig.pid)", "-U", "--", "/bin/sh", "-c", "echo 1000 > /proc/sys/user/max_inotify_watches"])
         #expect(raise.status == 0, "\(raise)")
@@ -530,7 +602,7 @@ struct FaultInjectionMoreTests {
             $0["MESSAGE_ID"]?.stringValue == MessageID.watchLimit && $0["PRIORITY"]?.stringValue == "5"
         }
         #expect(again?["MESSAGE"]?.stringValue?.contains("every directory") == true)
-        _ = rig.notify?.waitFor { !($0["STATUS"] ?? "polled").contains("polled") }
+        _ = await notices.waitFor("without polled directories", since: raised) { !$0.contains("polled") }
         try Disk.write("\(first) 3\n", to: rig.root + "/\(first)/f.txt")
         try await Self.waitUntil("inotify sees \(first)/f.txt") {
             try client.call(["cmd": "get", "doc": .string("\(first)/f.txt")])["text"]?.stringValue == "\(first) 3\n"
