@@ -403,7 +403,9 @@ extension DocumentStore {
         if (try? FileDescriptor.currentWorkingDirectory.status(of: root, followSymlinks: true))?.kind != .directory {
             throw DocumentError(
                 operation: .openDirectory, path: root, errno: .noSuchFile,
-                detail: "the store root is gone (removed or moved away); the edits are kept in memory and saved once it is back")
+                detail:
+                    "the store root is gone (removed or moved away); the edits are kept in memory and saved once it is back"
+            )
         }
         let components = PathName.parent(path).split(separator: "/").map(String.init)
         guard !components.isEmpty else { return }

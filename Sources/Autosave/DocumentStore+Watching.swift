@@ -50,7 +50,8 @@ extension DocumentStore {
         return WatchSummary(
             watchedDirectories: watcher.watchCount, polledDirectories: watcher.polledDirectories.count,
             mode: configuration.watchMode, polledByChoice: watcher.polledByChoice,
-            unwatched: watcher.unwatchedDirectories, reloads: externalReloads, conflicts: conflicts, overflows: overflows)
+            unwatched: watcher.unwatchedDirectories, reloads: externalReloads, conflicts: conflicts,
+            overflows: overflows)
     }
 
     /// Directories (relative to the root; `""` is the root) that are polled because the
@@ -157,7 +158,9 @@ extension DocumentStore {
                 // Saves that failed while it was gone are retried now, not at their backoff.
                 for document in entries.keys where entries[document]!.isDirty && entries[document]!.retryAt != nil {
                     entries[document]!.retryAt = nil
-                    if entries[document]!.failure != nil { entries[document]!.forcedToken = entries[document]!.changeCount }
+                    if entries[document]!.failure != nil {
+                        entries[document]!.forcedToken = entries[document]!.changeCount
+                    }
                     schedule(document)
                 }
                 rescan()

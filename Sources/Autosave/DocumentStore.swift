@@ -869,7 +869,8 @@ public actor DocumentStore {
         }
         return StoreStatus(
             documents: entries.count, unsaved: unsaved, saving: saving, failed: failed, saves: totalSaves,
-            lastSave: lastSave, lastFailure: lastFailure, startedAt: startedAt, rootGoneSince: watcher?.rootMissingSince,
+            lastSave: lastSave, lastFailure: lastFailure, startedAt: startedAt,
+            rootGoneSince: watcher?.rootMissingSince,
             unwatchedDirectories: watcher?.unwatchedDirectories.count ?? 0)
     }
 

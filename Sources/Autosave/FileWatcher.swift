@@ -131,7 +131,9 @@ final class FileWatcher: @unchecked Sendable {
         while let directory = pending.popLast() {
             if !directory.isEmpty, ignore.ignoring(directory, isDirectory: true) != nil { continue }
             let full = absolute(directory)
-            if directory.isEmpty, let status = try? FileDescriptor.currentWorkingDirectory.status(of: full, followSymlinks: true) {
+            if directory.isEmpty,
+                let status = try? FileDescriptor.currentWorkingDirectory.status(of: full, followSymlinks: true)
+            {
                 state.withLock { $0.rootIdentity = (status.device, status.inode) }
             }
             var isPolled = false

@@ -60,7 +60,9 @@ final class NamespacedJournald {
             try await Task.sleep(for: .milliseconds(100))
         }
         let messages = seen.map { $0["MESSAGE"]?.stringValue ?? "?" }.joined(separator: "\n")
-        Issue.record(Comment(rawValue: "no journal entry \(what); the journal holds:\n\(messages)"), sourceLocation: sourceLocation)
+        Issue.record(
+            Comment(rawValue: "no journal entry \(what); the journal holds:\n\(messages)"),
+            sourceLocation: sourceLocation)
         return nil
     }
 
@@ -202,7 +204,8 @@ struct FaultInjectionMoreTests {
             }
             let lines = rig.process.output.suffix(30).joined(separator: "\n")
             Issue.record(
-                Comment(rawValue: "exit status \(status); threads:\n\(threads)last lines:\n\(lines)"), sourceLocation: sourceLocation)
+                Comment(rawValue: "exit status \(status); threads:\n\(threads)last lines:\n\(lines)"),
+                sourceLocation: sourceLocation)
         }
     }
 
@@ -212,7 +215,8 @@ struct FaultInjectionMoreTests {
     static func buildInterposer(in directory: TemporaryDirectory) throws -> String {
         let source = ShippedConfigurationTests.repository + "/Tests/Tools/shortio.c"
         let library = directory.sub("shortio.so")
-        let result = try Machine.run("cc", ["-shared", "-fPIC", "-O2", "-Wall", "-Werror", "-o", library, source, "-ldl"])
+        let result = try Machine.run(
+            "cc", ["-shared", "-fPIC", "-O2", "-Wall", "-Werror", "-o", library, source, "-ldl"])
         guard result.status == 0 else { throw Failure("cc: \(result)") }
         return library
     }
@@ -364,7 +368,8 @@ struct FaultInjectionMoreTests {
         defer { notices.stop() }
         let uid = try String(contentsOfFile: "/proc/\(rig.pid)/status", encoding: .utf8)
             .split(separator: "\n").first { $0.hasPrefix("Uid:") }
-        #expect(uid?.split(separator: "\t").dropFirst().allSatisfy { $0 == "65534" } == true, "\(String(describing: uid))")
+        #expect(
+            uid?.split(separator: "\t").dropFirst().allSatisfy { $0 == "65534" } == true, "\(String(describing: uid))")
 
         let old = Self.text(10, lines: 500)
         let client = try rig.client()
@@ -376,8 +381,10 @@ struct FaultInjectionMoreTests {
         let edits = [
             "locked/old.txt": Self.text(11, lines: 700), "locked/new.txt": "new\n", "locked/sub/deep.txt": "deep\n",
         ]
-        let operations = ["locked/old.txt": "create temporary file", "locked/new.txt": "create temporary file",
-            "locked/sub/deep.txt": "mkdir"]
+        let operations = [
+            "locked/old.txt": "create temporary file", "locked/new.txt": "create temporary file",
+            "locked/sub/deep.txt": "mkdir",
+        ]
         for (doc, text) in edits.sorted(by: { $0.key < $1.key }) {
             #expect(try client.call(["cmd": "set", "doc": .string(doc), "text": .string(text)])["ok"] == true)
             let failed = try client.call(["cmd": "save", "doc": .string(doc), "wait": true])
@@ -484,7 +491,9 @@ struct FaultInjectionMoreTests {
             try await Task.sleep(for: .milliseconds(20))
         }
         let cpu = Self.cpuSeconds(rig.pid) - cpuBefore
-        print("root removed (\(whenRemoved)): over 2 s without it: \(String(format: "%.2f", cpu)) s of CPU, \(failures) save attempts")
+        print(
+            "root removed (\(whenRemoved)): over 2 s without it: \(String(format: "%.2f", cpu)) s of CPU, \(failures) save attempts"
+        )
         #expect(cpu < 0.5, "CPU time while the root is gone: \(cpu) s")
         #expect(failures < 40, "\(failures) save attempts in 2 s")
         #expect(!FileManager.default.fileExists(atPath: rig.root), "the daemon does not make the root")
@@ -513,7 +522,8 @@ struct FaultInjectionMoreTests {
             } else {
                 // Removed with the root and without unsaved edits: closed, as any removed file.
                 #expect(!FileManager.default.fileExists(atPath: rig.root + "/" + doc), "\(doc)")
-                #expect(try client.call(["cmd": "get", "doc": .string(doc)])["error"]?["code"]?.stringValue == "not-found")
+                #expect(
+                    try client.call(["cmd": "get", "doc": .string(doc)])["error"]?["code"]?.stringValue == "not-found")
             }
         }
         #expect(try rig.status()["root_gone_since"] == .null)
@@ -549,7 +559,8 @@ struct FaultInjectionMoreTests {
             ], journald: journald, start: false)
         let directories = (0..<10).map { "d\($0)" }
         for directory in directories {
-            try FileManager.default.createDirectory(atPath: rig.root + "/" + directory, withIntermediateDirectories: true)
+            try FileManager.default.createDirectory(
+                atPath: rig.root + "/" + directory, withIntermediateDirectories: true)
             try Disk.write("\(directory) 1\n", to: rig.root + "/\(directory)/f.txt")
         }
         let machineLimit = try String(contentsOfFile: "/proc/sys/fs/inotify/max_user_watches", encoding: .utf8)
@@ -560,11 +571,15 @@ struct FaultInjectionMoreTests {
         #expect(Self.inotifyWatches(rig.pid) == 4)
         let watch = try rig.status()["watch"]
         let unwatched = watch?["unwatched"]?.arrayValue?.compactMap(\.stringValue) ?? []
-        #expect(watch?["watched_directories"]?.intValue == 4 && watch?["polled_directories"]?.intValue == 7, "\(String(describing: watch))")
+        #expect(
+            watch?["watched_directories"]?.intValue == 4 && watch?["polled_directories"]?.intValue == 7,
+            "\(String(describing: watch))")
         #expect(unwatched.count == 7 && Set(unwatched).isSubset(of: Set(directories)), "\(unwatched)")
         #expect(try String(contentsOfFile: "/proc/sys/fs/inotify/max_user_watches", encoding: .utf8) == machineLimit)
         // Named in the log (stderr and the journal) and in STATUS=.
-        let entry = try await journald.waitForEntry("the watch limit") { $0["MESSAGE_ID"]?.stringValue == MessageID.watchLimit }
+        let entry = try await journald.waitForEntry("the watch limit") {
+            $0["MESSAGE_ID"]?.stringValue == MessageID.watchLimit
+        }
         #expect(entry?["PRIORITY"]?.stringValue == "3")
         let message = entry?["MESSAGE"]?.stringValue ?? ""
         for directory in unwatched { #expect(message.contains(rig.root + "/" + directory), "\(message)") }
@@ -584,19 +599,23 @@ struct FaultInjectionMoreTests {
         try FileManager.default.createDirectory(atPath: rig.root + "/\(second)/new", withIntermediateDirectories: false)
         try Disk.write("new\n", to: rig.root + "/\(second)/new/g.txt")
         _ = try client.call(["cmd": "sync"])
-        #expect(try client.call(["cmd": "get", "doc": .string("\(second)/f.txt")])["text"]?.stringValue == "\(second) 2\n")
+        #expect(
+            try client.call(["cmd": "get", "doc": .string("\(second)/f.txt")])["text"]?.stringValue == "\(second) 2\n")
         #expect(try client.call(["cmd": "get", "doc": .string("\(second)/new/g.txt")])["text"]?.stringValue == "new\n")
 
         // Watches become available (the namespace's limit raised): every directory is watched, no restart.
         let raised = notices.count
         let raise = try Machine.run(
-            "nsenter", ["-t", "\(rig.pid)", "-U", "--", "/bin/sh", "-c", "echo 1000 > /proc/sys/user/max_inotify_watches"])
+            "nsenter",
+            ["-t", "\(rig.pid)", "-U", "--", "/bin/sh", "-c", "echo 1000 > /proc/sys/user/max_inotify_watches"])
         #expect(raise.status == 0, "\(raise)")
         try await Self.waitUntil("every directory watched") {
             try rig.status()["watch"]?["unwatched"]?.arrayValue?.isEmpty == true
         }
         let now = try rig.status()["watch"]
-        #expect(now?["watched_directories"]?.intValue == 12 && now?["polled_directories"]?.intValue == 0, "\(String(describing: now))")
+        #expect(
+            now?["watched_directories"]?.intValue == 12 && now?["polled_directories"]?.intValue == 0,
+            "\(String(describing: now))")
         #expect(Self.inotifyWatches(rig.pid) == 12)
         let again = try await journald.waitForEntry("watched again") {
             $0["MESSAGE_ID"]?.stringValue == MessageID.watchLimit && $0["PRIORITY"]?.stringValue == "5"
