@@ -495,6 +495,7 @@ final class ControlSession: Sendable {
             fields.append(("last_save", .null))
         }
         fields.append(("last_failure", status.lastFailure.map(Self.describe) ?? .null))
+        fields.append(("root_gone_since", status.rootGoneSince.map { .string(Self.timestamp($0)) } ?? .null))
         let ignore = await store.ignoreSummary
         fields.append(
             (
@@ -514,6 +515,7 @@ final class ControlSession: Sendable {
                         "watched_directories": JSONValue(watch.watchedDirectories),
                         "polled_directories": JSONValue(watch.polledDirectories),
                         "mode": .string(watch.mode.rawValue), "polled_by_choice": JSONValue(watch.polledByChoice),
+                        "unwatched": .array(watch.unwatched.map { .string($0) }),
                         "reloads": JSONValue(watch.reloads), "conflicts": JSONValue(watch.conflicts),
                         "overflows": JSONValue(watch.overflows),
                     ]

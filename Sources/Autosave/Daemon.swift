@@ -287,6 +287,13 @@ public enum Daemon {
         } else {
             text += "; no save yet"
         }
+        if let gone = status.rootGoneSince {
+            text += "; the store root is gone (for \(Int(now.timeIntervalSince(gone).rounded())) s): saves wait for it"
+        }
+        if status.unwatchedDirectories > 0 {
+            text +=
+                "; \(status.unwatchedDirectories) \(status.unwatchedDirectories == 1 ? "directory" : "directories") polled, past the inotify watch limit"
+        }
         if status.failed > 0, let failure = status.lastFailure {
             text +=
                 "; \(status.failed) failing, last: \(failure.document): \(failure.operation) failed with \(failure.errno?.name ?? "an error")"

@@ -396,10 +396,19 @@ extension DocumentStore {
     /// Creates the directories a new document's path needs (each made durable in its
     /// parent), one component at a time from the root, each opened relative to the one
     /// before without following a symbolic link: a linked directory (which could lead out
-    /// of the root) is refused. The root itself is made again if it is
-    /// gone (moved away or removed while the daemon runs).
+    /// of the root) is refused. The root itself is never made here: start-up makes it,
+    /// and one that goes away while the daemon runs (removed, moved, or the mount point
+    /// of a file system that is gone) is left for the operator to bring back — a root
+    /// made again could be a directory on the wrong file system. Until then the save
+    /// fails, naming the root.
     nonisolated static func makeParentDirectories(of path: String, beneath root: String) throws {
-        try makeDirectory(root)
+        if (try? FileDescriptor.currentWorkingDirectory.status(of: root, followSymlinks: true))?.kind != .directory {
+            throw DocumentError(
+                operation: .openDirectory, path: root, errno: .noSuchFile,
+                detail:
+                    "the store root is gone (removed or moved away); the edits are kept in memory and saved once it is back"
+            )
+        }
         let components = PathName.parent(path).split(separator: "/").map(String.init)
         guard !components.isEmpty else { return }
         var made = root
@@ -425,23 +434,6 @@ extension DocumentStore {
                 operation: .followSymbolicLink, path: root + "/" + PathName.parent(path), errno: .tooManySymbolicLinks)
         } catch {
             throw DocumentError(operation: .makeDirectory, path: made, errno: error)
-        }
-    }
-
-    /// `mkdir -p` for the configured root (a trusted path): each missing directory made
-    /// durable in its parent.
-    nonisolated static func makeDirectory(_ path: String) throws {
-        if (try? FileDescriptor.currentWorkingDirectory.status(of: path))?.kind == .directory { return }
-        let parent = PathName.parent(path)
-        if parent != path, !parent.isEmpty { try makeDirectory(parent) }
-        do throws(Errno) {
-            let directory = try FileDescriptor.open(parent.isEmpty ? "." : parent, options: [.directory])
-            try directory.closeAfter { () throws(Errno) in
-                do throws(Errno) { try directory.makeDirectory(PathName.lastComponent(path)) } catch .fileExists {}
-                try directory.sync()
-            }
-        } catch {
-            throw DocumentError(operation: .makeDirectory, path: path, errno: error)
         }
     }
 

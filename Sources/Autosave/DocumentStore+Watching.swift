@@ -19,7 +19,14 @@ extension DocumentStore {
         watchGeneration = generation
         watcher = try FileWatcher(
             root: root, pollInterval: configuration.pollInterval, mode: configuration.watchMode, ignore: ignore,
-            log: { log.error($0, ["message_id": MessageID.watchLimit]) },
+            log: { message, isError in
+                if isError {
+                    log.error(message, ["message_id": MessageID.watchLimit])
+                } else {
+                    // No message ID: the catalog's entry for the ID explains the limit reached.
+                    log.notice(message)
+                }
+            },
             deliver: { [weak self] batch in
                 self?.onLoop { store in
                     if store.watchGeneration == generation, store.watcher != nil { store.handle(batch) }
@@ -43,7 +50,8 @@ extension DocumentStore {
         return WatchSummary(
             watchedDirectories: watcher.watchCount, polledDirectories: watcher.polledDirectories.count,
             mode: configuration.watchMode, polledByChoice: watcher.polledByChoice,
-            reloads: externalReloads, conflicts: conflicts, overflows: overflows)
+            unwatched: watcher.unwatchedDirectories, reloads: externalReloads, conflicts: conflicts,
+            overflows: overflows)
     }
 
     /// Directories (relative to the root; `""` is the root) that are polled because the
@@ -138,11 +146,23 @@ extension DocumentStore {
                 rescan()
                 overflows += 1
             case .rootGone:
+                let unsaved = entries.values.filter(\.isDirty).count
                 log.error(
-                    "the store root \(root) was removed or moved; documents stay in memory, and the root is watched again once it is back",
-                    ["message_id": MessageID.externalChange])
+                    "the store root \(root) is gone (removed or moved away): \(entries.count) document(s) stay in memory, \(unsaved) with unsaved edits; saves wait until a directory is at \(root) again (autosaved does not make it)",
+                    ["message_id": MessageID.externalChange, "path": root])
                 releaseSyncWaiters()
             case .rootBack:
+                log.notice(
+                    "the store root \(root) is back; watching it again and saving what is unsaved",
+                    ["message_id": MessageID.externalChange, "path": root])
+                // Saves that failed while it was gone are retried now, not at their backoff.
+                for document in entries.keys where entries[document]!.isDirty && entries[document]!.retryAt != nil {
+                    entries[document]!.retryAt = nil
+                    if entries[document]!.failure != nil {
+                        entries[document]!.forcedToken = entries[document]!.changeCount
+                    }
+                    schedule(document)
+                }
                 rescan()
             }
         }

@@ -872,7 +872,9 @@ public actor DocumentStore {
         }
         return StoreStatus(
             documents: entries.count, unsaved: unsaved, saving: saving, failed: failed, saves: totalSaves,
-            lastSave: lastSave, lastFailure: lastFailure, startedAt: startedAt)
+            lastSave: lastSave, lastFailure: lastFailure, startedAt: startedAt,
+            rootGoneSince: watcher?.rootMissingSince,
+            unwatchedDirectories: watcher?.unwatchedDirectories.count ?? 0)
     }
 
     /// Events from now on, until the stream is dropped.

@@ -38,7 +38,9 @@ final class FileWatcher: @unchecked Sendable {
     /// Directories the rules ignore get no watch and are not polled.
     private let ignore: SharedIgnoreRules
     private let deliver: @Sendable ([WatchEvent]) -> Void
-    private let log: (@Sendable (String) -> Void)
+    /// The watch limit's messages: `true` for the limit reached (an error), `false` for
+    /// every directory watched again.
+    private let log: (@Sendable (String, _ isError: Bool) -> Void)
 
     /// What a polled directory held at the last look: name → identity of the entry.
     struct Stamp: Equatable {
@@ -52,6 +54,10 @@ final class FileWatcher: @unchecked Sendable {
         var directories: [Int32: String] = [:]
         var limitReported = false
         var rootMissing = false
+        /// When the root was found missing (for `status`).
+        var rootMissingSince: Date?
+        /// The watched root's device and inode: each poll compares the root with them.
+        var rootIdentity: (device: UInt64, inode: UInt64)?
     }
     private let state = Lock(State())
     /// Polled directories and their last listing. Held for a whole poll round, so rounds
@@ -72,7 +78,7 @@ final class FileWatcher: @unchecked Sendable {
 
     init(
         root: String, pollInterval: Duration = .seconds(2), mode: WatchMode = .auto, ignore: SharedIgnoreRules,
-        log: @escaping @Sendable (String) -> Void, deliver: @escaping @Sendable ([WatchEvent]) -> Void
+        log: @escaping @Sendable (String, _ isError: Bool) -> Void, deliver: @escaping @Sendable ([WatchEvent]) -> Void
     ) throws {
         inotify = try Inotify()
         self.root = root
@@ -99,8 +105,15 @@ final class FileWatcher: @unchecked Sendable {
     }
 
     var watchCount: Int { state.withLock { $0.directories.count } }
-    /// Directories polled because they got no watch.
+    /// Directories polled: those that got no watch, and those polled by choice.
     var polledDirectories: [String] { polled.withLock { $0.keys.sorted() } }
+    /// Directories polled because the watch limit left them without a watch (not by choice).
+    var unwatchedDirectories: [String] {
+        let byChoice = pollOnly.withLock { $0 }
+        return polled.withLock { $0.keys.filter { !byChoice.contains($0) }.sorted() }
+    }
+    /// Since when the root has been missing (removed or moved away), or `nil` while it is there.
+    var rootMissingSince: Date? { state.withLock { $0.rootMissing ? $0.rootMissingSince : nil } }
     /// Whether the root has no watch (it is polled, or missing).
     var rootIsPolled: Bool {
         polled.withLock { $0[""] != nil } || state.withLock { $0.rootMissing }
@@ -113,9 +126,16 @@ final class FileWatcher: @unchecked Sendable {
     func watchTree(_ relative: String) -> [String] {
         var files: [String] = []
         var pending = [relative]
+        var overLimit: [String] = []
+        defer { if !overLimit.isEmpty { reportLimit(overLimit) } }
         while let directory = pending.popLast() {
             if !directory.isEmpty, ignore.ignoring(directory, isDirectory: true) != nil { continue }
             let full = absolute(directory)
+            if directory.isEmpty,
+                let status = try? FileDescriptor.currentWorkingDirectory.status(of: full, followSymlinks: true)
+            {
+                state.withLock { $0.rootIdentity = (status.device, status.inode) }
+            }
             var isPolled = false
             let byChoice = pollsByChoice(full)
             if byChoice {
@@ -133,7 +153,7 @@ final class FileWatcher: @unchecked Sendable {
             }
             guard let listing = list(directory) else { continue }
             if isPolled {
-                if !byChoice { reportLimit(full) }
+                if !byChoice { overLimit.append(directory) }
                 polled.withLock { $0[directory] = listing }
             }
             for (name, stamp) in listing {
@@ -190,16 +210,29 @@ final class FileWatcher: @unchecked Sendable {
         directory.isEmpty ? name : directory + "/" + name
     }
 
-    private func reportLimit(_ full: String) {
+    /// Logs, once until every directory is watched again, that the watch limit left
+    /// `directories` (root-relative) without a watch, naming them.
+    private func reportLimit(_ directories: [String]) {
         let first = state.withLock { state in
             defer { state.limitReported = true }
             return !state.limitReported
         }
-        if first {
-            log(
-                "the inotify watch limit is reached (fs.inotify.max_user_watches); \(full) and other directories beyond the limit are polled every \(TimeSpan.format(pollInterval)) instead (raise the limit with sysctl fs.inotify.max_user_watches=N)"
-            )
-        }
+        guard first else { return }
+        let names = directories.sorted().map { $0.isEmpty ? root : absolute($0) }
+        var listed = names.prefix(10).joined(separator: ", ")
+        if names.count > 10 { listed += " and \(names.count - 10) more" }
+        let count = names.count == 1 ? "1 directory has" : "\(names.count) directories have"
+        log(
+            "the inotify watch limit is reached (fs.inotify.max_user_watches): \(count) no watch and \(names.count == 1 ? "is" : "are") polled every \(TimeSpan.format(pollInterval)) instead: \(listed) (raise the limit with sysctl fs.inotify.max_user_watches=N; `autosavectl status` lists them)",
+            true)
+    }
+
+    /// After a poll round: once the limit left no directory without a watch, says so
+    /// (and a later shortage is reported again).
+    private func reportWatchedAgain() {
+        guard state.withLock({ $0.limitReported }), unwatchedDirectories.isEmpty else { return }
+        state.withLock { $0.limitReported = false }
+        log("inotify watches are available again: every directory under \(root) is watched", false)
     }
 
     /// A directory's entries (the writer's temporary names left out), or `nil` when it cannot be listed.
@@ -228,6 +261,10 @@ final class FileWatcher: @unchecked Sendable {
     func pollNow() {
         if state.withLock({ $0.rootMissing }) {
             lookForRoot()
+            return
+        }
+        if rootIsGoneOrReplaced() {
+            if forgetRoot() { deliver([.rootGone]) }
             return
         }
         var batch: [WatchEvent] = []
@@ -267,35 +304,58 @@ final class FileWatcher: @unchecked Sendable {
             for file in watchTree(directory) { batch.append(.changed(file)) }
             batch.append(.changed(directory))
         }
-        if batch.contains(.rootGone) { forgetRoot() }
+        if batch.contains(.rootGone), !forgetRoot() { batch.removeAll { $0 == .rootGone } }
+        reportWatchedAgain()
         if !batch.isEmpty { deliver(batch) }
+    }
+
+    /// Whether the root is no longer the directory that was watched: removed, or another
+    /// directory in its place. inotify reports the removal (`IN_DELETE_SELF`) only once
+    /// nothing holds the directory any more — an open descriptor (the control server's,
+    /// for its path checks) or a shell's working directory defers it until then — so each
+    /// poll looks.
+    private func rootIsGoneOrReplaced() -> Bool {
+        guard let identity = state.withLock({ $0.rootIdentity }) else { return false }
+        guard let status = try? FileDescriptor.currentWorkingDirectory.status(of: root, followSymlinks: true),
+            status.kind == .directory
+        else { return true }
+        return status.device != identity.device || status.inode != identity.inode
     }
 
     /// While the root is missing: watches it again once it is back.
     private func lookForRoot() {
         guard (try? FileDescriptor.currentWorkingDirectory.status(of: root))?.kind == .directory else { return }
         let wasMissing = state.withLock { state in
-            defer { state.rootMissing = false }
+            defer {
+                state.rootMissing = false
+                state.rootMissingSince = nil
+                // Its watches were all given back: a shortage is reported afresh.
+                state.limitReported = false
+            }
             return state.rootMissing
         }
         guard wasMissing else { return }
         watchTree("")
-        log("the store root \(root) is back; watching it again")
         deliver([.rootBack])
     }
 
     /// The root was removed or moved: its watches describe paths that no longer exist.
-    private func forgetRoot() {
-        let watches = state.withLock { state in
+    /// Returns `false` when it was already known to be missing (reported once).
+    @discardableResult
+    private func forgetRoot() -> Bool {
+        let (watches, wasPresent) = state.withLock { state in
             defer {
                 state.directories = [:]
+                if !state.rootMissing { state.rootMissingSince = Date() }
                 state.rootMissing = true
+                state.rootIdentity = nil
             }
-            return Array(state.directories.keys)
+            return (Array(state.directories.keys), !state.rootMissing)
         }
         for watch in watches { try? inotify.removeWatch(watch) }
         polled.withLock { $0 = [:] }
         pollOnly.withLock { $0 = [] }
+        return wasPresent
     }
 
     // MARK: Reading events
@@ -343,7 +403,7 @@ final class FileWatcher: @unchecked Sendable {
                 }
                 translate(event, into: &batch)
                 if batch.last == .rootGone {
-                    forgetRoot()
+                    if !forgetRoot() { batch.removeLast() }
                     break
                 }
             }

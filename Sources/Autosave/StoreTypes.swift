@@ -99,11 +99,18 @@ public struct StoreStatus: Sendable, Equatable {
     public var lastSave: (document: String, at: Date)?
     public var lastFailure: SaveFailure?
     public var startedAt: Date
+    /// Since when the store root has been gone (removed or moved away while running), or
+    /// `nil` while it is there.
+    public var rootGoneSince: Date? = nil
+    /// Directories with no inotify watch because `fs.inotify.max_user_watches` is reached
+    /// (polled instead).
+    public var unwatchedDirectories: Int = 0
 
     public static func == (a: StoreStatus, b: StoreStatus) -> Bool {
         a.documents == b.documents && a.unsaved == b.unsaved && a.saving == b.saving && a.failed == b.failed
             && a.saves == b.saves && a.lastSave?.document == b.lastSave?.document && a.lastSave?.at == b.lastSave?.at
-            && a.lastFailure == b.lastFailure && a.startedAt == b.startedAt
+            && a.lastFailure == b.lastFailure && a.startedAt == b.startedAt && a.rootGoneSince == b.rootGoneSince
+            && a.unwatchedDirectories == b.unwatchedDirectories
     }
 }
 
@@ -118,6 +125,9 @@ public struct WatchSummary: Sendable, Equatable {
     /// Of the polled directories, those polled by choice: `Mode=poll`, or with `Mode=auto` on
     /// a shared file system whose other hosts' changes inotify cannot see.
     public var polledByChoice: Int
+    /// The directories (root-relative, `""` for the root) polled because the watch limit
+    /// left them without a watch.
+    public var unwatched: [String] = []
     /// Documents read again after another program changed them.
     public var reloads: Int
     public var conflicts: Int

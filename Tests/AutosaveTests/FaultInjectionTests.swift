@@ -18,14 +18,26 @@ final class FaultRig {
     /// daemon's `sd_notify`, as an unresponsive systemd would.
     let notify: NotifyReceiver?
 
+    /// How the daemon is started (kept for ``restart()``).
+    private var program = ""
+    private var arguments: [String] = []
+    private var environment: [String: String] = [:]
+
     /// - Parameters:
     ///   - root: the store root (default: a directory in the rig's temporary directory).
     ///   - underFaultInjection: whether the daemon runs under `fiu-run -x`.
     ///   - journal: `[Journal] Mode=`; by default `off` under libfiu, whose faults hit every
     ///     write and sync of the process, the journal's too (the journal's own faults are
     ///     tested with it on).
+    ///   - settings: configuration lines appended (sections other than those written here).
+    ///   - prefix: a command line the daemon is started under (`setpriv …`, `unshare …`).
+    ///   - journald: a private journald the daemon logs to (in its mount namespace).
+    ///   - extraEnvironment: variables added to the daemon's environment.
+    ///   - start: `false` to start it later with ``start()`` (after preparing the directory).
     init(
-        root: String? = nil, underFaultInjection: Bool = true, notifying: Bool = false, journal: String? = nil
+        root: String? = nil, underFaultInjection: Bool = true, notifying: Bool = false, journal: String? = nil,
+        settings: String = "", prefix: [String] = [], journald: NamespacedJournald? = nil,
+        extraEnvironment: [String: String] = [:], start: Bool = true
     ) async throws {
         self.root = root ?? directory.sub("root")
         notify = notifying ? try NotifyReceiver(in: directory) : nil
@@ -35,19 +47,30 @@ final class FaultRig {
                 + "MaxRetryInterval=400ms\n[Control]\nSocket=\(socket)\n"
                 // The journal outside the root: a root on a full or read-only file system tests the saves.
                 + "[Journal]\nMode=\(journal ?? (underFaultInjection ? "off" : "periodic"))\n"
-                + "Directory=\(directory.sub("journal"))\n",
+                + "Directory=\(directory.sub("journal"))\n" + settings,
             to: config)
         let daemon = Machine.product("autosaved")
-        let arguments =
+        var command =
             underFaultInjection
-            ? ["-x", "-f", directory.sub("fiu"), daemon, "--config", config] : ["--config", config]
-        let program = underFaultInjection ? "/usr/bin/fiu-run" : daemon
-        var environment = ProcessInfo.processInfo.environment
+            ? ["/usr/bin/fiu-run", "-x", "-f", directory.sub("fiu"), daemon, "--config", config]
+            : [daemon, "--config", config]
+        command = (journald?.prefix ?? []) + prefix + command
+        program = command[0]
+        arguments = Array(command.dropFirst())
+        environment = ProcessInfo.processInfo.environment
         if let notify { environment["NOTIFY_SOCKET"] = notify.path } else { environment["NOTIFY_SOCKET"] = nil }
         environment.removeValue(forKey: "WATCHDOG_USEC")
         environment.removeValue(forKey: "WATCHDOG_PID")
+        // Logging to journald: stderr is a pipe, not the journal's stream.
+        environment.removeValue(forKey: "JOURNAL_STREAM")
+        environment.merge(extraEnvironment) { $1 }
+        if start { try await self.start() }
+    }
+
+    /// Starts the daemon (again, after it exited or was killed) and waits until it is ready.
+    func start(sourceLocation: SourceLocation = #_sourceLocation) async throws {
         process = try DaemonProcess(program, arguments, environment: environment)
-        await process.waitForLine(containing: "started:")
+        await process.waitForLine(containing: "started:", sourceLocation: sourceLocation)
     }
 
     /// Runs a libfiu control command (`enable name=…,failinfo=…`, `disable name=…`) in the daemon.
