@@ -20,7 +20,7 @@ enum Bench {
         case "bench-package":
             try packageSaves(
                 in: directory, members: value("--members", 10_000), memberSize: value("--member-size", 256),
-                iterations: value("--iterations", 50))
+                iterations: value("--iterations", 50), fullRounds: value("--full-rounds", 5))
         default:
             throw CrashVersions.Torn(description: "unknown benchmark \(command)")
         }
@@ -109,7 +109,7 @@ enum Bench {
 
     // MARK: Packages
 
-    static func packageSaves(in path: String, members: Int, memberSize: Int, iterations: Int) throws {
+    static func packageSaves(in path: String, members: Int, memberSize: Int, iterations: Int, fullRounds: Int) throws {
         func member(_ i: Int, _ generation: Int) -> Data {
             var data = Data("member \(i) generation \(generation)\n".utf8)
             data.append(Data(repeating: 0x2e, count: max(0, memberSize - data.count)))
@@ -168,7 +168,7 @@ enum Bench {
         let fullPath = path + "/full.pkg"
         try DurableWriter().write(fresh(generation: 0), to: fullPath, options: .atomic)
         var full = Samples()
-        let rounds = 5
+        let rounds = max(1, fullRounds)
         let before = io()
         for round in 1...rounds {
             let wrapper = fresh(generation: round)
