@@ -535,26 +535,33 @@ extension DocumentStore {
 
     /// Past `MaxSize=`, saves the documents whose records keep the oldest segments: their
     /// saves release the records, and the segments are deleted.
+    ///
+    /// One round at a time: the documents a round waits for are in
+    /// ``journalCompactionDocuments``, and the next round starts once the last of them
+    /// has finished its save (or left the store) — not after every save, which with
+    /// thousands of documents pinning the oldest segments would look at all of them
+    /// again each time.
     func compactIfNeeded(_ journal: Journal) {
+        guard journalCompactionDocuments.isEmpty else { return }
         journalCompacting = false
         let bytes = journal.statistics.bytes
         guard bytes > configuration.journalMaxSize else { return }
         var started = 0
-        var running = 0
         // Enough of the oldest segments to be back at three quarters of the limit.
         for owner in journal.pinningOwners(toFree: bytes - configuration.journalMaxSize * 3 / 4) {
-            guard let path = journalOwners[owner], let entry = entries[path], entry.isDirty else { continue }
-            if entry.savingToken != nil {
-                running += 1
-                continue
-            }
-            entries[path]!.forcedToken = entry.changeCount
+            guard let path = journalOwners[owner], let index = entries.index(forKey: path) else { continue }
+            let (dirty, saving, covered) = entries.values[index].compactionState
+            guard dirty else { continue }
+            journalCompactionDocuments.insert(path)
+            // Saving already, or already due for a save that covers every edit: it comes anyway.
+            if saving || covered { continue }
+            entries.values[index].forcedToken = entries.values[index].changeCount
             schedule(path)
             started += 1
         }
-        // Looked at again as these saves (and those already running) finish, until the
-        // journal is back under the limit.
-        journalCompacting = started + running > 0
+        // Looked at again once these saves (and those already running or due) finish,
+        // until the journal is back under the limit.
+        journalCompacting = !journalCompactionDocuments.isEmpty
         if started > 0 {
             log.info(
                 "the journal holds \(bytes) bytes, past MaxSize= (\(configuration.journalMaxSize)): saving the \(started) documents its oldest segment holds edits of"

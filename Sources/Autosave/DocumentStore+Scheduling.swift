@@ -512,8 +512,13 @@ extension DocumentStore {
         }
         if entries[path]?.isDirty == true { schedule(path) }
         if pendingChecks.remove(path) != nil { checkExternalChange(path) }
-        // Saves made for the journal's MaxSize=: more of them until it is under the limit.
-        if journalCompacting, let journal { compactIfNeeded(journal) }
+        // Saves made for the journal's MaxSize=: another round once this one's are done,
+        // until it is under the limit.
+        if journalCompacting, journalCompactionDocuments.remove(path) != nil, journalCompactionDocuments.isEmpty,
+            let journal
+        {
+            compactIfNeeded(journal)
+        }
     }
 
     /// A regular file's save whose directory sync failed after the rename: if the file

@@ -67,6 +67,12 @@ public actor DocumentStore {
         var lastSaved: Date?
         /// How long the last successful save took.
         var lastSaveDuration: Duration?
+
+        /// What the journal's compaction asks of a document: unsaved edits, a save in
+        /// flight, a save due already that covers every edit.
+        var compactionState: (dirty: Bool, saving: Bool, covered: Bool) {
+            (isDirty, savingToken != nil, (forcedToken ?? 0) >= changeCount)
+        }
         /// The file as this store last read or wrote it.
         var fingerprint: Fingerprint?
         /// The document's owner number in the edit journal (0: it has no records yet).
@@ -147,6 +153,8 @@ public actor DocumentStore {
     @exclusivity(unchecked) var journalFlushedThrough: UInt64 = 0
     /// Saves started because the journal is past `MaxSize=` are running.
     var journalCompacting = false
+    /// The documents the current round of ``compactIfNeeded(_:)`` waits for.
+    var journalCompactionDocuments: Set<String> = []
     var unjournalledEdits = 0
     var unjournalledTypes: Set<String> = []
     var lastReplay: JournalReplaySummary?
@@ -409,6 +417,7 @@ public actor DocumentStore {
     func remove(_ path: String, keepingJournal: Bool = false) -> Entry? {
         guard var entry = entries.removeValue(forKey: path) else { return nil }
         countDirectories(of: path, by: -1)
+        if !journalCompactionDocuments.isEmpty { journalCompactionDocuments.remove(path) }
         if !keepingJournal { journalDiscard(&entry, closing: true) }
         return entry
     }

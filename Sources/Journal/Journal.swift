@@ -344,7 +344,7 @@ public final class Journal: Sendable {
 
     /// The owners whose unreleased records keep the oldest segments that together hold at
     /// least `bytes` (all segments but the one being written, at most): saving their
-    /// documents frees that much once the segments are deleted.
+    /// documents frees that much once the segments are deleted. In no particular order.
     public func pinningOwners(toFree bytes: Int) -> [UInt64] {
         state.withLock { s in
             var owners = Set<UInt64>()
@@ -353,7 +353,7 @@ public final class Journal: Sendable {
                 owners.formUnion(segment.ownerCounts.keys)
                 freed += segment.size
             }
-            return owners.sorted()
+            return Array(owners)
         }
     }
 

@@ -316,6 +316,38 @@ struct JournalDaemonTests {
         for index in 0..<6 { #expect(try rig.text("doc\(index).txt") == String(repeating: chunk, count: 100)) }
         #expect(rig.stop() == 0)
     }
+    @Test(
+        "Past MaxSize= with thousands of documents pinning the oldest segments: a few rounds of saves, not a look at all of them after every save"
+    )
+    func compactionRounds() async throws {
+        let rig = try JournalRig("[Journal]\nMaxSize=1M\n")
+        try await rig.start()
+        let client = try rig.client()
+        let documents = 2000
+        let text = String(repeating: "y", count: 1500)
+        for index in 0..<documents {
+            try rig.ok(["cmd": "set", "doc": .string("many/d\(index).txt"), "text": .string(text)], on: client)
+        }
+        // 3 MB of edits to 2,000 documents with a quiet period of an hour: only the size
+        // limit makes saves.
+        let deadline = ContinuousClock.now + .seconds(60)
+        var status = try rig.status()
+        while status["journal"]?["bytes"]?.intValue ?? .max > (1 << 20), ContinuousClock.now < deadline {
+            usleep(20_000)
+            status = try rig.status()
+        }
+        #expect(status["journal"]?["bytes"]?.intValue ?? .max <= 1 << 20, "the journal is back under MaxSize=")
+        let saves = status["saves"]?.intValue ?? 0
+        let rounds = rig.daemon?.output.filter { $0.contains("past MaxSize=") }.count ?? 0
+        // Each round saves the documents of the oldest segments at once; a look at every
+        // pinning document after each save made one such line (and an O(documents) walk) per save.
+        #expect(saves >= 100, "the size limit made the saves: \(saves)")
+        #expect(rounds >= 1 && rounds <= 20, "\(rounds) rounds of compaction for \(saves) saves")
+        rig.kill()
+        try await rig.start()
+        for index in stride(from: 0, to: documents, by: 97) { #expect(try rig.text("many/d\(index).txt") == text) }
+        #expect(rig.stop() == 0)
+    }
 }
 
 /// The journal on the power-loss file system (Tests/Tools/powerloss_fs.py): a cut keeps
@@ -378,7 +410,13 @@ struct JournalPowerLossTests {
         let mount = try PowerLossMount(backing: backing, at: mountPoint)
         try await rig.start()
         run.found = try rig.text("log.txt")
-        if rig.stop() != 0 { run.problems.append("the daemon did not stop cleanly after the restart") }
+        let daemon = rig.daemon
+        let status = rig.stop()
+        if status != 0 {
+            let said = (daemon?.output ?? []).suffix(8).joined(separator: " | ")
+            run.problems.append(
+                "the daemon did not stop cleanly after the restart (exit \(status.map(String.init) ?? "none within a minute")): \(said)")
+        }
         try mount.unmount()
         return run
     }
