@@ -415,7 +415,8 @@ struct JournalPowerLossTests {
         if status != 0 {
             let said = (daemon?.output ?? []).suffix(8).joined(separator: " | ")
             run.problems.append(
-                "the daemon did not stop cleanly after the restart (exit \(status.map(String.init) ?? "none within a minute")): \(said)")
+                "the daemon did not stop cleanly after the restart (exit \(status.map(String.init) ?? "none within a minute")): \(said)"
+            )
         }
         try mount.unmount()
         return run
