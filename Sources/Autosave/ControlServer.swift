@@ -26,8 +26,10 @@ public final class ControlServer: Sendable {
     /// The path this server bound (and removes at the end), `nil` for an inherited socket.
     let boundPath: String?
     let boundInode: UInt64?
-    /// The store root, held open (`O_PATH`) for path checks.
-    let rootDescriptor: Int32
+    /// The store root, held open (`O_PATH`) for path checks; opened again when the root
+    /// was removed or moved away and another directory is there now. Used on the loop's
+    /// thread only (requests are checked there).
+    let rootDescriptor: Atomic<Int32>
     private let connections = Atomic<Int>(0)
     /// The descriptors of the connections being served, and whether the server stops.
     private let live = Lock<(descriptors: Set<Int32>, stopping: Bool)>(([], false))
@@ -43,7 +45,8 @@ public final class ControlServer: Sendable {
         self.reload = reload
         loop = store.loop
         do {
-            rootDescriptor = try FileDescriptor.open(configuration.root, options: [.directory, .pathOnly]).rawValue
+            rootDescriptor = Atomic(
+                try FileDescriptor.open(configuration.root, options: [.directory, .pathOnly]).rawValue)
         } catch {
             throw SetupError(description: "the store root \(configuration.root) cannot be opened: \(error)")
         }
@@ -187,7 +190,7 @@ public final class ControlServer: Sendable {
         {
             try? FileManager.default.removeItem(atPath: boundPath)
         }
-        try? FileDescriptor(rawValue: rootDescriptor).close()
+        try? FileDescriptor(rawValue: rootDescriptor.load(ordering: .relaxed)).close()
     }
 
     /// Refuses a document path that is not a clean relative path, or whose existing part
@@ -198,23 +201,42 @@ public final class ControlServer: Sendable {
     func checkBeneathRoot(_ path: String) throws -> Bool {
         let normalized: String
         do { normalized = try DocumentPath.validate(path) } catch { throw RequestError(error) }
-        let root = FileDescriptor(rawValue: rootDescriptor)
-        do {
-            // Without O_NOFOLLOW: with O_PATH it would let a symbolic link as the last component through.
-            try FileDescriptor.openBeneath(normalized, relativeTo: root, options: [.pathOnly], noSymlinks: true).close()
-            return true
-        } catch .noSuchFile {
-            return false
-        } catch .tooManySymbolicLinks, .crossDevice {
-            throw RequestError(
-                .invalidPath,
-                "invalid document path '\(path)': it goes through a symbolic link, which could lead out of the store root"
-            )
-        } catch .notDirectory {
-            throw RequestError(.invalidPath, "invalid document path '\(path)': a component is not a directory")
-        } catch {
-            throw RequestError(.ioError, "'\(path)' cannot be checked: \(error)")
+        var retried = false
+        while true {
+            let root = FileDescriptor(rawValue: rootDescriptor.load(ordering: .relaxed))
+            do {
+                // Without O_NOFOLLOW: with O_PATH it would let a symbolic link as the last component through.
+                try FileDescriptor.openBeneath(normalized, relativeTo: root, options: [.pathOnly], noSymlinks: true)
+                    .close()
+                return true
+            } catch .noSuchFile {
+                // Under a root that was removed (or moved away) nothing is found: look again
+                // under the directory at the root's path now, if it is another one.
+                if retried || !reopenRootIfReplaced(root) { return false }
+                retried = true
+            } catch .tooManySymbolicLinks, .crossDevice {
+                throw RequestError(
+                    .invalidPath,
+                    "invalid document path '\(path)': it goes through a symbolic link, which could lead out of the store root"
+                )
+            } catch .notDirectory {
+                throw RequestError(.invalidPath, "invalid document path '\(path)': a component is not a directory")
+            } catch {
+                throw RequestError(.ioError, "'\(path)' cannot be checked: \(error)")
+            }
         }
+    }
+
+    /// Opens the root again when the directory at its path is not the one `held` is;
+    /// `true` when it did.
+    private func reopenRootIfReplaced(_ held: FileDescriptor) -> Bool {
+        guard let now = try? FileDescriptor.currentWorkingDirectory.status(of: configuration.root),
+            let old = try? held.status(), now.device != old.device || now.inode != old.inode,
+            let fresh = try? FileDescriptor.open(configuration.root, options: [.directory, .pathOnly])
+        else { return false }
+        rootDescriptor.store(fresh.rawValue, ordering: .relaxed)
+        try? held.close()
+        return true
     }
 
     /// Connections being served now.

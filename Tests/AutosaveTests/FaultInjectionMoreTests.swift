@@ -542,6 +542,15 @@ struct FaultInjectionMoreTests {
         try Disk.write("from outside\n", to: rig.root + "/dir/e.txt")
         _ = try client.call(["cmd": "sync"])
         #expect(try client.call(["cmd": "get", "doc": "dir/e.txt"])["text"]?.stringValue == "from outside\n")
+        // Requests are checked beneath the new root, not the removed one: a link in it is
+        // refused, and a file there that no document holds yet is read, not taken for none.
+        try FileManager.default.createSymbolicLink(atPath: rig.root + "/evil", withDestinationPath: "/etc")
+        let linked = try client.call(["cmd": "set", "doc": "evil/x.txt", "text": "no"])
+        #expect(linked["error"]?["code"]?.stringValue == "invalid-path", "\(linked)")
+        #expect(!FileManager.default.fileExists(atPath: "/etc/x.txt"))
+        try Disk.write("already here\n", to: rig.root + "/here.txt")
+        #expect(try client.call(["cmd": "append", "doc": "here.txt", "text": "and more\n"])["ok"] == true)
+        #expect(try client.call(["cmd": "get", "doc": "here.txt"])["text"]?.stringValue == "already here\nand more\n")
         #expect(Disk.temporaries(under: rig.root).isEmpty)
         try await Self.stop(rig)
     }
