@@ -136,6 +136,9 @@ public final class PowerLossMount {
         }
     }
 
+    /// The file system's process.
+    public var processIdentifier: Int32 { process.processIdentifier }
+
     /// Whether the cut has happened.
     public var crashed: Bool { lines.all.contains { $0.hasPrefix("crashed ") } }
 
