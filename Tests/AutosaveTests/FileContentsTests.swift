@@ -46,6 +46,6 @@ struct FileContentsTests {
         // For the record, what Foundation's reader keeps on this toolchain (not asserted: a
         // fixed toolchain keeps nothing).
         let foundation = growth { try? Data(contentsOf: URL(fileURLWithPath: path)) }
-        print("FileContentsTests: 5,000 reads of an empty file kept \(ours) bytes; Data(contentsOf:) kept \(foundation)")
+        print("FileContentsTests: 5,000 reads of an empty file kept \(ours) bytes; Foundation's \(foundation)")
     }
 }

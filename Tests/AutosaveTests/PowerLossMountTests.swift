@@ -9,7 +9,8 @@ import Testing
     "The power-loss mount: a hung file system fails in time",
     .enabled(if: PowerLossMount.isAvailable, "needs root, /dev/fuse and Debian's python3-fusepy"))
 struct PowerLossMountTests {
-    @Test("A file system that never exits after the unmount is detached, killed and reported")
+    @Test(
+        "A file system that never exits after the unmount is detached, killed and reported", .timeLimit(.minutes(1)))
     func hungFileSystem() throws {
         let directory = TemporaryDirectory("powerloss-hang")
         let backing = directory.sub("backing")
