@@ -25,6 +25,7 @@ struct PowerLossMountTests {
         var message = ""
         do { try mount.unmount(within: .seconds(2)) } catch { message = "\(error)" }
         let took = ContinuousClock.now - started
+        print("PowerLossMountTests: unmount took \(took) and said: \(message)")
         #expect(message.contains("hung") && message.contains("killed"), "unmount said: \(message)")
         #expect(took < .seconds(40), "unmount took \(took)")
         // The process is gone and nothing is mounted at the point any more.

@@ -167,13 +167,16 @@ public final class PowerLossMount {
     /// Everything here has a deadline: a file system that hangs (in `umount`, or after it
     /// without exiting) is detached with a lazy unmount and killed, and `unmount` throws
     /// saying so, instead of hanging the test run. `timeout` bounds the wait for the file
-    /// system to exit after the unmount (it rebuilds the backing directory then).
+    /// system to exit after the unmount (it rebuilds the backing directory then), and
+    /// `umount` gets at most 10 s of it.
     public func unmount(within timeout: Duration = .seconds(60)) throws {
         guard mounted else { return }
         mounted = false
-        // umount itself can block on a file system that no longer answers.
+        // umount itself can block on a file system that no longer answers: 10 s at most
+        // (less when the whole deadline is shorter).
+        let umountSeconds = max(1, min(10, timeout.components.seconds))
         func umount(_ arguments: [String]) throws -> Machine.Output {
-            try Machine.run("/usr/bin/timeout", ["-s", "KILL", "10", "umount"] + arguments)
+            try Machine.run("/usr/bin/timeout", ["-s", "KILL", "\(umountSeconds)", "umount"] + arguments)
         }
         var result = try umount([path])
         for _ in 0..<100 where result.status != 0 && result.stderr.contains("busy") {
@@ -182,7 +185,9 @@ public final class PowerLossMount {
             result = try umount([path])
         }
         var hung: String?
-        if result.status == 124 || result.status == 137 { hung = "umount \(path) did not return within 10 s" }
+        if result.status == 124 || result.status == 137 {
+            hung = "umount \(path) did not return within \(umountSeconds) s"
+        }
         if result.status != 0 { _ = try? umount(["-l", path]) }
         let deadline = ContinuousClock.now + timeout
         while process.isRunning && ContinuousClock.now < deadline { usleep(20_000) }
