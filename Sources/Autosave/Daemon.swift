@@ -217,6 +217,9 @@ public enum Daemon {
             + (await Metrics.start(
                 store: store, configuration: configuration, log: log, connections: { server.connectionCount }))
         if let onReady { await onReady(store) }
+        // Resident memory follows the live data, not the highest peak so far.
+        let trimmer = MemoryTrimmer()
+        trimmer.start()
 
         for await signal in signals.stream {
             if signal == SIGHUP {
@@ -240,6 +243,8 @@ public enum Daemon {
         let report = await store.shutdown()
         extender.cancel()
         for task in background { task.cancel() }
+        trimmer.stop()
+        if trimmer.totals.trims > 0 { log.notice(trimmer.summary) }
         serving.cancel()
         await serving.value
         scheduler.cancel()

@@ -525,7 +525,7 @@ extension DocumentStore {
     /// in place holds the save's bytes, the failure carries its fingerprint.
     nonisolated static func replacedBeforeFailing(_ error: DocumentError, path: String, bytes: Data?) -> any Error {
         guard let bytes, let status = try? FileDescriptor.currentWorkingDirectory.status(of: path),
-            status.kind == .regular, (try? Data(contentsOf: URL(fileURLWithPath: path))) == bytes
+            status.kind == .regular, FileContents.read(path) == bytes
         else { return error }
         return FailedAfterReplacing(error: error, fingerprint: Fingerprint(status, contents: bytes))
     }

@@ -427,7 +427,7 @@ extension DocumentStore {
             {
                 return
             }
-            let bytes = try? Data(contentsOf: URL(fileURLWithPath: full))
+            let bytes = FileContents.read(full)
             let now = Fingerprint(status, contents: bytes)
             if now == entry.fingerprint { return }
             if let recorded = entry.fingerprint, now.sameContents(as: recorded) {
@@ -530,7 +530,7 @@ extension DocumentStore {
             entries[document]!.existingFile =
                 entry.isPackage ? try? FileWrapper(url: URL(fileURLWithPath: full), beneath: root) : nil
             if let status = try? FileDescriptor.currentWorkingDirectory.status(of: full) {
-                let bytes = entry.isPackage ? nil : try? Data(contentsOf: URL(fileURLWithPath: full))
+                let bytes = entry.isPackage ? nil : FileContents.read(full)
                 entries[document]!.fingerprint = Fingerprint(status, contents: bytes)
             }
             entries[document]!.forcedToken = entries[document]!.changeCount

@@ -56,7 +56,11 @@ public struct PackageDocument: AutosaveDocument {
     }
 
     public func fileWrapper(configuration: WriteConfiguration) throws -> FileWrapper {
-        let package = configuration.existingFile ?? FileWrapper(directoryWithFileWrappers: [:])
+        // What is there may be no directory: another program can put a file or a link
+        // where the package was (a conflict copy is then the edits alone).
+        let package =
+            configuration.existingFile.flatMap { $0.isDirectory ? $0 : nil }
+            ?? FileWrapper(directoryWithFileWrappers: [:])
         for key in touched.keys.sorted() {
             let components = try Self.validate(key)
             var directory = package

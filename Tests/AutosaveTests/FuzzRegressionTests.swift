@@ -1,4 +1,5 @@
 import Control
+import Documents
 import Foundation
 import TestSupport
 import Testing
@@ -138,5 +139,25 @@ struct FuzzRegressionTests {
         // An escaped space stays, and so do the spaces before it.
         #expect(IgnorePattern("a \\  ", source: "")?.text == "a \\ ")
         #expect(IgnorePattern("a\\\\\\  ", source: "")?.text == "a\\\\\\ ")
+    }
+}
+
+/// What the random-request test found (`RequestFuzzTests.concurrentWithOtherPrograms`).
+@Suite("Random-request finds: a package whose path another program made a file")
+struct RequestFuzzRegressionTests {
+    /// The daemon trapped (`addFileWrapper: called on a file wrapper that is not a
+    /// directory`) when a package with unsaved members met a conflict after another
+    /// program had put a regular file where the package was: the conflict copy laid the
+    /// members over that file's wrapper.
+    @Test("A package's members laid over a regular file make a package of the members alone")
+    func packageOverRegularFile() throws {
+        var package = PackageDocument()
+        try package.apply(.putMember("m.txt", Data("mine\n".utf8)), existingFile: nil)
+        try package.apply(.putMember("ch/1.txt", Data("one\n".utf8)), existingFile: nil)
+        let theirs = FileWrapper(regularFileWithContents: Data("a file now\n".utf8))
+        let wrapper = try package.fileWrapper(configuration: .init(contentType: .package, existingFile: theirs))
+        #expect(wrapper.isDirectory)
+        #expect(wrapper.fileWrappers?["m.txt"]?.regularFileContents == Data("mine\n".utf8))
+        #expect(wrapper.fileWrappers?["ch"]?.fileWrappers?["1.txt"]?.regularFileContents == Data("one\n".utf8))
     }
 }

@@ -136,6 +136,9 @@ public final class PowerLossMount {
         }
     }
 
+    /// The file system's process.
+    public var processIdentifier: Int32 { process.processIdentifier }
+
     /// Whether the cut has happened.
     public var crashed: Bool { lines.all.contains { $0.hasPrefix("crashed ") } }
 
@@ -160,19 +163,48 @@ public final class PowerLossMount {
 
     /// Unmounts (every process using the mount must have ended), waits for the file
     /// system to exit, and, after a cut, for the backing directory to hold the durable state.
-    public func unmount() throws {
+    ///
+    /// Everything here has a deadline: a file system that hangs (in `umount`, or after it
+    /// without exiting) is detached with a lazy unmount and killed, and `unmount` throws
+    /// saying so, instead of hanging the test run. `timeout` bounds the wait for the file
+    /// system to exit after the unmount (it rebuilds the backing directory then), and
+    /// `umount` gets at most 10 s of it.
+    public func unmount(within timeout: Duration = .seconds(60)) throws {
         guard mounted else { return }
         mounted = false
-        var result = try Machine.run("umount", [path])
+        // umount itself can block on a file system that no longer answers: 10 s at most
+        // (less when the whole deadline is shorter).
+        let umountSeconds = max(1, min(10, timeout.components.seconds))
+        func umount(_ arguments: [String]) throws -> Machine.Output {
+            try Machine.run("/usr/bin/timeout", ["-s", "KILL", "\(umountSeconds)", "umount"] + arguments)
+        }
+        var result = try umount([path])
         for _ in 0..<100 where result.status != 0 && result.stderr.contains("busy") {
             // A process that just exited may still be releasing its files.
             usleep(50_000)
-            result = try Machine.run("umount", [path])
+            result = try umount([path])
         }
-        if result.status != 0 { _ = try? Machine.run("umount", ["-l", path]) }
-        process.waitUntilExit()
+        var hung: String?
+        if result.status == 124 || result.status == 137 {
+            hung = "umount \(path) did not return within \(umountSeconds) s"
+        }
+        if result.status != 0 { _ = try? umount(["-l", path]) }
+        let deadline = ContinuousClock.now + timeout
+        while process.isRunning && ContinuousClock.now < deadline { usleep(20_000) }
+        if process.isRunning {
+            hung = (hung.map { $0 + "; " } ?? "") + "the file system did not exit within \(timeout) of the unmount"
+            _ = try? umount(["-l", path])
+            kill(process.processIdentifier, SIGKILL)
+            process.waitUntilExit()
+        }
         lines.waitForEnd(within: .seconds(30))
         errors.waitForEnd(within: .seconds(30))
+        if let hung {
+            throw Failure(
+                "the power-loss file system at \(path) hung: \(hung); detached (umount -l) and killed (SIGKILL); "
+                    + "the backing directory \(backing) may not hold the durable state. Its last output: "
+                    + (lines.all.suffix(5) + errors.all.suffix(20)).joined(separator: "\n"))
+        }
         guard result.status == 0, process.terminationStatus == 0 else {
             throw Failure(
                 "unmounting \(path): \(result.stderr); the file system exited \(process.terminationStatus): "
@@ -182,8 +214,13 @@ public final class PowerLossMount {
 
     deinit {
         if mounted {
-            _ = try? Machine.run("umount", ["-l", path])
-            process.waitUntilExit()
+            _ = try? Machine.run("/usr/bin/timeout", ["-s", "KILL", "10", "umount", "-l", path])
+            let deadline = ContinuousClock.now + .seconds(30)
+            while process.isRunning && ContinuousClock.now < deadline { usleep(20_000) }
+            if process.isRunning {
+                kill(process.processIdentifier, SIGKILL)
+                process.waitUntilExit()
+            }
         }
     }
 }

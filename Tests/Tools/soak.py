@@ -702,6 +702,9 @@ class Soak:
                      max(kb for _, kb in warm), len(self.rss)))
             step = max(1, len(self.rss) // 12)
             print("VmRSS curve (s: kB): " + ", ".join("%.0f: %d" % s for s in self.rss[::step] + [self.rss[-1]]))
+            with open(self.daemon_log, errors="replace") as f:
+                trims = [line.strip() for line in f if "memory trimmer:" in line]
+            print("daemon at exit: " + (trims[-1] if trims else "no memory trimmer line (it never trimmed)"))
             if growth > o.rss_limit:
                 self.failures.add("memory", "VmRSS grew %.2f %% after warm-up (%d -> %d kB)" % (growth, start, end))
         else:

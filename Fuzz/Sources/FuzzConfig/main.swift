@@ -19,15 +19,32 @@ enum Outcome: Equatable {
     case refused([ConfigurationError])
 }
 
+/// Drop-ins present in each scratch directory (by path), so that the next input's files
+/// replace them in place: the directories stay, only the files change.
+nonisolated(unsafe) var dropInsPresent: [String: Int] = [:]
+
+func dropInName(_ main: String, _ index: Int) -> String { main + ".d/\(10 + index)-part.conf" }
+
 func load(_ files: [[UInt8]], in directory: String) -> Outcome {
-    removeTree(directory)
-    mkdir(directory, 0o755)
     let main = directory + "/autosaved.conf"
-    writeFile(main, files[0])
-    if files.count > 1 {
-        mkdir(main + ".d", 0o755)
-        for (index, text) in files.dropFirst().enumerated() { writeFile(main + ".d/\(10 + index)-part.conf", text) }
+    let present: Int
+    if let known = dropInsPresent[directory] {
+        present = known
+    } else {
+        removeTree(directory)
+        mkdir(directory, 0o755)
+        present = 0
     }
+    writeFile(main, files[0])
+    let wanted = files.count - 1
+    if wanted > 0 && present == 0 { mkdir(main + ".d", 0o755) }
+    for (index, text) in files.dropFirst().enumerated() { writeFile(dropInName(main, index), text) }
+    if wanted < present {
+        for index in wanted..<present { unlink(dropInName(main, index)) }
+        // No drop-in directory at all is another case than an empty one: both are read.
+        if wanted == 0 { rmdir(main + ".d") }
+    }
+    dropInsPresent[directory] = wanted
     do {
         var configuration = try Configuration.load(path: main, required: true, environment: environment)
         configuration.sources = []
@@ -37,7 +54,7 @@ func load(_ files: [[UInt8]], in directory: String) -> Outcome {
     }
 }
 
-func lineCount(_ text: [UInt8]) -> Int { text.split(separator: 10, omittingEmptySubsequences: false).count }
+func lineCount(_ text: [UInt8]) -> Int { text.reduce(1) { $1 == 10 ? $0 + 1 : $0 } }
 
 func fuzzConfig(_ input: [UInt8]) {
     let files = Array(parts(input, limit: 5))
@@ -49,10 +66,11 @@ func fuzzConfig(_ input: [UInt8]) {
         let names =
             [directory + "/autosaved.conf"]
             + files.dropFirst().indices.map { directory + "/autosaved.conf.d/\(9 + $0)-part.conf" }
+        let lines = files.map(lineCount)
         for error in errors {
             guard let index = names.firstIndex(of: error.file) else { fail("a problem in an unknown file: \(error)") }
             if let line = error.line {
-                check(line >= 1 && line <= lineCount(files[index]), "a problem outside its file's lines: \(error)")
+                check(line >= 1 && line <= lines[index], "a problem outside its file's lines: \(error)")
             }
         }
     case .accepted(let configuration):

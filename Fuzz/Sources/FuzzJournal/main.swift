@@ -20,11 +20,18 @@ enum Scratch { static let directory = ScratchDirectory("journal") }
 
 let reservedOwner = UInt64.max
 
+/// CRC-32C (Castagnoli, reflected polynomial 0x82F63B78), a byte at a time from a table
+/// made here bit by bit from the polynomial (the product's CRC32C.swift is not used).
+let crcTable: [UInt32] = (0..<256).map { index in
+    var crc = UInt32(index)
+    for _ in 0..<8 { crc = crc & 1 == 1 ? (crc >> 1) ^ 0x82F6_3B78 : crc >> 1 }
+    return crc
+}
+
 func crc32c(_ bytes: ArraySlice<UInt8>, _ initial: UInt32 = 0) -> UInt32 {
     var crc = ~initial
-    for byte in bytes {
-        crc ^= UInt32(byte)
-        for _ in 0..<8 { crc = crc & 1 == 1 ? (crc >> 1) ^ 0x82F6_3B78 : crc >> 1 }
+    crcTable.withUnsafeBufferPointer { table in
+        for byte in bytes { crc = table[Int(UInt8(truncatingIfNeeded: crc) ^ byte)] ^ (crc >> 8) }
     }
     return ~crc
 }

@@ -98,8 +98,15 @@ private func removeTree(bytes path: [UInt8], keepingTop: Bool) {
     var status = stat()
     guard withCString(path, { lstat($0, &status) }) == 0 else { return }
     if status.st_mode & S_IFMT == S_IFDIR {
-        _ = withCString(path) { chmod($0, 0o700) }
-        if let dir = withCString(path, { opendir($0) }) {
+        // A directory left unreadable or unwritable is made accessible first (only then:
+        // a chmod of every directory would double the calls).
+        var dir = withCString(path, { opendir($0) })
+        if dir == nil || status.st_mode & 0o700 != 0o700 {
+            if let opened = dir { closedir(opened) }
+            _ = withCString(path) { chmod($0, 0o700) }
+            dir = withCString(path, { opendir($0) })
+        }
+        if let dir {
             var names: [[UInt8]] = []
             while let entry = readdir(dir) {
                 let name = withUnsafeBytes(of: entry.pointee.d_name) { raw in Array(raw.prefix { $0 != 0 }) }

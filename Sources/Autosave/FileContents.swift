@@ -1,0 +1,22 @@
+import Foundation
+import Posix
+
+/// A file's bytes, read with the package's own reader.
+///
+/// Not Foundation's `Data(contentsOf:)`: on Linux (swift-foundation's `readBytesFromFile`,
+/// Swift 6 toolchain here) it allocates a 4 KiB buffer for a file whose size is 0 and
+/// never frees it, so every read of an empty file leaked 4 KiB — the watcher reads a
+/// file another program changed, and an emptied file is a common change. LeakSanitizer
+/// found it at the daemon's exit; `FileContentsTests` shows it.
+enum FileContents {
+    /// The bytes of the file at `path` (following symbolic links), or `nil` when it
+    /// cannot be opened or read (a directory, a missing file, no permission).
+    static func read(_ path: String) -> Data? {
+        guard let file = try? FileDescriptor.open(path) else { return nil }
+        return file.closeAfter { () -> Data? in
+            let size = (try? file.status()).map { Int($0.size) } ?? 0
+            guard let bytes = try? file.readToEnd(sizeHint: size) else { return nil }
+            return Data(bytes)
+        }
+    }
+}
