@@ -303,7 +303,7 @@ extension DocumentStore {
             saveReplayed(path)
             return
         }
-        if !entry.isPackage, let bytes = try? Data(contentsOf: URL(fileURLWithPath: root + "/" + path)),
+        if !entry.isPackage, let bytes = FileContents.read(root + "/" + path),
             let mine = try? rebuilt.document.fileWrapper(
                 configuration: .init(contentType: entry.contentType, existingFile: nil)),
             mine.regularFileContents == bytes
