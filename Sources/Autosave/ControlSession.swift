@@ -127,7 +127,7 @@ final class ControlSession: Sendable {
         if !memo.document.withUnsafeBytes({ $0.elementsEqual(document) }) {
             let raw = edit.documentPath
             let path: String
-            if store.entries.index(forKey: raw) != nil {
+            if store.isOpen(raw) {
                 // A path the store holds a document at was checked when it was opened.
                 path = raw
             } else {
@@ -376,7 +376,7 @@ final class ControlSession: Sendable {
         // A document the store holds needs no look at the disk (as for edits); only one
         // it does not hold is checked beneath the root, for the error to name.
         let path = try string(request, "doc")
-        if store.entries.index(forKey: path) == nil { try server.checkBeneathRoot(path) }
+        if !store.isOpen(path) { try server.checkBeneathRoot(path) }
         try await store.save(path, wait: try flag(request, "wait"))
         return try store.info(path)
     }

@@ -343,13 +343,19 @@ extension DocumentStore {
             @Sendable (store: isolated DocumentStore, result: Result<SaveOutcome, any Error>, duration: Duration) in
             store.finishSave(path, token: token, snapshot: snapshot, result: result, duration: duration, since: since)
         }
+        let save = DeferredSave(work: work, finish: finish)
         if mayRunOnLoop(entry) {
-            deferredSaves.append(DeferredSave(work: work, finish: finish))
-            return
+            deferredSaves.append(save)
+        } else {
+            submit(save)
         }
+    }
+
+    /// Has a save thread write `save`; its result comes back to the loop with one wake-up.
+    private func submit(_ save: DeferredSave) {
         saveThreads.submit { @Sendable [weak self] in
-            let (result, duration) = work()
-            self?.onLoop { finish($0, result, duration) }
+            let (result, duration) = save.work()
+            self?.onLoop { save.finish($0, result, duration) }
         }
     }
 
@@ -381,12 +387,7 @@ extension DocumentStore {
         swap(&saves, &deferredSaves)
         var here: DeferredSave?
         if loopWillSleep, saves.count == 1 { here = saves.removeFirst() }
-        for save in saves {
-            saveThreads.submit { @Sendable [weak self] in
-                let (result, duration) = save.work()
-                self?.onLoop { save.finish($0, result, duration) }
-            }
-        }
+        for save in saves { submit(save) }
         guard let here else { return false }
         let (result, duration) = here.work()
         here.finish(self, result, duration)
@@ -596,8 +597,8 @@ struct LatencyHistogram: Sendable {
 }
 
 /// What a finished save hands back to the store.
-/// A save ``DocumentStore/startSave(_:)`` left to the end of the loop's pass: the
-/// writing, and what the store does with its result.
+/// A save ``DocumentStore/startSave(_:)`` starts: the writing, and what the store does
+/// with its result (on a save thread, or left to the end of the loop's pass).
 struct DeferredSave: Sendable {
     var work: @Sendable () -> (Result<SaveOutcome, any Error>, Duration)
     var finish: @Sendable (isolated DocumentStore, Result<SaveOutcome, any Error>, Duration) -> Void
