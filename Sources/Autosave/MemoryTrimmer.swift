@@ -15,12 +15,12 @@ import Posix
 /// the pages come back, zeroed, only when they are used again. It runs on a thread of
 /// its own, so the pause (the arenas are locked one at a time while they are walked,
 /// a few milliseconds for tens of megabytes) never holds up a task of the daemon.
-final class MemoryTrimmer: Sendable {
-    struct Totals: Sendable {
-        var trims = 0
-        var released = 0  // bytes of resident memory, as /proc/self/statm saw it go
-        var nanoseconds: UInt64 = 0  // spent in malloc_trim
-        var longest: UInt64 = 0
+package final class MemoryTrimmer: Sendable {
+    package struct Totals: Sendable {
+        package var trims = 0
+        package var released = 0  // bytes of resident memory, as /proc/self/statm saw it go
+        package var nanoseconds: UInt64 = 0  // spent in malloc_trim
+        package var longest: UInt64 = 0
     }
 
     private let state = Lock<(stopping: Bool, totals: Totals)>((false, Totals()))
@@ -28,12 +28,12 @@ final class MemoryTrimmer: Sendable {
     private let interval: Duration
     private let minimumFree: Int
 
-    init(interval: Duration = .seconds(5), minimumFree: Int = 4 << 20) {
+    package init(interval: Duration = .seconds(5), minimumFree: Int = 4 << 20) {
         self.interval = interval
         self.minimumFree = minimumFree
     }
 
-    var totals: Totals { state.withLock { $0.totals } }
+    package var totals: Totals { state.withLock { $0.totals } }
 
     /// Starts the trimmer's thread.
     func start() {
@@ -71,7 +71,7 @@ final class MemoryTrimmer: Sendable {
 
     /// One check, and a trim when the free memory is worth it; whether it trimmed.
     @discardableResult
-    func trimIfWorthIt() -> Bool {
+    package func trimIfWorthIt() -> Bool {
         let (free, used) = Allocator.usage()
         guard free >= minimumFree, free >= used / 4 else { return false }
         let before = Self.residentBytes()
@@ -92,7 +92,7 @@ final class MemoryTrimmer: Sendable {
     }
 
     /// Resident memory of this process, from `/proc/self/statm` (0 when unreadable).
-    static func residentBytes() -> Int {
+    package static func residentBytes() -> Int {
         let fd = open("/proc/self/statm", O_RDONLY | O_CLOEXEC)
         guard fd >= 0 else { return 0 }
         defer { close(fd) }
@@ -105,7 +105,7 @@ final class MemoryTrimmer: Sendable {
     }
 
     /// What the trimmer did, for the log at exit.
-    var summary: String {
+    package var summary: String {
         let t = totals
         let mib = Double(t.released) / 1_048_576
         let total = Double(t.nanoseconds) / 1_000_000

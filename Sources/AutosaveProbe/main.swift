@@ -30,6 +30,27 @@ enum Probe {
         if arguments.first.flatMap(Int.init) != nil { arguments.removeFirst() }
 
         switch mode {
+        case "trim-check":
+            // The memory trimmer on this process's own heap (a test's process must not have
+            // its heap trimmed under it): 40 MB in 4,000-byte blocks, all but every 64th
+            // freed, one trim; prints what it did.
+            var blocks: [UnsafeMutableRawPointer] = []
+            for _ in 0..<10_000 {
+                let block = malloc(4000)!
+                memset(block, 1, 4000)
+                blocks.append(block)
+            }
+            for (index, block) in blocks.enumerated() where index % 64 != 63 { free(block) }
+            let before = MemoryTrimmer.residentBytes()
+            let trimmer = MemoryTrimmer(minimumFree: count)
+            let trimmed = trimmer.trimIfWorthIt()
+            let after = MemoryTrimmer.residentBytes()
+            let totals = trimmer.totals
+            say(
+                "trimmed \(trimmed) before \(before) after \(after) trims \(totals.trims) released \(totals.released) summary \(trimmer.summary)"
+            )
+            for (index, block) in blocks.enumerated() where index % 64 == 63 { free(block) }
+            return 0
         case "dirty":
             // N documents with unsaved edits, then "ready N"; the daemon runs until a signal.
             return
