@@ -36,6 +36,7 @@ final class RunningDaemon {
     }
 
     func ctl(_ arguments: [String], stdin: String? = nil) throws -> Machine.Output {
+        try Machine.checkDescriptors()
         let process = Process()
         process.executableURL = URL(fileURLWithPath: Machine.product("autosavectl"))
         process.arguments = ["--socket", socket] + arguments
@@ -48,8 +49,8 @@ final class RunningDaemon {
         try process.run()
         if let stdin { input.fileHandleForWriting.write(Data(stdin.utf8)) }
         try input.fileHandleForWriting.close()
-        let o = out.fileHandleForReading.readDataToEndOfFile()
-        let e = err.fileHandleForReading.readDataToEndOfFile()
+        let o = Machine.readToEnd(out)
+        let e = Machine.readToEnd(err)
         process.waitUntilExit()
         return Machine.Output(
             status: process.terminationStatus, stdout: String(decoding: o, as: UTF8.self),

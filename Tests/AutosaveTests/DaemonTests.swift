@@ -19,6 +19,7 @@ final class DaemonProcess: Sendable {
     private let arrived: AsyncStream<Void>
 
     init(_ executable: String, _ arguments: [String], environment: [String: String]? = nil) throws {
+        try Machine.checkDescriptors()
         process = Process()
         process.executableURL = URL(fileURLWithPath: executable)
         process.arguments = arguments
@@ -38,6 +39,8 @@ final class DaemonProcess: Sendable {
                 while true {
                     let chunk = handle.availableData
                     if chunk.isEmpty {
+                        // Closed here, not left to the handle's deinit: see `Machine.readToEnd`.
+                        try? handle.close()
                         arrivals.yield()
                         return
                     }

@@ -18,6 +18,7 @@ enum Shell {
         _ program: String, _ arguments: [String], environment: [String: String]? = nil, input: String? = nil,
         in directory: String? = nil
     ) throws -> Machine.Output {
+        try Machine.checkDescriptors()
         let process = Process()
         process.executableURL = URL(fileURLWithPath: program.hasPrefix("/") ? program : "/usr/bin/env")
         process.arguments = program.hasPrefix("/") ? arguments : [program] + arguments
@@ -36,11 +37,11 @@ enum Shell {
         let errors = Collected()
         let drained = DispatchSemaphore(value: 0)
         let reader = Thread {
-            errors.data = err.fileHandleForReading.readDataToEndOfFile()
+            errors.data = Machine.readToEnd(err)
             drained.signal()
         }
         reader.start()
-        let outData = out.fileHandleForReading.readDataToEndOfFile()
+        let outData = Machine.readToEnd(out)
         process.waitUntilExit()
         drained.wait()
         return Machine.Output(

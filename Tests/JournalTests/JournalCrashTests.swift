@@ -35,7 +35,7 @@ final class JournalCrashTests {
         text += String(decoding: reader.readDataToEndOfFile(), as: UTF8.self)
         process.waitUntilExit()
         try reader.close()
-        let complaint = String(decoding: errors.fileHandleForReading.readDataToEndOfFile(), as: UTF8.self)
+        let complaint = String(decoding: Machine.readToEnd(errors), as: UTF8.self)
         #expect(complaint.isEmpty, "the probe said: \(complaint)")
         // A line cut by the kill is not an acknowledgement.
         var lines = text.split(separator: "\n", omittingEmptySubsequences: false).map(String.init)

@@ -15,7 +15,11 @@ public final class ProcessLines: Sendable {
             var pending = Data()
             while true {
                 let chunk = handle.availableData
-                if chunk.isEmpty { break }
+                if chunk.isEmpty {
+                    // Closed here, not left to the handle's deinit: see `Machine.readToEnd`.
+                    try? handle.close()
+                    break
+                }
                 pending.append(chunk)
                 var found: [String] = []
                 while let newline = pending.firstIndex(of: 10) {
@@ -112,6 +116,7 @@ public final class PowerLossMount {
     ) throws {
         self.backing = backing
         self.path = path
+        try Machine.checkDescriptors()
         process = Process()
         process.executableURL = URL(fileURLWithPath: Self.python)
         var arguments = [

@@ -113,9 +113,38 @@ public enum Machine {
         public var description: String { "exit \(status)\nstdout: \(stdout)\nstderr: \(stderr)" }
     }
 
+    /// Reads a pipe to its end and closes it.
+    ///
+    /// Closed here, not left to the handle's deinit: a `Process` whose exit Foundation has
+    /// not noticed keeps its pipes, and this process starts hundreds of children. Past about
+    /// 1,350 open descriptors Foundation's `Process.run` can crash: it copies each
+    /// `/proc/self/fd` entry's whole 256-byte name, and the last entry of a full `readdir`
+    /// buffer ends less than that before the end of the allocation.
+    public static func readToEnd(_ pipe: Pipe) -> Data {
+        let data = pipe.fileHandleForReading.readDataToEndOfFile()
+        try? pipe.fileHandleForReading.close()
+        return data
+    }
+
+    /// How many descriptors this process has open.
+    public static var openDescriptors: Int {
+        (try? FileManager.default.contentsOfDirectory(atPath: "/proc/self/fd").count) ?? 0
+    }
+
+    /// Throws, naming the count, when this process holds so many descriptors that
+    /// Foundation's `Process.run` may crash (see `readToEnd`): a leak in a test shows as
+    /// that test's failure instead of a crash of the whole run.
+    public static func checkDescriptors() throws {
+        let open = openDescriptors
+        guard open < 1000 else {
+            throw Failure("this test process has \(open) descriptors open: a test leaks them")
+        }
+    }
+
     /// Runs a program to completion and returns its exit status and output.
     @discardableResult
     public static func run(_ program: String, _ arguments: [String]) throws -> Output {
+        try checkDescriptors()
         let process = Process()
         process.executableURL = URL(fileURLWithPath: program.hasPrefix("/") ? program : "/usr/bin/env")
         process.arguments = program.hasPrefix("/") ? arguments : [program] + arguments
@@ -124,8 +153,8 @@ public enum Machine {
         process.standardOutput = out
         process.standardError = err
         try process.run()
-        let outData = out.fileHandleForReading.readDataToEndOfFile()
-        let errData = err.fileHandleForReading.readDataToEndOfFile()
+        let outData = readToEnd(out)
+        let errData = readToEnd(err)
         process.waitUntilExit()
         return Output(
             status: process.terminationStatus, stdout: String(decoding: outData, as: UTF8.self),
