@@ -21,6 +21,13 @@ public struct Notifier: Sendable {
     @discardableResult
     public func notify(_ assignments: [(String, String)]) -> Outcome {
         let message = assignments.map { "\($0.0)=\($0.1)" }.joined(separator: "\n")
+        guard let address = getenv("NOTIFY_SOCKET").map({ String(cString: $0) }), !address.isEmpty else {
+            return .notUnderSystemd
+        }
+        if address.hasPrefix("/") || address.hasPrefix("@") {
+            return NotificationSocket.shared.send(Array(message.utf8), to: address)
+        }
+        // Other kinds of address (`vsock:…`): libsystemd's own way, a socket per message.
         let result = message.withCString { sd_notify(0, $0) }
         if result > 0 { return .sent }
         if result == 0 { return .notUnderSystemd }
@@ -62,6 +69,57 @@ public struct Notifier: Sendable {
         var usec: UInt64 = 0
         guard sd_watchdog_enabled(0, &usec) > 0, usec > 0 else { return nil }
         return .microseconds(Int64(usec))
+    }
+}
+
+/// The socket messages to systemd go out on, made at the first message and kept.
+/// `sd_notify` makes a socket for each message, which fails with EMFILE once the
+/// process has no descriptor left — when `STATUS=` has the most to say (every save
+/// failing with EMFILE). Each message is sent to the address in `NOTIFY_SOCKET` (a path,
+/// or an abstract name after `@`), as `sd_notify` does: a manager that made its socket
+/// again is still reached.
+final class NotificationSocket: Sendable {
+    static let shared = NotificationSocket()
+
+    /// The socket, -1 until one is made.
+    private let descriptor = Lock<Int32>(-1)
+
+    private func socketDescriptor() -> Result<Int32, Errno> {
+        descriptor.withLock { fd in
+            if fd < 0 {
+                fd = socket(AF_UNIX, Int32(SOCK_DGRAM.rawValue) | Int32(SOCK_CLOEXEC.rawValue), 0)
+                if fd < 0 { return .failure(Errno(rawValue: errno)) }
+            }
+            return .success(fd)
+        }
+    }
+
+    func send(_ message: [UInt8], to path: String) -> Notifier.Outcome {
+        var name = Array(path.utf8)
+        let abstract = name.first == UInt8(ascii: "@")
+        if abstract { name[0] = 0 }
+        var address = sockaddr_un()
+        address.sun_family = sa_family_t(AF_UNIX)
+        // A path is NUL-terminated (the zeroed byte after it); an abstract name is not.
+        guard name.count < MemoryLayout.size(ofValue: address.sun_path) else { return .failed(.nameTooLong) }
+        withUnsafeMutableBytes(of: &address.sun_path) { $0.copyBytes(from: name) }
+        let length = socklen_t(MemoryLayout<sa_family_t>.size + name.count + (abstract ? 0 : 1))
+        let fd: Int32
+        switch socketDescriptor() {
+        case .success(let made): fd = made
+        case .failure(let error): return .failed(error)
+        }
+        while true {
+            let sent = message.withUnsafeBytes { bytes in
+                withUnsafePointer(to: &address) {
+                    $0.withMemoryRebound(to: sockaddr.self, capacity: 1) {
+                        sendto(fd, bytes.baseAddress, bytes.count, Int32(MSG_NOSIGNAL), $0, length)
+                    }
+                }
+            }
+            if sent >= 0 { return .sent }
+            if errno != EINTR { return .failed(Errno(rawValue: errno)) }
+        }
     }
 }
 

@@ -52,11 +52,19 @@ final class NamespacedJournald {
     func waitForEntry(
         _ what: String, sourceLocation: SourceLocation = #_sourceLocation, _ predicate: (JSONValue) -> Bool
     ) async throws -> JSONValue? {
+        try await waitFor(what, sourceLocation: sourceLocation) { $0.first(where: predicate) }
+    }
+
+    /// Waits (up to 20 s) until `find` picks an entry from all of them (in the order
+    /// journald holds them), and returns it.
+    func waitFor(
+        _ what: String, sourceLocation: SourceLocation = #_sourceLocation, _ find: ([JSONValue]) -> JSONValue?
+    ) async throws -> JSONValue? {
         let deadline = ContinuousClock.now + .seconds(20)
         var seen: [JSONValue] = []
         while ContinuousClock.now < deadline {
             seen = try entries()
-            if let entry = seen.first(where: predicate) { return entry }
+            if let entry = find(seen) { return entry }
             try await Task.sleep(for: .milliseconds(100))
         }
         let messages = seen.map { $0["MESSAGE"]?.stringValue ?? "?" }.joined(separator: "\n")

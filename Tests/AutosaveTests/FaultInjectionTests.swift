@@ -1,6 +1,9 @@
+import Autosave
 import Control
+import Documents
 import Foundation
 @preconcurrency import Glibc
+import Posix
 import TestSupport
 import Testing
 
@@ -107,8 +110,9 @@ final class FaultRig {
     }
 }
 
-/// What one injected fault must leave: the old file whole, the edit in memory, the cause
-/// in `status`, and, once the fault is gone, a retry that saves without a restart.
+/// What one injected fault must leave: the old file whole, the edits in memory, the cause
+/// in `status`, `STATUS=` and the journal, and, once the fault is gone, a retry that saves
+/// without a restart.
 struct InjectedFault: Sendable, CustomStringConvertible {
     var point: String
     var errno: Int32
@@ -130,62 +134,118 @@ struct FaultInjectionTests {
         InjectedFault(point: "posix/io/rw/write", errno: ENOSPC, errnoName: "ENOSPC", operation: "write"),
     ]
 
+    static var hasLibfiu: Bool { Machine.has("fiu-run") && Machine.has("fiu-ctrl") }
+
+    /// Appends `count` lines to `document`, each acknowledged; returns the text they make after `text`.
+    static func appendAcknowledged(
+        _ client: ControlClient, _ document: String, to text: String, count: Int, tag: String
+    ) throws -> String {
+        var text = text
+        for n in 0..<count {
+            let line = "\(tag) \(n)\n"
+            let reply = try client.call(["cmd": "append", "doc": .string(document), "text": .string(line)])
+            #expect(reply["ok"] == true, "\(reply)")
+            text += line
+        }
+        return text
+    }
+
     @Test(
-        "A fault by name: the old file whole, the edit kept, the cause in status; after it, saved with no restart",
-        .enabled(if: Machine.has("fiu-run") && Machine.has("fiu-ctrl"), "needs Debian's fiu-utils"),
+        "A fault by name: the old file whole, the edits kept; the cause in status, STATUS= and the journal; saved with no restart once it is gone",
+        .enabled(if: Self.hasLibfiu && NamespacedJournald.isAvailable, "needs fiu-utils, root, journald and unshare"),
         arguments: Self.faults)
     func byName(fault: InjectedFault) async throws {
-        let rig = try await FaultRig(notifying: true)
-        #expect(try rig.call(["cmd": "set", "doc": "doc.txt", "text": .string(Self.text1)])["ok"] == true)
-        #expect(try rig.call(["cmd": "save", "doc": "doc.txt", "wait": true])["ok"] == true)
+        let journald = try await NamespacedJournald()
+        let rig = try await FaultRig(notifying: true, journald: journald)
+        let witness = try FaultWitness(rig, journald)
+        let client = try rig.client()
+        #expect(try client.call(["cmd": "set", "doc": "doc.txt", "text": .string(Self.text1)])["ok"] == true)
+        #expect(try client.call(["cmd": "save", "doc": "doc.txt", "wait": true])["ok"] == true)
         let events = try rig.client()
         _ = try events.call(["cmd": "subscribe", "events": ["saved", "save-failed"]])
 
+        let before = witness.mark
         try rig.fiu("enable name=\(fault.point),failinfo=\(fault.errno)")
-        #expect(try rig.call(["cmd": "set", "doc": "doc.txt", "text": .string(Self.text2)])["ok"] == true)
-        let failed = try rig.call(["cmd": "save", "doc": "doc.txt", "wait": true])
+        #expect(try client.call(["cmd": "set", "doc": "doc.txt", "text": .string(Self.text2)])["ok"] == true)
+        let failed = try client.call(["cmd": "save", "doc": "doc.txt", "wait": true])
         #expect(failed["error"]?["code"]?.stringValue == "save-failed", "\(failed)")
         let message = failed["error"]?["message"]?.stringValue ?? ""
         #expect(message.contains(fault.operation) && message.contains(fault.errnoName), "\(message)")
-        // Nothing lost: the old file whole, no temporary, the edit in memory.
+        // More edits while the fault lasts, each acknowledged.
+        let text = try Self.appendAcknowledged(client, "doc.txt", to: Self.text2, count: 3, tag: "during the fault")
+        // Nothing lost: the old file whole, no temporary, the edits in memory.
         #expect(try String(contentsOfFile: rig.root + "/doc.txt", encoding: .utf8) == Self.text1)
         #expect(Disk.temporaries(under: rig.root).isEmpty)
-        #expect(try rig.call(["cmd": "get", "doc": "doc.txt"])["text"]?.stringValue == Self.text2)
-        // The cause, in status.
-        let status = try rig.status()
-        let failure = status["last_failure"]
-        #expect(failure?["operation"]?.stringValue == fault.operation, "\(status)")
-        #expect(failure?["errno"]?.stringValue == fault.errnoName, "\(status)")
-        #expect(status["failed"]?.intValue == 1)
-        // And in systemd's STATUS=.
-        let failing = rig.notify?.waitFor { $0["STATUS"]?.contains("failed with \(fault.errnoName)") == true }
-        #expect(
-            failing?["STATUS"]?.contains("doc.txt: \(fault.operation) failed") == true, "\(String(describing: failing))"
-        )
-        // Retries keep failing while the fault lasts (at least one more attempt), then succeed once it is gone.
+        #expect(try client.call(["cmd": "get", "doc": "doc.txt"])["text"]?.stringValue == text)
+        // The cause, in status, STATUS= and the journal.
+        let path = try await witness.expectReported(
+            ExpectedFailure(
+                document: "doc.txt", operation: fault.operation, errnoName: fault.errnoName, errno: fault.errno,
+                under: rig.root),
+            since: before)
+        // The file the failed step wrote is a temporary, and it is gone: never synced again,
+        // renamed into place or otherwise trusted.
+        #expect(TemporaryName.isTemporary(PathName.lastComponent(path)), "\(path)")
+        #expect(!FileManager.default.fileExists(atPath: path), "\(path) left behind")
+        // Retries keep failing while the fault lasts (at least one more attempt), then
+        // succeed once it is gone, with no request.
         while try events.receive()["event"]?.stringValue != "save-failed" {}
+        let gone = witness.mark
         try rig.fiu("disable name=\(fault.point)")
-        try await rig.waitUntilSaved()
-        #expect(try String(contentsOfFile: rig.root + "/doc.txt", encoding: .utf8) == Self.text2)
-        #expect(Disk.temporaries(under: rig.root).isEmpty)
-        _ = rig.notify?.waitFor { $0["STATUS"].map { !$0.contains("fail") } ?? false }
-        // The retry wrote the whole file again from memory (after an fsync error the
-        // kernel may have dropped the dirty pages; the file whose sync failed was removed).
+        // The retry wrote the whole file again from memory (after an fsync error the kernel
+        // may have dropped the dirty pages): `BYTES_WRITTEN` is the whole text.
+        try await witness.expectRecovered(
+            files: ["doc.txt": text], saved: ["doc.txt": text.utf8.count], since: gone)
         var saved: JSONValue?
         while saved == nil {
             let event = try events.receive()
             if event["event"]?.stringValue == "saved" { saved = event }
         }
-        #expect(saved?["bytes"]?.intValue == Self.text2.utf8.count, "\(String(describing: saved))")
+        #expect(saved?["bytes"]?.intValue == text.utf8.count, "\(String(describing: saved))")
         #expect(try rig.status()["last_failure"] != nil, "the last failure stays on record")
         #expect(await rig.stop() == 0)
     }
 
     @Test(
-        "A package member's fsync fails: the member is written again from memory once the fault is gone",
-        .enabled(if: Machine.has("fiu-run") && Machine.has("fiu-ctrl"), "needs Debian's fiu-utils"))
+        "fsyncgate: one fsync fails (EIO, once): the save fails though a second fsync would succeed; the retry writes a new file",
+        .enabled(if: Self.hasLibfiu && NamespacedJournald.isAvailable, "needs fiu-utils, root, journald and unshare"))
+    func fsyncFailsOnce() async throws {
+        let journald = try await NamespacedJournald()
+        let rig = try await FaultRig(notifying: true, journald: journald)
+        let witness = try FaultWitness(rig, journald)
+        let client = try rig.client()
+        #expect(try client.call(["cmd": "set", "doc": "doc.txt", "text": .string(Self.text1)])["ok"] == true)
+        #expect(try client.call(["cmd": "save", "doc": "doc.txt", "wait": true])["ok"] == true)
+        // Only the next fsync fails. A writer that synced the same file again would be told
+        // all is well, while the kernel may have dropped the pages the failed sync left.
+        try rig.fiu("enable name=posix/io/sync/fsync,failinfo=5,onetime")
+        #expect(try client.call(["cmd": "set", "doc": "doc.txt", "text": .string(Self.text2)])["ok"] == true)
+        let gone = witness.mark
+        let failed = try client.call(["cmd": "save", "doc": "doc.txt", "wait": true])
+        #expect(failed["error"]?["code"]?.stringValue == "save-failed", "\(failed)")
+        #expect(failed["error"]?["message"]?.stringValue?.contains("fsync") == true, "\(failed)")
+        let entry = try await journald.waitForEntry("the failed fsync") {
+            $0["MESSAGE_ID"]?.stringValue == MessageID.saveFailed && $0["DOCUMENT"]?.stringValue == "doc.txt"
+        }
+        #expect(entry?["OPERATION"]?.stringValue == "fsync" && entry?["ERRNO_NAME"]?.stringValue == "EIO")
+        let path = entry?["PATH"]?.stringValue ?? ""
+        #expect(TemporaryName.isTemporary(PathName.lastComponent(path)), "\(path)")
+        #expect(!FileManager.default.fileExists(atPath: path), "the file whose sync failed, \(path), left behind")
+        // The retry (the fault spent) writes all of the text again into a new file.
+        try await witness.expectRecovered(
+            files: ["doc.txt": Self.text2], saved: ["doc.txt": Self.text2.utf8.count], since: gone)
+        let failures = try journald.entries().filter { $0["MESSAGE_ID"]?.stringValue == MessageID.saveFailed }
+        #expect(failures.count == 1, "\(failures)")
+        #expect(await rig.stop() == 0)
+    }
+
+    @Test(
+        "A package member's fsync fails: named in status, STATUS= and the journal; the member written again from memory once the fault is gone",
+        .enabled(if: Self.hasLibfiu && NamespacedJournald.isAvailable, "needs fiu-utils, root, journald and unshare"))
     func packageMemberSync() async throws {
-        let rig = try await FaultRig()
+        let journald = try await NamespacedJournald()
+        let rig = try await FaultRig(notifying: true, journald: journald)
+        let witness = try FaultWitness(rig, journald)
         #expect(try rig.call(["cmd": "create", "doc": "book.package"])["ok"] == true)
         for member in ["a.txt", "ch/b.txt"] {
             _ = try rig.call([
@@ -193,6 +253,7 @@ struct FaultInjectionTests {
             ])
         }
         #expect(try rig.call(["cmd": "save", "doc": "book.package", "wait": true])["ok"] == true)
+        let before = witness.mark
         try rig.fiu("enable name=posix/io/sync/fsync,failinfo=5")
         _ = try rig.call([
             "cmd": "put-member", "doc": "book.package", "member": "ch/b.txt", "text": .string(Self.text2),
@@ -200,23 +261,32 @@ struct FaultInjectionTests {
         let failed = try rig.call(["cmd": "save", "doc": "book.package", "wait": true])
         #expect(failed["error"]?["code"]?.stringValue == "save-failed")
         #expect(try String(contentsOfFile: rig.root + "/book.package/ch/b.txt", encoding: .utf8) == Self.text1)
+        try await witness.expectReported(
+            ExpectedFailure(
+                document: "book.package", operation: "fsync", errnoName: "EIO", errno: EIO,
+                under: rig.root + "/book.package"),
+            since: before)
+        let gone = witness.mark
         try rig.fiu("disable name=posix/io/sync/fsync")
-        try await rig.waitUntilSaved()
-        #expect(try String(contentsOfFile: rig.root + "/book.package/ch/b.txt", encoding: .utf8) == Self.text2)
-        #expect(try String(contentsOfFile: rig.root + "/book.package/a.txt", encoding: .utf8) == Self.text1)
-        #expect(Disk.temporaries(under: rig.root).isEmpty)
+        // Only the changed member is written again, all of it.
+        try await witness.expectRecovered(
+            files: ["book.package/ch/b.txt": Self.text2, "book.package/a.txt": Self.text1],
+            saved: ["book.package": Self.text2.utf8.count], since: gone)
         #expect(await rig.stop() == 0)
     }
 
     @Test(
-        "Faults at random (fsync EIO 30 %, write ENOSPC 20 %) over 3 documents: every save answered, nothing lost",
-        .enabled(if: Machine.has("fiu-run") && Machine.has("fiu-ctrl"), "needs Debian's fiu-utils"))
+        "Faults at random (fsync EIO 30 %, write ENOSPC 20 %) over 3 documents: every save answered, every failure logged, nothing lost",
+        .enabled(if: Self.hasLibfiu && NamespacedJournald.isAvailable, "needs fiu-utils, root, journald and unshare"))
     func random() async throws {
-        let rig = try await FaultRig()
+        let journald = try await NamespacedJournald()
+        let rig = try await FaultRig(notifying: true, journald: journald)
+        let witness = try FaultWitness(rig, journald)
+        let before = witness.mark
         try rig.fiu("enable_random name=posix/io/sync/fsync,probability=0.3,failinfo=5")
         try rig.fiu("enable_random name=posix/io/rw/write,probability=0.2,failinfo=28")
         var latest: [String: String] = [:]
-        var failures = 0
+        var failedReplies: [(document: String, message: String)] = []
         var successes = 0
         let client = try rig.client()
         for round in 0..<30 {
@@ -229,55 +299,96 @@ struct FaultInjectionTests {
                 successes += 1
                 #expect(try String(contentsOfFile: rig.root + "/" + doc, encoding: .utf8) == text)
             } else {
-                failures += 1
                 #expect(reply["error"]?["code"]?.stringValue == "save-failed", "\(reply)")
+                failedReplies.append((doc, reply["error"]?["message"]?.stringValue ?? ""))
             }
         }
+        // Whatever failure status holds is an injected one, beneath the root.
+        let status = try rig.status()
+        if let last = status["last_failure"], last != .null {
+            #expect(["EIO", "ENOSPC"].contains(last["errno"]?.stringValue ?? ""), "\(status)")
+            #expect(["write", "fsync", "fsync directory"].contains(last["operation"]?.stringValue ?? ""), "\(status)")
+            #expect(last["path"]?.stringValue?.hasPrefix(rig.root) == true, "\(status)")
+        }
+        #expect(status["last_failure"] != .null, "\(status)")
+        // STATUS= named one, with its cause.
+        _ = await witness.notices.waitFor("naming an injected failure", since: before) {
+            $0.contains(" failing, last: ") && ($0.contains("failed with EIO") || $0.contains("failed with ENOSPC"))
+        }
+        // Every failed save is in the journal, with the cause its reply gave.
+        for (document, message) in failedReplies {
+            let entry = try await journald.waitForEntry("for the failed save of \(document): \(message)") {
+                $0["MESSAGE_ID"]?.stringValue == MessageID.saveFailed && $0["DOCUMENT"]?.stringValue == document
+                    && ($0["MESSAGE"]?.stringValue ?? "").hasPrefix(message + "; retrying in ")
+            }
+            let name = entry?["ERRNO_NAME"]?.stringValue ?? ""
+            #expect(["EIO", "ENOSPC"].contains(name) && message.contains(name), "\(String(describing: entry))")
+            #expect(entry?["ERRNO"]?.stringValue == (name == "EIO" ? "\(EIO)" : "\(ENOSPC)"))
+        }
+        let gone = witness.mark
         try rig.fiu("disable name=posix/io/sync/fsync")
         try rig.fiu("disable name=posix/io/rw/write")
-        try await rig.waitUntilSaved()
-        for (doc, text) in latest {
-            #expect(try String(contentsOfFile: rig.root + "/" + doc, encoding: .utf8) == text, "\(doc)")
-        }
-        #expect(Disk.temporaries(under: rig.root).isEmpty)
-        print("injected faults, random: 30 saves, \(successes) succeeded, \(failures) failed and were retried")
-        #expect(failures > 0, "some faults were injected")
+        try await witness.expectRecovered(files: latest, saved: latest.mapValues { $0.utf8.count }, since: gone)
+        print(
+            "injected faults, random: 30 saves, \(successes) succeeded, \(failedReplies.count) failed and were retried"
+        )
+        #expect(!failedReplies.isEmpty, "some faults were injected")
         #expect(await rig.stop() == 0)
     }
 
+    /// The lowest descriptor number free in the process: with its soft limit there, it can open nothing.
+    static func lowestFreeDescriptor(_ pid: Int32) throws -> Int {
+        let open = Set(try FileManager.default.contentsOfDirectory(atPath: "/proc/\(pid)/fd").compactMap { Int($0) })
+        var free = 0
+        while open.contains(free) { free += 1 }
+        return free
+    }
+
     @Test(
-        "EMFILE: with no descriptor left, saves fail and say so; once the limit is raised, they succeed",
-        .enabled(if: Machine.has("prlimit"), "needs util-linux's prlimit"))
+        "EMFILE: with no descriptor left, saves fail and say so in status, STATUS= and the journal; once the limit is raised, they succeed",
+        .enabled(
+            if: Machine.has("prlimit") && NamespacedJournald.isAvailable, "needs prlimit, root, journald and unshare"))
     func outOfDescriptors() async throws {
-        let rig = try await FaultRig(underFaultInjection: false)
+        let journald = try await NamespacedJournald()
+        let rig = try await FaultRig(underFaultInjection: false, notifying: true, journald: journald)
+        let witness = try FaultWitness(rig, journald)
         #expect(try rig.call(["cmd": "set", "doc": "doc.txt", "text": .string(Self.text1)])["ok"] == true)
         #expect(try rig.call(["cmd": "save", "doc": "doc.txt", "wait": true])["ok"] == true)
-        // Connections opened first take descriptors; then the limit is set to what is open.
+        // Connections opened first take descriptors (the witness's too); once the daemon has
+        // closed those of the calls before, its limit is set to its lowest free descriptor
+        // number: it can open nothing, not even a socket for sd_notify.
         let client = try rig.client()
         _ = try client.call(["cmd": "status"])
-        let open = try FileManager.default.contentsOfDirectory(atPath: "/proc/\(rig.pid)/fd").count
-        var result = try Machine.run("prlimit", ["--pid", "\(rig.pid)", "--nofile=\(open):4096"])
+        var limit = -1
+        try await FaultInjectionMoreTests.waitUntil("the daemon's descriptors settled") {
+            let free = try Self.lowestFreeDescriptor(rig.pid)
+            defer { limit = free }
+            return free == limit
+        }
+        let before = witness.mark
+        var result = try Machine.run("prlimit", ["--pid", "\(rig.pid)", "--nofile=\(limit):4096"])
         #expect(result.status == 0, "\(result)")
         #expect(try client.call(["cmd": "set", "doc": "doc.txt", "text": .string(Self.text2)])["ok"] == true)
         let failed = try client.call(["cmd": "save", "doc": "doc.txt", "wait": true])
         #expect(failed["error"]?["code"]?.stringValue == "save-failed", "\(failed)")
         #expect(failed["error"]?["message"]?.stringValue?.contains("EMFILE") == true, "\(failed)")
-        #expect(try client.call(["cmd": "status"])["last_failure"]?["errno"]?.stringValue == "EMFILE")
+        let text = try Self.appendAcknowledged(client, "doc.txt", to: Self.text2, count: 3, tag: "out of descriptors")
         #expect(try String(contentsOfFile: rig.root + "/doc.txt", encoding: .utf8) == Self.text1)
+        try await witness.expectReported(
+            ExpectedFailure(
+                document: "doc.txt", operation: "open directory", errnoName: "EMFILE", errno: EMFILE, under: rig.root),
+            since: before)
+        #expect(try Self.lowestFreeDescriptor(rig.pid) >= limit, "a descriptor was freed while the fault lasted")
+        let gone = witness.mark
         result = try Machine.run("prlimit", ["--pid", "\(rig.pid)", "--nofile=4096:4096"])
         #expect(result.status == 0)
-        let deadline = ContinuousClock.now + .seconds(60)
-        while ContinuousClock.now < deadline, try client.call(["cmd": "status"])["unsaved"]?.intValue != 0 {
-            try await Task.sleep(for: .milliseconds(50))
-        }
-        #expect(try String(contentsOfFile: rig.root + "/doc.txt", encoding: .utf8) == Self.text2)
-        #expect(Disk.temporaries(under: rig.root).isEmpty)
+        try await witness.expectRecovered(files: ["doc.txt": text], saved: ["doc.txt": text.utf8.count], since: gone)
         #expect(await rig.stop() == 0)
     }
 
     @Test(
-        "A real full disk (1 MiB tmpfs) and a read-only remount under the running daemon: reported, then saved",
-        .enabled(if: Machine.isRoot, "mounting needs root"))
+        "A real full disk (1 MiB tmpfs), then a read-only bind mount over the root, under the running daemon: reported in status, STATUS= and the journal; saved once freed, remounted rw",
+        .enabled(if: NamespacedJournald.isAvailable, "needs root (mounts), journald and unshare"))
     func realFullAndReadOnly() async throws {
         let scratch = TemporaryDirectory("faults-mounts")
         let small = scratch.sub("small")
@@ -285,34 +396,51 @@ struct FaultInjectionTests {
         let tmpfs = try Mount(tmpfsOfSize: "1m", at: small)
         defer { withExtendedLifetime(tmpfs) {} }
         try FileManager.default.createDirectory(atPath: small + "/root", withIntermediateDirectories: false)
-        let rig = try await FaultRig(root: small + "/root", underFaultInjection: false)
-        #expect(try rig.call(["cmd": "set", "doc": "doc.txt", "text": .string(Self.text1)])["ok"] == true)
-        #expect(try rig.call(["cmd": "save", "doc": "doc.txt", "wait": true])["ok"] == true)
+        // The journald's mount namespace, the daemon's, is made after the tmpfs: it has it too.
+        let journald = try await NamespacedJournald()
+        let rig = try await FaultRig(
+            root: small + "/root", underFaultInjection: false, notifying: true, journald: journald)
+        let witness = try FaultWitness(rig, journald)
+        let client = try rig.client()
+        #expect(try client.call(["cmd": "set", "doc": "doc.txt", "text": .string(Self.text1)])["ok"] == true)
+        #expect(try client.call(["cmd": "save", "doc": "doc.txt", "wait": true])["ok"] == true)
 
-        // ENOSPC.
+        // ENOSPC: the file system filled (the same one in both namespaces).
+        var before = witness.mark
         try Disk.fill(small)
-        _ = try rig.call(["cmd": "set", "doc": "doc.txt", "text": .string(Self.text2)])
-        let full = try rig.call(["cmd": "save", "doc": "doc.txt", "wait": true])
+        _ = try client.call(["cmd": "set", "doc": "doc.txt", "text": .string(Self.text2)])
+        let full = try client.call(["cmd": "save", "doc": "doc.txt", "wait": true])
         #expect(full["error"]?["message"]?.stringValue?.contains("ENOSPC") == true, "\(full)")
-        #expect(try rig.status()["last_failure"]?["errno"]?.stringValue == "ENOSPC")
+        var text = try Self.appendAcknowledged(client, "doc.txt", to: Self.text2, count: 3, tag: "disk full")
         #expect(try String(contentsOfFile: rig.root + "/doc.txt", encoding: .utf8) == Self.text1)
+        try await witness.expectReported(
+            ExpectedFailure(
+                document: "doc.txt", operation: "write", errnoName: "ENOSPC", errno: ENOSPC, under: rig.root),
+            since: before)
+        var gone = witness.mark
         try FileManager.default.removeItem(atPath: small + "/filler")
-        try await rig.waitUntilSaved()
-        #expect(try String(contentsOfFile: rig.root + "/doc.txt", encoding: .utf8) == Self.text2)
+        try await witness.expectRecovered(files: ["doc.txt": text], saved: ["doc.txt": text.utf8.count], since: gone)
 
-        // EROFS: the same file system made read-only under the daemon, then writable again.
-        let remount = try Machine.run("mount", ["-o", "remount,ro", small])
-        #expect(remount.status == 0, "\(remount)")
-        defer { _ = try? Machine.run("mount", ["-o", "remount,rw", small]) }
-        _ = try rig.call(["cmd": "set", "doc": "doc.txt", "text": .string(Self.text1 + "again\n")])
-        let readOnly = try rig.call(["cmd": "save", "doc": "doc.txt", "wait": true])
+        // EROFS: a read-only bind mount over the root, in the daemon's mount namespace (its
+        // own: the host's mounts are untouched), then remounted read-write.
+        let bind = try journald.inNamespace("mount", ["--bind", "-o", "ro", rig.root, rig.root])
+        #expect(bind.status == 0, "\(bind)")
+        before = witness.mark
+        let saved = text
+        _ = try client.call(["cmd": "set", "doc": "doc.txt", "text": .string(Self.text1 + "again\n")])
+        let readOnly = try client.call(["cmd": "save", "doc": "doc.txt", "wait": true])
         #expect(readOnly["error"]?["message"]?.stringValue?.contains("EROFS") == true, "\(readOnly)")
-        #expect(try rig.status()["last_failure"]?["errno"]?.stringValue == "EROFS")
-        #expect(try String(contentsOfFile: rig.root + "/doc.txt", encoding: .utf8) == Self.text2)
-        #expect(try Machine.run("mount", ["-o", "remount,rw", small]).status == 0)
-        try await rig.waitUntilSaved()
-        #expect(try String(contentsOfFile: rig.root + "/doc.txt", encoding: .utf8) == Self.text1 + "again\n")
-        #expect(Disk.temporaries(under: rig.root).isEmpty)
+        text = try Self.appendAcknowledged(client, "doc.txt", to: Self.text1 + "again\n", count: 3, tag: "read-only")
+        #expect(try String(contentsOfFile: rig.root + "/doc.txt", encoding: .utf8) == saved)
+        try await witness.expectReported(
+            ExpectedFailure(
+                document: "doc.txt", operation: "create temporary file", errnoName: "EROFS", errno: EROFS,
+                under: rig.root),
+            since: before)
+        gone = witness.mark
+        let remount = try journald.inNamespace("mount", ["-o", "remount,bind,rw", rig.root])
+        #expect(remount.status == 0, "\(remount)")
+        try await witness.expectRecovered(files: ["doc.txt": text], saved: ["doc.txt": text.utf8.count], since: gone)
         #expect(await rig.stop() == 0)
     }
 
