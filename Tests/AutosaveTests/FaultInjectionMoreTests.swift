@@ -55,11 +55,11 @@ final class NamespacedJournald {
         try await waitFor(what, sourceLocation: sourceLocation) { $0.first(where: predicate) }
     }
 
-    /// Waits (up to 20 s) until `find` picks an entry from all of them (in the order
+    /// Waits (up to 20 s) until `find` makes something of all the entries (in the order
     /// journald holds them), and returns it.
-    func waitFor(
-        _ what: String, sourceLocation: SourceLocation = #_sourceLocation, _ find: ([JSONValue]) -> JSONValue?
-    ) async throws -> JSONValue? {
+    func waitFor<Found>(
+        _ what: String, sourceLocation: SourceLocation = #_sourceLocation, _ find: ([JSONValue]) -> Found?
+    ) async throws -> Found? {
         let deadline = ContinuousClock.now + .seconds(20)
         var seen: [JSONValue] = []
         while ContinuousClock.now < deadline {

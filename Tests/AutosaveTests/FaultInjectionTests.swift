@@ -316,14 +316,21 @@ struct FaultInjectionTests {
             $0.contains(" failing, last: ") && ($0.contains("failed with EIO") || $0.contains("failed with ENOSPC"))
         }
         // Every failed save is in the journal, with the cause its reply gave.
-        for (document, message) in failedReplies {
-            let entry = try await journald.waitForEntry("for the failed save of \(document): \(message)") {
-                $0["MESSAGE_ID"]?.stringValue == MessageID.saveFailed && $0["DOCUMENT"]?.stringValue == document
-                    && ($0["MESSAGE"]?.stringValue ?? "").hasPrefix(message + "; retrying in ")
+        let logged = try await journald.waitFor("for every failed save") { entries in
+            let matched = failedReplies.map { reply in
+                entries.first {
+                    $0["MESSAGE_ID"]?.stringValue == MessageID.saveFailed
+                        && $0["DOCUMENT"]?.stringValue == reply.document
+                        && ($0["MESSAGE"]?.stringValue ?? "").hasPrefix(reply.message + "; retrying in ")
+                }
             }
-            let name = entry?["ERRNO_NAME"]?.stringValue ?? ""
-            #expect(["EIO", "ENOSPC"].contains(name) && message.contains(name), "\(String(describing: entry))")
-            #expect(entry?["ERRNO"]?.stringValue == (name == "EIO" ? "\(EIO)" : "\(ENOSPC)"))
+            return matched.allSatisfy { $0 != nil } ? matched.compactMap { $0 } : nil
+        }
+        #expect(logged?.count == failedReplies.count, "\(failedReplies)")
+        for (entry, reply) in zip(logged ?? [], failedReplies) {
+            let name = entry["ERRNO_NAME"]?.stringValue ?? ""
+            #expect(["EIO", "ENOSPC"].contains(name) && reply.message.contains(name), "\(entry)")
+            #expect(entry["ERRNO"]?.stringValue == (name == "EIO" ? "\(EIO)" : "\(ENOSPC)"), "\(entry)")
         }
         let gone = witness.mark
         try rig.fiu("disable name=posix/io/sync/fsync")

@@ -106,7 +106,11 @@ final class FaultWitness {
             sourceLocation: sourceLocation)
         for (file, text) in files {
             let bytes = FileManager.default.contents(atPath: rig.root + "/" + file).map { [UInt8]($0) }
-            #expect(bytes == Array(text.utf8), "\(file) on disk", sourceLocation: sourceLocation)
+            let holds = bytes == Array(text.utf8)
+            #expect(
+                holds,
+                "\(file) on disk: \(bytes.map { "\($0.count) bytes" } ?? "none"), not the \(text.utf8.count) of its text",
+                sourceLocation: sourceLocation)
         }
         #expect(Disk.temporaries(under: rig.root).isEmpty, sourceLocation: sourceLocation)
         let status = try status()
@@ -119,7 +123,7 @@ final class FaultWitness {
         for (document, bytes) in saved {
             let entry = try await journald.waitFor(
                 "saved \(document) after its last failure", sourceLocation: sourceLocation
-            ) { entries in
+            ) { (entries: [JSONValue]) -> JSONValue? in
                 let failed = entries.lastIndex {
                     $0["MESSAGE_ID"]?.stringValue == MessageID.saveFailed && $0["DOCUMENT"]?.stringValue == document
                 }
