@@ -216,6 +216,10 @@ struct FaultInjectionTests {
         let client = try rig.client()
         #expect(try client.call(["cmd": "set", "doc": "doc.txt", "text": .string(Self.text1)])["ok"] == true)
         #expect(try client.call(["cmd": "save", "doc": "doc.txt", "wait": true])["ok"] == true)
+        // The first save's STATUS= has come before the mark: a STATUS= after it is later than the failure.
+        _ = await witness.notices.waitFor("after the first save") {
+            $0.contains(" 0 unsaved") && $0.contains("(doc.txt)")
+        }
         // Only the next fsync fails. A writer that synced the same file again would be told
         // all is well, while the kernel may have dropped the pages the failed sync left.
         try rig.fiu("enable name=posix/io/sync/fsync,failinfo=5,onetime")
