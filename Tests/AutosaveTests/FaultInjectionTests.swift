@@ -363,13 +363,12 @@ struct FaultInjectionTests {
         let journald = try await NamespacedJournald()
         let rig = try await FaultRig(underFaultInjection: false, notifying: true, journald: journald)
         let witness = try FaultWitness(rig, journald)
-        #expect(try rig.call(["cmd": "set", "doc": "doc.txt", "text": .string(Self.text1)])["ok"] == true)
-        #expect(try rig.call(["cmd": "save", "doc": "doc.txt", "wait": true])["ok"] == true)
-        // Connections opened first take descriptors (the witness's too); once the daemon has
-        // closed those of the calls before, its limit is set to its lowest free descriptor
-        // number: it can open nothing, not even a socket for sd_notify.
+        // Connections opened first take descriptors (the witness's too), and stay open: none
+        // closes during the fault. Once the daemon's descriptors have settled, its limit is
+        // set to its lowest free descriptor number: it can open nothing, not even a socket.
         let client = try rig.client()
-        _ = try client.call(["cmd": "status"])
+        #expect(try client.call(["cmd": "set", "doc": "doc.txt", "text": .string(Self.text1)])["ok"] == true)
+        #expect(try client.call(["cmd": "save", "doc": "doc.txt", "wait": true])["ok"] == true)
         var limit = -1
         try await FaultInjectionMoreTests.waitUntil("the daemon's descriptors settled") {
             let free = try Self.lowestFreeDescriptor(rig.pid)
