@@ -29,7 +29,27 @@ public final class ControlServer: Sendable {
     /// The store root, held open (`O_PATH`) for path checks; opened again when the root
     /// was removed or moved away and another directory is there now. Used on the loop's
     /// thread only (requests are checked there).
-    let rootDescriptor: Atomic<Int32>
+    let root: Lock<HeldRoot>
+
+    /// The root's descriptor and the identity of the directory it is.
+    struct HeldRoot: Sendable {
+        var raw: Int32
+        var device: UInt64
+        var inode: UInt64
+
+        var descriptor: FileDescriptor { FileDescriptor(rawValue: raw) }
+
+        init(_ path: String) throws(Errno) {
+            let descriptor = try FileDescriptor.open(path, options: [.directory, .pathOnly])
+            do {
+                let status = try descriptor.status()
+                (raw, device, inode) = (descriptor.rawValue, status.device, status.inode)
+            } catch {
+                try? descriptor.close()
+                throw error
+            }
+        }
+    }
     private let connections = Atomic<Int>(0)
     /// The descriptors of the connections being served, and whether the server stops.
     private let live = Lock<(descriptors: Set<Int32>, stopping: Bool)>(([], false))
@@ -45,8 +65,7 @@ public final class ControlServer: Sendable {
         self.reload = reload
         loop = store.loop
         do {
-            rootDescriptor = Atomic(
-                try FileDescriptor.open(configuration.root, options: [.directory, .pathOnly]).rawValue)
+            root = Lock(try HeldRoot(configuration.root))
         } catch {
             throw SetupError(description: "the store root \(configuration.root) cannot be opened: \(error)")
         }
@@ -190,7 +209,7 @@ public final class ControlServer: Sendable {
         {
             try? FileManager.default.removeItem(atPath: boundPath)
         }
-        try? FileDescriptor(rawValue: rootDescriptor.load(ordering: .relaxed)).close()
+        try? root.withLock { $0 }.descriptor.close()
     }
 
     /// Refuses a document path that is not a clean relative path, or whose existing part
@@ -203,16 +222,17 @@ public final class ControlServer: Sendable {
         do { normalized = try DocumentPath.validate(path) } catch { throw RequestError(error) }
         var retried = false
         while true {
-            let root = FileDescriptor(rawValue: rootDescriptor.load(ordering: .relaxed))
+            let held = root.withLock { $0 }
             do {
                 // Without O_NOFOLLOW: with O_PATH it would let a symbolic link as the last component through.
-                try FileDescriptor.openBeneath(normalized, relativeTo: root, options: [.pathOnly], noSymlinks: true)
+                try FileDescriptor.openBeneath(
+                    normalized, relativeTo: held.descriptor, options: [.pathOnly], noSymlinks: true)
                     .close()
                 return true
             } catch .noSuchFile {
                 // Under a root that was removed (or moved away) nothing is found: look again
                 // under the directory at the root's path now, if it is another one.
-                if retried || !reopenRootIfReplaced(root) { return false }
+                if retried || !reopenRootIfReplaced(held) { return false }
                 retried = true
             } catch .tooManySymbolicLinks, .crossDevice {
                 throw RequestError(
@@ -228,14 +248,14 @@ public final class ControlServer: Sendable {
     }
 
     /// Opens the root again when the directory at its path is not the one `held` is;
-    /// `true` when it did.
-    private func reopenRootIfReplaced(_ held: FileDescriptor) -> Bool {
+    /// `true` when it did. One `stat` of the path: the held directory's identity is known.
+    private func reopenRootIfReplaced(_ held: HeldRoot) -> Bool {
         guard let now = try? FileDescriptor.currentWorkingDirectory.status(of: configuration.root),
-            let old = try? held.status(), now.device != old.device || now.inode != old.inode,
-            let fresh = try? FileDescriptor.open(configuration.root, options: [.directory, .pathOnly])
+            now.device != held.device || now.inode != held.inode,
+            let fresh = try? HeldRoot(configuration.root)
         else { return false }
-        rootDescriptor.store(fresh.rawValue, ordering: .relaxed)
-        try? held.close()
+        root.withLock { $0 = fresh }
+        try? held.descriptor.close()
         return true
     }
 

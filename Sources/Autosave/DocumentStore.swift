@@ -344,7 +344,10 @@ public actor DocumentStore {
             if entries.index(forKey: directory) != nil {
                 throw .invalidPath(path, reason: "'\(directory)' is a document, not a directory")
             }
-            if let status = try? FileDescriptor.currentWorkingDirectory.status(
+            // The directory of open documents needs no look at the disk: the store takes it
+            // for one already (were it replaced by a file, their saves would say so).
+            if directoryUses[directory] == nil,
+                let status = try? FileDescriptor.currentWorkingDirectory.status(
                 of: root + "/" + directory, followSymlinks: false), status.kind != .directory
             {
                 throw .invalidPath(path, reason: "'\(directory)' is not a directory")

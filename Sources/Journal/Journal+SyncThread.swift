@@ -210,12 +210,7 @@ extension Journal {
     private func performRecovery() {
         let plan = state.withLock { s -> (base: LSN, batches: [Batch]) in
             if let first = s.pendingFirst {
-                let current = s.segments.count - 1
-                for (owner, n) in s.pendingCounts {
-                    s.segments[current].ownerCounts[owner, default: 0] += n
-                    s.segments[current].live += n
-                }
-                s.pendingCounts.removeAll()
+                s.attributePending(toSegment: s.segments.count - 1)
                 s.unsynced.append(Batch(bytes: s.pending, first: first, last: s.nextLSN.previous))
                 s.pending = []
                 s.pendingFirst = nil

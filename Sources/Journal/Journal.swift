@@ -133,6 +133,17 @@ public final class Journal: Sendable {
         return Array(payload).withUnsafeBytes { append(owner, $0) }
     }
 
+    /// ``append(owner:payload:)`` for bytes in an array: the caller's usual case, without
+    /// the generic entry point's indirection.
+    @discardableResult
+    public func append(owner: UInt64, payload: [UInt8]) throws(JournalRecordTooLarge) -> LSN {
+        precondition(owner != Self.reservedOwner, "the owner value UInt64.max is reserved")
+        guard payload.count <= options.maxPayloadSize else {
+            throw JournalRecordTooLarge(size: payload.count, limit: options.maxPayloadSize)
+        }
+        return payload.withUnsafeBytes { append(owner, $0) }
+    }
+
     private func append(_ owner: UInt64, _ payload: UnsafeRawBufferPointer) -> LSN {
         state.withLock { s in
             precondition(s.phase == .running, "Journal.append before replay(_:) or after close()")
@@ -140,8 +151,9 @@ public final class Journal: Sendable {
             s.nextLSN = lsn.next
             SegmentFormat.appendRecord(to: &s.pending, lsn: lsn, owner: owner, payload: payload)
             if s.pendingFirst == nil { s.pendingFirst = lsn }
-            s.pendingCounts[owner, default: 0] += 1
-            s.owners[owner, default: OwnerLog()].lsns.append(lsn)
+            // One lookup of the owner per record: its log holds its pending count too.
+            let firstPending = s.owners[owner, default: OwnerLog()].appendPending(lsn)
+            if firstPending { s.pendingOwners.append(owner) }
             s.unreleased += 1
             return lsn
         }
@@ -176,12 +188,8 @@ public final class Journal: Sendable {
             s.pending = []
             s.pending.reserveCapacity(batch.bytes.count)
             s.pendingFirst = nil
+            s.attributePending(toSegment: s.segments.count - 1)
             let current = s.segments.count - 1
-            for (owner, n) in s.pendingCounts {
-                s.segments[current].ownerCounts[owner, default: 0] += n
-                s.segments[current].live += n
-            }
-            s.pendingCounts.removeAll(keepingCapacity: true)
             s.unsynced.append(batch)
             let fd = FileDescriptor(rawValue: s.segments[current].descriptor!)
             do throws(Errno) {
@@ -285,8 +293,7 @@ public final class Journal: Sendable {
                 log.head += 1
                 released += 1
                 if let first = s.pendingFirst, record >= first {
-                    s.pendingCounts[owner, default: 0] -= 1
-                    if s.pendingCounts[owner] == 0 { s.pendingCounts[owner] = nil }
+                    log.pending -= 1
                 } else if let i = s.segmentIndex(of: record) {
                     s.segments[i].live -= 1
                     let left = (s.segments[i].ownerCounts[owner] ?? 1) - 1

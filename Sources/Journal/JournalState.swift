@@ -30,6 +30,15 @@ struct Batch {
 struct OwnerLog {
     var lsns: [LSN] = []
     var head = 0
+    /// How many of them are in the batch not flushed yet (attributed to no segment so far).
+    var pending = 0
+
+    /// Adds a record of the batch being appended; whether it is the owner's first there.
+    mutating func appendPending(_ lsn: LSN) -> Bool {
+        lsns.append(lsn)
+        pending += 1
+        return pending == 1
+    }
 
     var isEmpty: Bool { head == lsns.count }
 
@@ -58,7 +67,8 @@ struct JournalState {
     /// Framed records appended since the last flush.
     var pending: [UInt8] = []
     var pendingFirst: LSN?
-    var pendingCounts: [UInt64: Int] = [:]
+    /// The owners with records in the batch (``OwnerLog/pending``), each at least once.
+    var pendingOwners: [UInt64] = []
 
     var owners: [UInt64: OwnerLog] = [:]
     var unreleased = 0
@@ -106,6 +116,17 @@ struct JournalState {
             if segments[mid].base <= lsn { low = mid + 1 } else { high = mid }
         }
         return low == 0 ? nil : low - 1
+    }
+
+    /// Counts the batch's records as the segment's at `index`, where the batch goes.
+    mutating func attributePending(toSegment index: Int) {
+        for owner in pendingOwners {
+            guard let n = owners[owner]?.pending, n > 0 else { continue }
+            owners[owner]!.pending = 0
+            segments[index].ownerCounts[owner, default: 0] += n
+            segments[index].live += n
+        }
+        pendingOwners.removeAll(keepingCapacity: true)
     }
 
     /// Attributes the records still pinned to the segments they are in, from scratch.
