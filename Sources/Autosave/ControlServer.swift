@@ -226,8 +226,9 @@ public final class ControlServer: Sendable {
             do {
                 // Without O_NOFOLLOW: with O_PATH it would let a symbolic link as the last component through.
                 try FileDescriptor.openBeneath(
-                    normalized, relativeTo: held.descriptor, options: [.pathOnly], noSymlinks: true)
-                    .close()
+                    normalized, relativeTo: held.descriptor, options: [.pathOnly], noSymlinks: true
+                )
+                .close()
                 return true
             } catch .noSuchFile {
                 // Under a root that was removed (or moved away) nothing is found: look again

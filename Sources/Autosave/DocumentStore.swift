@@ -348,7 +348,7 @@ public actor DocumentStore {
             // for one already (were it replaced by a file, their saves would say so).
             if directoryUses[directory] == nil,
                 let status = try? FileDescriptor.currentWorkingDirectory.status(
-                of: root + "/" + directory, followSymlinks: false), status.kind != .directory
+                    of: root + "/" + directory, followSymlinks: false), status.kind != .directory
             {
                 throw .invalidPath(path, reason: "'\(directory)' is not a directory")
             }
