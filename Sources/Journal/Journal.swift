@@ -151,9 +151,8 @@ public final class Journal: Sendable {
             s.nextLSN = lsn.next
             SegmentFormat.appendRecord(to: &s.pending, lsn: lsn, owner: owner, payload: payload)
             if s.pendingFirst == nil { s.pendingFirst = lsn }
-            // One lookup of the owner per record: its log holds its pending count too.
-            let firstPending = s.owners[owner, default: OwnerLog()].appendPending(lsn)
-            if firstPending { s.pendingOwners.append(owner) }
+            s.owners[owner, default: OwnerLog()].lsns.append(lsn)
+            s.pendingOwners.append(owner)
             s.unreleased += 1
             return lsn
         }
@@ -293,7 +292,8 @@ public final class Journal: Sendable {
                 log.head += 1
                 released += 1
                 if let first = s.pendingFirst, record >= first {
-                    log.pending -= 1
+                    // Rare: a record released before the flush that writes it.
+                    if let i = s.pendingOwners.lastIndex(of: owner) { s.pendingOwners.remove(at: i) }
                 } else if let i = s.segmentIndex(of: record) {
                     s.segments[i].live -= 1
                     let left = (s.segments[i].ownerCounts[owner] ?? 1) - 1

@@ -30,15 +30,6 @@ struct Batch {
 struct OwnerLog {
     var lsns: [LSN] = []
     var head = 0
-    /// How many of them are in the batch not flushed yet (attributed to no segment so far).
-    var pending = 0
-
-    /// Adds a record of the batch being appended; whether it is the owner's first there.
-    mutating func appendPending(_ lsn: LSN) -> Bool {
-        lsns.append(lsn)
-        pending += 1
-        return pending == 1
-    }
 
     var isEmpty: Bool { head == lsns.count }
 
@@ -67,7 +58,8 @@ struct JournalState {
     /// Framed records appended since the last flush.
     var pending: [UInt8] = []
     var pendingFirst: LSN?
-    /// The owners with records in the batch (``OwnerLog/pending``), each at least once.
+    /// The owner of each record in the batch not released yet: attributed to no segment
+    /// until the flush says which.
     var pendingOwners: [UInt64] = []
 
     var owners: [UInt64: OwnerLog] = [:]
@@ -120,12 +112,11 @@ struct JournalState {
 
     /// Counts the batch's records as the segment's at `index`, where the batch goes.
     mutating func attributePending(toSegment index: Int) {
-        for owner in pendingOwners {
-            guard let n = owners[owner]?.pending, n > 0 else { continue }
-            owners[owner]!.pending = 0
-            segments[index].ownerCounts[owner, default: 0] += n
-            segments[index].live += n
-        }
+        var counts: [UInt64: Int] = [:]
+        swap(&counts, &segments[index].ownerCounts)
+        for owner in pendingOwners { counts[owner, default: 0] += 1 }
+        swap(&counts, &segments[index].ownerCounts)
+        segments[index].live += pendingOwners.count
         pendingOwners.removeAll(keepingCapacity: true)
     }
 
