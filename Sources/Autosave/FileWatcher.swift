@@ -480,6 +480,10 @@ final class FileWatcher: @unchecked Sendable {
             }
             return
         }
+        // The daemon's own temporary files (a save being written) are nobody's document:
+        // dropped here, they do not wake the store at every save. Their rename into place
+        // is paired above and reported as what it is.
+        if TemporaryName.isTemporary(event.name) { return }
         if !event.events.isDisjoint(with: [.closedAfterWriting, .movedTo]) {
             batch.append(.changed(path))
         } else if event.events.contains(.created) {
