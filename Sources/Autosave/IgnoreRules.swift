@@ -22,6 +22,11 @@ public struct IgnorePattern: Sendable, Equatable, CustomStringConvertible {
     public let anchored: Bool
     /// The glob, leading `!`, leading `/` and trailing `/` removed.
     let glob: [UInt8]
+    /// What every path it matches starts and ends with: the glob's bytes before its first
+    /// and after its last `*`, `?`, `[`, `]`, `\` or `/` (a `/` because `**/` may match no
+    /// directory at all). Checked before the glob, they turn most paths away at a glance.
+    let literalPrefix: [UInt8]
+    let literalSuffix: [UInt8]
 
     /// Parses one line; `nil` for a blank line or a comment.
     public init?(_ line: some StringProtocol, source: String, base: String = "") {
@@ -78,6 +83,16 @@ public struct IgnorePattern: Sendable, Equatable, CustomStringConvertible {
         self.directoryOnly = directoryOnly
         self.anchored = anchored
         self.glob = bytes
+        func isSpecial(_ byte: UInt8) -> Bool {
+            switch byte {
+            case UInt8(ascii: "*"), UInt8(ascii: "?"), UInt8(ascii: "["), UInt8(ascii: "]"), UInt8(ascii: "\\"),
+                UInt8(ascii: "/"):
+                return true
+            default: return false
+            }
+        }
+        literalPrefix = Array(bytes.prefix { !isSpecial($0) })
+        literalSuffix = Array(bytes.reversed().prefix { !isSpecial($0) }.reversed())
     }
 
     public var description: String { "'\(text)' (\(source))" }
@@ -97,6 +112,10 @@ public struct IgnorePattern: Sendable, Equatable, CustomStringConvertible {
         if !anchored, let slash = subject.lastIndex(of: UInt8(ascii: "/")) {
             subject = UnsafeBufferPointer(rebasing: subject[(slash + 1)...])
         }
+        guard subject.count >= literalPrefix.count, subject.count >= literalSuffix.count,
+            subject.prefix(literalPrefix.count).elementsEqual(literalPrefix),
+            subject.suffix(literalSuffix.count).elementsEqual(literalSuffix)
+        else { return false }
         return glob.withUnsafeBufferPointer { Wildmatch.match($0, subject) == .match }
     }
 
