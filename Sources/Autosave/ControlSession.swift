@@ -74,7 +74,7 @@ final class ControlSession: Sendable {
     /// edit of the same document — the usual case — needs no new path string, no check
     /// of it, and no new reply prefix. Kept by ``ConnectionReader``.
     struct EditMemo {
-        /// The `doc` of the request as sent.
+        /// The path of the last document, as ``DocumentName`` gives it.
         var document: [UInt8] = []
         /// `document` once checked (``DocumentPath/validate(_:)``).
         var path = ""
@@ -92,7 +92,7 @@ final class ControlSession: Sendable {
         id: LineBytes?, document: DocumentName, _ edit: (_ isJSON: Bool) -> DocumentEdit, create: Bool,
         memo: inout EditMemo, store: isolated DocumentStore
     ) {
-        let matches = document.raw.withBytes { raw in memo.document.withUnsafeBytes { $0.elementsEqual(raw) } }
+        let matches = document.bytes.withBytes { raw in memo.document.withUnsafeBytes { $0.elementsEqual(raw) } }
         if !matches {
             let raw = document.path
             let path: String
@@ -109,7 +109,7 @@ final class ControlSession: Sendable {
             }
             // The memo's buffers are reused: another document costs no allocation here.
             memo.document.removeAll(keepingCapacity: true)
-            document.raw.withBytes { memo.document.append(contentsOf: $0) }
+            document.bytes.withBytes { memo.document.append(contentsOf: $0) }
             memo.path = path
             memo.isJSON = Self.isJSONPath(path)
             memo.type = nil

@@ -5,11 +5,80 @@ import Foundation
 /// the document's path on disk, so each field keeps its own outcome until then.
 public typealias Checked<T> = Result<T, FieldError>
 
-/// A field missing, of the wrong type, or with a value the command cannot use.
+/// A field missing, of the wrong type, or with a value the command cannot use (plain
+/// data: a request's fields cost no reference counting for their errors).
 public struct FieldError: Error, Equatable, Sendable, CustomStringConvertible {
-    public var message: String
-    public init(_ message: String) { self.message = message }
+    public enum Problem: UInt8, Sendable {
+        case missing, notString, notWholeNumber, notTrueOrFalse, notStrings
+        /// `base64` that is not base64.
+        case invalidBase64
+        /// Neither `text` nor `base64`.
+        case noContents
+        /// `export` without documents.
+        case noDocuments
+        /// `cancel` without `target`.
+        case missingTarget
+    }
+    public var problem: Problem
+    public var field: RequestField
+
+    public init(_ problem: Problem, _ field: RequestField) {
+        self.problem = problem
+        self.field = field
+    }
+
+    /// The `bad-request` message.
+    public var message: String {
+        switch problem {
+        case .missing: "missing field \"\(field)\""
+        case .notString: "field \"\(field)\" must be a string"
+        case .notWholeNumber: "field \"\(field)\" must be a whole number"
+        case .notTrueOrFalse: "field \"\(field)\" must be true or false"
+        case .notStrings: "field \"\(field)\" must be an array of strings"
+        case .invalidBase64: "field \"base64\" is not valid base64"
+        case .noContents: "give the contents as \"text\" or \"base64\""
+        case .noDocuments: "field \"docs\" must be a non-empty array of document paths"
+        case .missingTarget: "missing field \"target\" (the id of an export)"
+        }
+    }
+
     public var description: String { message }
+
+}
+
+/// The fields of requests that commands read.
+public enum RequestField: Int, Sendable, CustomStringConvertible {
+    case id, cmd, doc, text, json, base64, offset, length, patch, member, members, pointer, wait, durable, target
+    case docs, events, to, type
+
+    static let count = 19
+
+    /// The field's name in a request.
+    public var name: String {
+        switch self {
+        case .id: "id"
+        case .cmd: "cmd"
+        case .doc: "doc"
+        case .text: "text"
+        case .json: "json"
+        case .base64: "base64"
+        case .offset: "offset"
+        case .length: "length"
+        case .patch: "patch"
+        case .member: "member"
+        case .members: "members"
+        case .pointer: "pointer"
+        case .wait: "wait"
+        case .durable: "durable"
+        case .target: "target"
+        case .docs: "docs"
+        case .events: "events"
+        case .to: "to"
+        case .type: "type"
+        }
+    }
+
+    public var description: String { name }
 }
 
 /// Bytes of a request line — a slice of the line while it is being answered, or a copy
@@ -18,32 +87,34 @@ public struct FieldError: Error, Equatable, Sendable, CustomStringConvertible {
 /// `@unchecked Sendable`: a borrowed slice is only used while its line is; a request
 /// handed to another task is made ``owned()`` first.
 public struct LineBytes: @unchecked Sendable, Equatable, CustomDebugStringConvertible {
-    private enum Storage {
-        case borrowed(UnsafeRawBufferPointer)
-        case owned([UInt8])
-    }
-    private var storage: Storage
+    // A struct of a slice and an optional copy rather than an enum: a request's bytes
+    // are made and dropped with no more than one release.
+    private var borrowed: UnsafeRawBufferPointer
+    private var storage: [UInt8]?
 
     /// A slice of a line, valid while the line is.
-    public init(borrowing bytes: UnsafeRawBufferPointer) { storage = .borrowed(bytes) }
-    public init(_ bytes: [UInt8]) { storage = .owned(bytes) }
+    public init(borrowing bytes: UnsafeRawBufferPointer) {
+        borrowed = bytes
+        storage = nil
+    }
+
+    public init(_ bytes: [UInt8]) {
+        borrowed = UnsafeRawBufferPointer(start: nil, count: 0)
+        storage = bytes
+    }
 
     public func withBytes<R>(_ body: (UnsafeRawBufferPointer) throws -> R) rethrows -> R {
-        switch storage {
-        case .borrowed(let bytes): return try body(bytes)
-        case .owned(let bytes): return try bytes.withUnsafeBytes(body)
-        }
+        if let storage { return try storage.withUnsafeBytes(body) }
+        return try body(borrowed)
     }
 
     /// A copy that does not depend on the line.
-    public func owned() -> LineBytes {
-        switch storage {
-        case .borrowed(let bytes): LineBytes(Array(bytes))
-        case .owned: self
-        }
-    }
+    public func owned() -> LineBytes { storage == nil ? LineBytes(Array(borrowed)) : self }
 
-    public var array: [UInt8] { withBytes { Array($0) } }
+    public var array: [UInt8] { storage ?? Array(borrowed) }
+
+    /// Whether these are the line's own bytes (not a copy).
+    public var isSlice: Bool { storage == nil }
 
     public static func == (a: LineBytes, b: LineBytes) -> Bool {
         a.withBytes { x in b.withBytes { y in x.elementsEqual(y) } }
@@ -52,31 +123,18 @@ public struct LineBytes: @unchecked Sendable, Equatable, CustomDebugStringConver
     public var debugDescription: String { "LineBytes(\(String(reflecting: String(decoding: array, as: UTF8.self))))" }
 }
 
-/// A request's `doc` as sent: the bytes between its quotes, and the path decoded from
-/// them when they have escapes (or are not ASCII). A connection compares the bytes with
-/// its last document's and needs no string for the path when they match.
+/// A request's `doc` for `set` and `append`: the path's UTF-8 — a slice of the line
+/// when it is written without escapes, else decoded. A connection compares it with its
+/// last document's and needs no string for the path when they match.
 public struct DocumentName: Sendable, Equatable, CustomDebugStringConvertible {
-    /// The bytes between the quotes, escapes as sent.
-    public var raw: LineBytes
-    /// The path, when it is not ``raw``'s bytes as they are.
-    public var decoded: String?
+    public var bytes: LineBytes
 
-    public init(raw: LineBytes, decoded: String?) {
-        self.raw = raw
-        self.decoded = decoded
-    }
+    public init(_ bytes: LineBytes) { self.bytes = bytes }
+    public init(_ path: String) { bytes = LineBytes(Array(path.utf8)) }
 
-    public init(_ path: String) {
-        raw = LineBytes(Array(path.utf8))
-        decoded = nil
-    }
+    public var path: String { bytes.withBytes { String(decoding: $0, as: UTF8.self) } }
 
-    public var path: String { decoded ?? raw.withBytes { String(decoding: $0, as: UTF8.self) } }
-
-    public func owned() -> DocumentName { DocumentName(raw: raw.owned(), decoded: decoded) }
-
-    /// The same path, scalar for scalar.
-    public static func == (a: DocumentName, b: DocumentName) -> Bool { a.path.utf8.elementsEqual(b.path.utf8) }
+    public func owned() -> DocumentName { DocumentName(bytes.owned()) }
 
     public var debugDescription: String { "DocumentName(\(String(reflecting: path)))" }
 }
@@ -122,20 +180,20 @@ public struct ControlRequest: Sendable, Equatable {
         case revert(Checked<String>)
         case close(Checked<String>)
         /// The document, then what is asked (`pointer`, else `member`, else `members`).
-        case get(Checked<String>, Checked<Query>)
+        indirect case get(Checked<String>, Checked<Query>)
         case set(Checked<DocumentName>, Checked<Contents>)
         case append(Checked<DocumentName>, Checked<String>)
-        case replace(Checked<String>, offset: Checked<Int>, length: Checked<Int>, text: Checked<String>)
+        indirect case replace(Checked<String>, offset: Checked<Int>, length: Checked<Int>, text: Checked<String>)
         /// The document and the merge patch's JSON text.
-        case patch(Checked<String>, Checked<String>)
-        case putMember(Checked<String>, member: Checked<String>, Checked<Data>)
-        case removeMember(Checked<String>, member: Checked<String>)
-        case save(Checked<String>, wait: Checked<Bool>)
+        indirect case patch(Checked<String>, Checked<String>)
+        indirect case putMember(Checked<String>, member: Checked<String>, Checked<Data>)
+        indirect case removeMember(Checked<String>, member: Checked<String>)
+        indirect case save(Checked<String>, wait: Checked<Bool>)
         case saveAll(wait: Checked<Bool>)
-        case export(docs: Checked<[String]>, to: Checked<String>, type: Checked<String?>)
+        indirect case export(docs: Checked<[String]>, to: Checked<String>, type: Checked<String?>)
         /// The target's JSON text (compact).
         case cancel(target: Checked<[UInt8]>)
-        case subscribe(docs: Checked<[String]?>, events: Checked<[String]?>)
+        indirect case subscribe(docs: Checked<[String]?>, events: Checked<[String]?>)
         /// A `cmd` that names no command.
         case unknown(String)
     }
@@ -213,61 +271,61 @@ extension ControlRequest {
         case "metrics": command = .metrics
         case "sync": command = .sync
         case "reload": command = .reload
-        case "open": command = .open(fields.string("doc"))
-        case "create": command = .create(fields.string("doc"))
-        case "revert": command = .revert(fields.string("doc"))
-        case "close": command = .close(fields.string("doc"))
+        case "open": command = .open(fields.string(.doc))
+        case "create": command = .create(fields.string(.doc))
+        case "revert": command = .revert(fields.string(.doc))
+        case "close": command = .close(fields.string(.doc))
         case "get":
             let query = Checked<Query> { () throws(FieldError) -> Query in
-                if let pointer = try fields.optionalString("pointer").get() { return .pointer(pointer) }
-                if let member = try fields.optionalString("member").get() { return .member(member) }
-                if try fields.flag("members").get() { return .members }
+                if let pointer = try fields.optionalString(.pointer).get() { return .pointer(pointer) }
+                if let member = try fields.optionalString(.member).get() { return .member(member) }
+                if try fields.flag(.members).get() { return .members }
                 return .contents
             }
-            command = .get(fields.string("doc"), query)
+            command = .get(fields.string(.doc), query)
         case "set":
             let contents = Checked<Contents> { () throws(FieldError) -> Contents in
                 if let json = request["json"] { return .json(json) }
-                if let text = try fields.optionalString("text").get() { return .text(text) }
+                if let text = try fields.optionalString(.text).get() { return .text(text) }
                 return .data(try fields.bytes().get())
             }
-            command = .set(fields.string("doc").map(DocumentName.init), contents)
-        case "append": command = .append(fields.string("doc").map(DocumentName.init), fields.string("text"))
+            command = .set(fields.string(.doc).map(DocumentName.init), contents)
+        case "append": command = .append(fields.string(.doc).map(DocumentName.init), fields.string(.text))
         case "replace":
             command = .replace(
-                fields.string("doc"), offset: fields.integer("offset"), length: fields.integer("length"),
-                text: fields.string("text"))
+                fields.string(.doc), offset: fields.integer(.offset), length: fields.integer(.length),
+                text: fields.string(.text))
         case "patch":
             let patch = Checked<String> { () throws(FieldError) -> String in
-                guard let patch = request["patch"] else { throw FieldError("missing field \"patch\"") }
+                guard let patch = request["patch"] else { throw FieldError(.missing, .patch) }
                 return patch.stringValue ?? patch.serialized()
             }
-            command = .patch(fields.string("doc"), patch)
+            command = .patch(fields.string(.doc), patch)
         case "put-member":
-            command = .putMember(fields.string("doc"), member: fields.string("member"), fields.bytes())
-        case "remove-member": command = .removeMember(fields.string("doc"), member: fields.string("member"))
-        case "save": command = .save(fields.string("doc"), wait: fields.flag("wait"))
-        case "save-all": command = .saveAll(wait: fields.flag("wait"))
+            command = .putMember(fields.string(.doc), member: fields.string(.member), fields.bytes())
+        case "remove-member": command = .removeMember(fields.string(.doc), member: fields.string(.member))
+        case "save": command = .save(fields.string(.doc), wait: fields.flag(.wait))
+        case "save-all": command = .saveAll(wait: fields.flag(.wait))
         case "export":
             let docs = Checked<[String]> { () throws(FieldError) -> [String] in
-                guard let paths = try fields.strings("docs").get(), !paths.isEmpty else {
-                    throw FieldError("field \"docs\" must be a non-empty array of document paths")
+                guard let paths = try fields.strings(.docs).get(), !paths.isEmpty else {
+                    throw FieldError(.noDocuments, .docs)
                 }
                 return paths
             }
-            command = .export(docs: docs, to: fields.string("to"), type: fields.optionalString("type"))
+            command = .export(docs: docs, to: fields.string(.to), type: fields.optionalString(.type))
         case "cancel":
             let target = Checked<[UInt8]> { () throws(FieldError) -> [UInt8] in
                 guard let target = request["target"] else {
-                    throw FieldError("missing field \"target\" (the id of an export)")
+                    throw FieldError(.missingTarget, .target)
                 }
                 return target.serializedBytes()
             }
             command = .cancel(target: target)
-        case "subscribe": command = .subscribe(docs: fields.strings("docs"), events: fields.strings("events"))
+        case "subscribe": command = .subscribe(docs: fields.strings(.docs), events: fields.strings(.events))
         default: command = .unknown(name)
         }
-        return .request(ControlRequest(id: id, durable: fields.flag("durable"), command: command))
+        return .request(ControlRequest(id: id, durable: fields.flag(.durable), command: command))
     }
 }
 
@@ -275,49 +333,49 @@ extension ControlRequest {
 private struct ReferenceFields {
     let request: JSONValue
 
-    func string(_ key: String) -> Checked<String> {
-        guard let value = request[key] else { return .failure(FieldError("missing field \"\(key)\"")) }
-        guard let string = value.stringValue else { return .failure(FieldError("field \"\(key)\" must be a string")) }
+    func string(_ key: RequestField) -> Checked<String> {
+        guard let value = request[key.name] else { return .failure(FieldError(.missing, key)) }
+        guard let string = value.stringValue else { return .failure(FieldError(.notString, key)) }
         return .success(string)
     }
 
-    func optionalString(_ key: String) -> Checked<String?> {
-        guard let value = request[key], !value.isNull else { return .success(nil) }
-        guard let string = value.stringValue else { return .failure(FieldError("field \"\(key)\" must be a string")) }
+    func optionalString(_ key: RequestField) -> Checked<String?> {
+        guard let value = request[key.name], !value.isNull else { return .success(nil) }
+        guard let string = value.stringValue else { return .failure(FieldError(.notString, key)) }
         return .success(string)
     }
 
-    func integer(_ key: String) -> Checked<Int> {
-        guard let value = request[key] else { return .failure(FieldError("missing field \"\(key)\"")) }
-        guard let int = value.intValue else { return .failure(FieldError("field \"\(key)\" must be a whole number")) }
+    func integer(_ key: RequestField) -> Checked<Int> {
+        guard let value = request[key.name] else { return .failure(FieldError(.missing, key)) }
+        guard let int = value.intValue else { return .failure(FieldError(.notWholeNumber, key)) }
         return .success(int)
     }
 
-    func flag(_ key: String) -> Checked<Bool> {
-        guard let value = request[key], !value.isNull else { return .success(false) }
-        guard let bool = value.boolValue else { return .failure(FieldError("field \"\(key)\" must be true or false")) }
+    func flag(_ key: RequestField) -> Checked<Bool> {
+        guard let value = request[key.name], !value.isNull else { return .success(false) }
+        guard let bool = value.boolValue else { return .failure(FieldError(.notTrueOrFalse, key)) }
         return .success(bool)
     }
 
-    func strings(_ key: String) -> Checked<[String]?> {
-        guard let value = request[key], !value.isNull else { return .success(nil) }
+    func strings(_ key: RequestField) -> Checked<[String]?> {
+        guard let value = request[key.name], !value.isNull else { return .success(nil) }
         guard let array = value.arrayValue, case let strings = array.compactMap(\.stringValue),
             strings.count == array.count
-        else { return .failure(FieldError("field \"\(key)\" must be an array of strings")) }
+        else { return .failure(FieldError(.notStrings, key)) }
         return .success(strings)
     }
 
     /// Bytes given as `text` (UTF-8) or `base64`.
     func bytes() -> Checked<Data> {
         Checked { () throws(FieldError) -> Data in
-            if let text = try optionalString("text").get() { return Data(text.utf8) }
-            if let encoded = try optionalString("base64").get() {
+            if let text = try optionalString(.text).get() { return Data(text.utf8) }
+            if let encoded = try optionalString(.base64).get() {
                 guard let data = Data(base64Encoded: encoded) else {
-                    throw FieldError("field \"base64\" is not valid base64")
+                    throw FieldError(.invalidBase64, .base64)
                 }
                 return data
             }
-            throw FieldError("give the contents as \"text\" or \"base64\"")
+            throw FieldError(.noContents, .text)
         }
     }
 }

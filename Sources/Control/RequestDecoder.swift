@@ -14,12 +14,9 @@ import Foundation
 public enum RequestDecoder {
     /// What `line` is. The request may hold slices of `line` (see ``LineBytes``): valid while `line` is.
     public static func decode(_ line: UnsafeRawBufferPointer) -> DecodedLine {
-        switch scan(line) {
-        case .decoded(let decoded): return decoded
-        case .notJSON:
-            // The general parser's message; should it read the line after all, its meaning.
-            return ControlRequest.reference(Array(line))
-        }
+        if let decoded = decoded(line) { return decoded }
+        // Not JSON: the general parser's message (should it read the line after all, its meaning).
+        return ControlRequest.reference(Array(line))
     }
 
     /// The decoder's own verdict, without asking the general parser about a line that is not JSON.
@@ -29,44 +26,30 @@ public enum RequestDecoder {
     }
 
     public static func scan(_ line: UnsafeRawBufferPointer) -> Scanned {
-        guard let base = line.baseAddress, !line.isEmpty else { return .notJSON }
-        var scanner = Scanner(at: base, end: base + line.count)
-        return scanner.line()
+        decoded(line).map(Scanned.decoded) ?? .notJSON
+    }
+
+    /// What `line` is, or `nil` when it is not JSON.
+    static func decoded(_ line: UnsafeRawBufferPointer) -> DecodedLine? {
+        guard let base = line.baseAddress, !line.isEmpty else { return nil }
+        // The result is stored, not returned through the allocation's generic result.
+        var decoded: DecodedLine?
+        withUnsafeTemporaryAllocation(of: Slot.self, capacity: Key.count) { slots in
+            UnsafeMutableRawPointer(slots.baseAddress!).initializeMemory(
+                as: UInt8.self, repeating: 0, count: Key.count * MemoryLayout<Slot>.stride)
+            var scanner = Scanner(at: base, end: base + line.count, slots: slots.baseAddress!)
+            decoded = scanner.line()
+        }
+        return decoded
     }
 }
 
-/// The fields the commands read.
-private enum Key: Int {
-    case id, cmd, doc, text, json, base64, offset, length, patch, member, members, pointer, wait, durable, target
-    case docs, events, to, type
+private typealias Key = RequestField
 
-    var name: String {
-        switch self {
-        case .id: "id"
-        case .cmd: "cmd"
-        case .doc: "doc"
-        case .text: "text"
-        case .json: "json"
-        case .base64: "base64"
-        case .offset: "offset"
-        case .length: "length"
-        case .patch: "patch"
-        case .member: "member"
-        case .members: "members"
-        case .pointer: "pointer"
-        case .wait: "wait"
-        case .durable: "durable"
-        case .target: "target"
-        case .docs: "docs"
-        case .events: "events"
-        case .to: "to"
-        case .type: "type"
-        }
-    }
-
+extension RequestField {
     /// The key whose name is `bytes` exactly.
     @inline(__always)
-    static func named(_ name: UnsafeRawPointer, count: Int) -> Key? {
+    fileprivate static func named(_ name: UnsafeRawPointer, count: Int) -> RequestField? {
         @inline(__always) func at(_ offset: Int) -> UInt8 { name.load(fromByteOffset: offset, as: UInt8.self) }
         @inline(__always) func equals(_ text: StaticString) -> Bool {
             memcmp(name, text.utf8Start, count) == 0
@@ -107,27 +90,6 @@ private enum Key: Int {
         default: return nil
         }
         return nil
-    }
-}
-
-/// A field's value as the scanner met it.
-private enum Value {
-    case absent
-    case null
-    case bool(Bool)
-    /// A number's JSON text.
-    case number(UnsafeRawBufferPointer)
-    /// A string: its JSON text (quotes included), and its value when that is not the
-    /// bytes between the quotes as they are (escapes), or was asked for.
-    case string(token: UnsafeRawBufferPointer, decoded: String?, escaped: Bool)
-    /// An array whose elements are all strings (kept for `docs` and `events`).
-    case strings([String], UnsafeRawBufferPointer)
-    /// An array or object's JSON text.
-    case composite(UnsafeRawBufferPointer)
-
-    var isAbsent: Bool {
-        if case .absent = self { return true }
-        return false
     }
 }
 
@@ -173,317 +135,119 @@ private enum CommandName {
     }
 }
 
-/// The fields of one request line, as met.
-private struct Fields {
-    var id = Value.absent
-    var cmd = Value.absent
-    var doc = Value.absent
-    var text = Value.absent
-    var json = Value.absent
-    var base64 = Value.absent
-    var offset = Value.absent
-    var length = Value.absent
-    var patch = Value.absent
-    var member = Value.absent
-    var members = Value.absent
-    var pointer = Value.absent
-    var wait = Value.absent
-    var durable = Value.absent
-    var target = Value.absent
-    var docs = Value.absent
-    var events = Value.absent
-    var to = Value.absent
-    var type = Value.absent
+/// A field's value as the scanner met it: its JSON text, its kind, and for a string
+/// that is not its bytes as they are (escapes, or not ASCII) where its value is kept.
+/// Plain data, so that a line's fields cost no reference counting until a command's
+/// fields are made from them.
+private struct Slot {
+    enum Kind: UInt8 {
+        case absent, null, `true`, `false`, number, string, strings, composite
+    }
+    // All zeros is an absent field: the slots are cleared with one `memset`.
+    var start: UnsafeRawPointer? = nil
+    var length: UInt32 = 0
+    var kind = Kind.absent
+    /// A string with escapes.
+    var escaped = false
+    /// One more than the index of a string's value in ``Scanner/decoded`` (of an array of
+    /// strings', in ``Scanner/arrays``); `0` when the bytes between the quotes are the value.
+    var kept: UInt16 = 0
 
-    subscript(key: Key) -> Value {
-        get {
-            switch key {
-            case .id: id
-            case .cmd: cmd
-            case .doc: doc
-            case .text: text
-            case .json: json
-            case .base64: base64
-            case .offset: offset
-            case .length: length
-            case .patch: patch
-            case .member: member
-            case .members: members
-            case .pointer: pointer
-            case .wait: wait
-            case .durable: durable
-            case .target: target
-            case .docs: docs
-            case .events: events
-            case .to: to
-            case .type: type
-            }
-        }
-        set {
-            switch key {
-            case .id: id = newValue
-            case .cmd: cmd = newValue
-            case .doc: doc = newValue
-            case .text: text = newValue
-            case .json: json = newValue
-            case .base64: base64 = newValue
-            case .offset: offset = newValue
-            case .length: length = newValue
-            case .patch: patch = newValue
-            case .member: member = newValue
-            case .members: members = newValue
-            case .pointer: pointer = newValue
-            case .wait: wait = newValue
-            case .durable: durable = newValue
-            case .target: target = newValue
-            case .docs: docs = newValue
-            case .events: events = newValue
-            case .to: to = newValue
-            case .type: type = newValue
-            }
-        }
+    init() {}
+
+    init(start: UnsafeRawPointer, count: Int, kind: Kind, escaped: Bool = false, kept: Int = 0) {
+        self.start = start
+        self.length = UInt32(truncatingIfNeeded: count)
+        self.kind = kind
+        self.escaped = escaped
+        self.kept = UInt16(truncatingIfNeeded: kept)
     }
 
-    // MARK: Reading fields as the commands read them (as ``ReferenceFields`` does)
-
-    /// A string value's text.
-    static func text(_ value: Value) -> String? {
-        guard case .string(let token, let decoded, _) = value else { return nil }
-        return decoded
-            ?? String(decoding: UnsafeRawBufferPointer(rebasing: token.dropFirst().dropLast()), as: UTF8.self)
-    }
-
-    func string(_ key: Key) -> Checked<String> {
-        let value = self[key]
-        if value.isAbsent { return .failure(FieldError("missing field \"\(key.name)\"")) }
-        guard let string = Self.text(value) else {
-            return .failure(FieldError("field \"\(key.name)\" must be a string"))
-        }
-        return .success(string)
-    }
-
-    func document() -> Checked<DocumentName> {
-        guard case .string(let token, let decoded, let escaped) = doc else {
-            return string(.doc).map { _ in DocumentName("") }
-        }
-        let inside = LineBytes(borrowing: UnsafeRawBufferPointer(rebasing: token.dropFirst().dropLast()))
-        return .success(DocumentName(raw: inside, decoded: escaped ? decoded : nil))
-    }
-
-    func optionalString(_ key: Key) -> Checked<String?> {
-        switch self[key] {
-        case .absent, .null: return .success(nil)
-        case let value:
-            guard let string = Self.text(value) else {
-                return .failure(FieldError("field \"\(key.name)\" must be a string"))
-            }
-            return .success(string)
-        }
-    }
-
-    func integer(_ key: Key) -> Checked<Int> {
-        let value = self[key]
-        if value.isAbsent { return .failure(FieldError("missing field \"\(key.name)\"")) }
-        guard case .number(let token) = value, let int = Self.integer(token) else {
-            return .failure(FieldError("field \"\(key.name)\" must be a whole number"))
-        }
-        return .success(int)
-    }
-
-    /// A number's value when it is whole (``JSONValue/intValue``'s rule).
-    static func integer(_ token: UnsafeRawBufferPointer) -> Int? {
-        let negative = token[0] == UInt8(ascii: "-")
-        let digits = negative ? token.count - 1 : token.count
-        if digits <= 18, !token.contains(where: { $0 == UInt8(ascii: ".") || $0 | 0x20 == UInt8(ascii: "e") }) {
-            var value = 0
-            for byte in token where byte != UInt8(ascii: "-") { value = value * 10 + Int(byte - UInt8(ascii: "0")) }
-            return negative ? -value : value
-        }
-        let text = String(decoding: token, as: UTF8.self)
-        return Int(text) ?? Double(text).flatMap { $0 == $0.rounded() ? Int(exactly: $0) : nil }
-    }
-
-    func flag(_ key: Key) -> Checked<Bool> {
-        switch self[key] {
-        case .absent, .null: return .success(false)
-        case .bool(let value): return .success(value)
-        default: return .failure(FieldError("field \"\(key.name)\" must be true or false"))
-        }
-    }
-
-    func strings(_ key: Key) -> Checked<[String]?> {
-        switch self[key] {
-        case .absent, .null: return .success(nil)
-        case .strings(let strings, _): return .success(strings)
-        default: return .failure(FieldError("field \"\(key.name)\" must be an array of strings"))
-        }
-    }
-
-    func bytes() -> Checked<Data> {
-        Checked { () throws(FieldError) -> Data in
-            if let text = try optionalString(.text).get() { return Data(text.utf8) }
-            if let encoded = try optionalString(.base64).get() {
-                guard let data = Data(base64Encoded: encoded) else {
-                    throw FieldError("field \"base64\" is not valid base64")
-                }
-                return data
-            }
-            throw FieldError("give the contents as \"text\" or \"base64\"")
-        }
-    }
-
-    /// The JSON text of any value.
-    static func token(_ value: Value) -> UnsafeRawBufferPointer? {
-        switch value {
-        case .absent: nil
-        case .null: UnsafeRawBufferPointer(start: nullText.utf8Start, count: 4)
-        case .bool(let value):
-            value
-                ? UnsafeRawBufferPointer(start: trueText.utf8Start, count: 4)
-                : UnsafeRawBufferPointer(start: falseText.utf8Start, count: 5)
-        case .number(let token), .string(let token, _, _), .strings(_, let token), .composite(let token): token
-        }
-    }
-    private static let nullText: StaticString = "null"
-    private static let trueText: StaticString = "true"
-    private static let falseText: StaticString = "false"
-
-    /// A value as the general parser reads it.
-    static func parsed(_ value: Value) -> JSONValue? {
-        switch value {
-        case .absent: return nil
-        case .null: return .null
-        case .bool(let value): return .bool(value)
-        case .number(let token): return .number(String(decoding: token, as: UTF8.self))
-        case .string: return .string(text(value)!)
-        case .strings(_, let token), .composite(let token): return try? JSONValue(parsing: Array(token))
-        }
-    }
-
-    /// A value's JSON text as ``JSONValue`` serialises it (compact): the bytes as sent for
-    /// a scalar without escapes (the same bytes), else written again.
-    static func canonical(_ value: Value) -> LineBytes? {
-        switch value {
-        case .absent: return nil
-        case .null, .bool, .number, .string(_, _, false): return LineBytes(borrowing: token(value)!)
-        case .string, .strings, .composite:
-            guard let parsed = parsed(value) else { return nil }
-            return LineBytes(parsed.serializedBytes())
-        }
-    }
-
-    func request() -> DecodedLine {
-        let id = Self.canonical(id)
-        let name: CommandName?
-        switch cmd {
-        case .string(let token, let decoded, let escaped):
-            if escaped, let decoded {
-                var decoded = decoded
-                name = decoded.withUTF8 { CommandName.named(UnsafeRawBufferPointer($0)) }
-            } else {
-                name = CommandName.named(UnsafeRawBufferPointer(rebasing: token.dropFirst().dropLast()))
-            }
-        default:
-            return .refused(id: id, message: "the request has no \"cmd\" string")
-        }
-        let command: ControlRequest.Command
-        switch name {
-        case .set:
-            let contents = Checked<ControlRequest.Contents> { () throws(FieldError) -> ControlRequest.Contents in
-                if !json.isAbsent, let value = Self.parsed(json) { return .json(value) }
-                if let text = try optionalString(.text).get() { return .text(text) }
-                return .data(try bytes().get())
-            }
-            command = .set(document(), contents)
-        case .append: command = .append(document(), string(.text))
-        case .status: command = .status
-        case .list: command = .list
-        case .metrics: command = .metrics
-        case .sync: command = .sync
-        case .reload: command = .reload
-        case .open: command = .open(string(.doc))
-        case .create: command = .create(string(.doc))
-        case .revert: command = .revert(string(.doc))
-        case .close: command = .close(string(.doc))
-        case .get:
-            let query = Checked<ControlRequest.Query> { () throws(FieldError) -> ControlRequest.Query in
-                if let pointer = try optionalString(.pointer).get() { return .pointer(pointer) }
-                if let member = try optionalString(.member).get() { return .member(member) }
-                if try flag(.members).get() { return .members }
-                return .contents
-            }
-            command = .get(string(.doc), query)
-        case .replace:
-            command = .replace(
-                string(.doc), offset: integer(.offset), length: integer(.length), text: string(.text))
-        case .patch:
-            let patchText = Checked<String> { () throws(FieldError) -> String in
-                guard let value = Self.parsed(patch) else { throw FieldError("missing field \"patch\"") }
-                return value.stringValue ?? value.serialized()
-            }
-            command = .patch(string(.doc), patchText)
-        case .putMember: command = .putMember(string(.doc), member: string(.member), bytes())
-        case .removeMember: command = .removeMember(string(.doc), member: string(.member))
-        case .save: command = .save(string(.doc), wait: flag(.wait))
-        case .saveAll: command = .saveAll(wait: flag(.wait))
-        case .export:
-            let docs = Checked<[String]> { () throws(FieldError) -> [String] in
-                guard let paths = try strings(.docs).get(), !paths.isEmpty else {
-                    throw FieldError("field \"docs\" must be a non-empty array of document paths")
-                }
-                return paths
-            }
-            command = .export(docs: docs, to: string(.to), type: optionalString(.type))
-        case .cancel:
-            let targetText = Checked<[UInt8]> { () throws(FieldError) -> [UInt8] in
-                guard let text = Self.canonical(target) else {
-                    throw FieldError("missing field \"target\" (the id of an export)")
-                }
-                return text.array
-            }
-            command = .cancel(target: targetText)
-        case .subscribe: command = .subscribe(docs: strings(.docs), events: strings(.events))
-        case nil: command = .unknown(Self.text(cmd)!)
-        }
-        return .request(ControlRequest(id: id, durable: flag(.durable), command: command))
-    }
+    var count: Int { Int(length) }
+    var decoded: Int { Int(kept) - 1 }
+    var token: UnsafeRawBufferPointer { UnsafeRawBufferPointer(start: start, count: count) }
+    /// A string's bytes between its quotes.
+    var inside: UnsafeRawBufferPointer { UnsafeRawBufferPointer(start: start.map { $0 + 1 }, count: count - 2) }
 }
 
 /// Reads through a raw pointer, one byte load at a time (no bounds checks beyond its own).
 private struct Scanner {
     var position: UnsafeRawPointer
     let end: UnsafeRawPointer
-    var fields = Fields()
+    /// The fields met, by ``Key``.
+    let slots: UnsafeMutablePointer<Slot>
     /// The fields met so far, by ``Key``.
     var seen: UInt32 = 0
-    /// Names of other members, for a name given twice (compared as strings, as the general path compares them).
-    var otherKeys: [String] = []
-    /// The first member whose name was met before, and whether `id` was.
-    var repeated: String?
+    /// Whether `id` was given more than once.
     var idTwice = false
+    /// The command, when `cmd` was read as one of the plain edits' names.
+    var plainCommand: CommandName?
+    /// What plain requests do not need, made when a line needs it: a plain request's
+    /// scanner holds nothing to release.
+    var rare: Rare?
 
-    init(at position: UnsafeRawPointer, end: UnsafeRawPointer) {
+    final class Rare {
+        /// The values of strings that are not their bytes as they are.
+        var decoded: [String] = []
+        /// The values of arrays of strings (`docs`, `events`).
+        var arrays: [[String]] = []
+        /// Names of other members, for a name given twice (compared as strings, as the general path compares them).
+        var otherKeys: [String] = []
+        /// The first member whose name was met before.
+        var repeated: String?
+    }
+
+    var more: Rare {
+        mutating get {
+            if let rare { return rare }
+            let made = Rare()
+            rare = made
+            return made
+        }
+    }
+
+    var repeated: String? { rare?.repeated }
+
+    mutating func noteRepeated(_ name: String) {
+        if more.repeated == nil { more.repeated = name }
+    }
+
+    /// Keeps a string's value; returns its ``Slot/kept``.
+    mutating func keepValue(_ text: String) -> UInt16 {
+        let rare = more
+        rare.decoded.append(text)
+        return UInt16(truncatingIfNeeded: rare.decoded.count)
+    }
+
+    /// Drops the value kept last.
+    func dropKept() { rare?.decoded.removeLast() }
+
+    init(at position: UnsafeRawPointer, end: UnsafeRawPointer, slots: UnsafeMutablePointer<Slot>) {
         self.position = position
         self.end = end
+        self.slots = slots
     }
 
     @inline(__always) func byte(_ at: UnsafeRawPointer) -> UInt8 { at.load(as: UInt8.self) }
 
     static let maximumDepth = 512
+    private static let setName: StaticString = "\"set\""
+    private static let appendName: StaticString = "\"append\""
 
-    mutating func line() -> RequestDecoder.Scanned {
+    @inline(__always)
+    mutating func line() -> DecodedLine? {
         skipWhitespace()
-        guard position < end else { return .notJSON }
+        guard position < end else { return nil }
         if byte(position) != UInt8(ascii: "{") {
-            guard skipValue(depth: 0), atEnd() else { return .notJSON }
-            return .decoded(.refused(id: nil, message: "a request must be a JSON object"))
+            guard skipValue(depth: 0), atEnd() else { return nil }
+            return .refused(id: nil, message: "a request must be a JSON object")
         }
-        guard object(), atEnd() else { return .notJSON }
+        guard object(), atEnd() else { return nil }
         if let repeated {
-            let id = idTwice ? nil : Fields.canonical(fields.id)
-            return .decoded(.refused(id: id, message: "field \"\(repeated)\" is given more than once"))
+            let id = idTwice ? nil : canonical(.id)
+            return .refused(id: id, message: "field \"\(repeated)\" is given more than once")
         }
-        return .decoded(fields.request())
+        return request()
     }
 
     mutating func atEnd() -> Bool {
@@ -491,7 +255,9 @@ private struct Scanner {
         return position == end
     }
 
-    /// The request's object, its members read into ``fields``.
+    // MARK: Scanning
+
+    /// The request's object, its members read into ``slots``.
     mutating func object() -> Bool {
         position += 1
         skipWhitespace()
@@ -514,28 +280,33 @@ private struct Scanner {
                             as: UTF8.self))
                 }
             } else {
-                guard case .string(_, let decoded?, _)? = string(decode: true) else { return false }
-                var name = decoded
+                guard let slot = string(keep: true) else { return false }
+                var name = text(slot)
+                if slot.decoded >= 0 { dropKept() }
                 key = name.withUTF8 { bytes -> Key? in
                     guard let base = bytes.baseAddress else { return nil }
                     return Key.named(UnsafeRawPointer(base), count: bytes.count)
                 }
-                if key == nil { noteOther(decoded) }
+                if key == nil { noteOther(name) }
             }
             skipWhitespace()
             guard position < end, byte(position) == UInt8(ascii: ":") else { return false }
             position += 1
             skipWhitespace()
-            guard let value = value(for: key) else { return false }
             if let key {
+                // A field given twice refuses the request: its second value is only checked.
                 let bit = UInt32(1) << key.rawValue
                 if seen & bit != 0 {
-                    if repeated == nil { repeated = key.name }
+                    noteRepeated(key.name)
                     if key == .id { idTwice = true }
+                    guard skipValue(depth: 1) else { return false }
                 } else {
                     seen |= bit
+                    guard let value = value(for: key) else { return false }
+                    slots[key.rawValue] = value
                 }
-                fields[key] = value
+            } else {
+                guard skipValue(depth: 1) else { return false }
             }
             skipWhitespace()
             guard position < end else { return false }
@@ -547,10 +318,11 @@ private struct Scanner {
     }
 
     mutating func noteOther(_ name: String) {
-        if otherKeys.contains(name) {
-            if repeated == nil { repeated = name }
+        let rare = more
+        if rare.otherKeys.contains(name) {
+            noteRepeated(name)
         } else {
-            otherKeys.append(name)
+            rare.otherKeys.append(name)
         }
     }
 
@@ -570,80 +342,88 @@ private struct Scanner {
         return nil
     }
 
-    /// A member's value, decoded as far as the field `key` needs it.
-    mutating func value(for key: Key?) -> Value? {
+    /// The value of a field the commands read, with what they need of it kept.
+    mutating func value(for key: Key) -> Slot? {
         guard position < end else { return nil }
-        let first = byte(position)
-        switch first {
-        case UInt8(ascii: "\""):
-            // The id, the command and the path need no string when they are plain; the others do.
-            let decode: Bool
-            switch key {
-            case .id?, .cmd?, .doc?, .json?, .target?, nil: decode = false
-            default: decode = true
+        let start = position
+        let kind: Slot.Kind
+        switch byte(position) {
+        case UInt8(ascii: "\"") where key == .cmd:
+            // The plain edits' names, compared as they are.
+            if end - position >= 5, memcmp(position, Self.setName.utf8Start, 5) == 0 {
+                plainCommand = .set
+            } else if end - position >= 8, memcmp(position, Self.appendName.utf8Start, 8) == 0 {
+                plainCommand = .append
+            } else {
+                return string(keep: true)
             }
-            return string(decode: decode)
+            position = start + (plainCommand == .set ? 5 : 8)
+            return Slot(start: start, count: position - start, kind: .string)
+        case UInt8(ascii: "\""): return string(keep: true)
         case UInt8(ascii: "["):
             if key == .docs || key == .events { return stringArray() }
-            let start = position
             guard skipValue(depth: 1) else { return nil }
-            return .composite(UnsafeRawBufferPointer(start: start, count: position - start))
+            kind = .composite
         case UInt8(ascii: "{"):
-            let start = position
             guard skipValue(depth: 1) else { return nil }
-            return .composite(UnsafeRawBufferPointer(start: start, count: position - start))
+            kind = .composite
         case UInt8(ascii: "t"):
             guard word("true") else { return nil }
-            return .bool(true)
+            kind = .true
         case UInt8(ascii: "f"):
             guard word("false") else { return nil }
-            return .bool(false)
+            kind = .false
         case UInt8(ascii: "n"):
             guard word("null") else { return nil }
-            return .null
+            kind = .null
         default:
-            let start = position
             guard number() else { return nil }
-            return .number(UnsafeRawBufferPointer(start: start, count: position - start))
+            kind = .number
         }
+        return Slot(start: start, count: position - start, kind: kind)
     }
 
-    /// An array of strings, or (with any other element) the array's text.
-    mutating func stringArray() -> Value? {
+    /// An array of strings, or (with any other element) an array.
+    mutating func stringArray() -> Slot? {
         let start = position
         position += 1
         var strings: [String]? = []
         skipWhitespace()
         if position < end, byte(position) == UInt8(ascii: "]") {
             position += 1
-            return .strings([], UnsafeRawBufferPointer(start: start, count: position - start))
-        }
-        while true {
-            skipWhitespace()
-            guard position < end else { return nil }
-            if byte(position) == UInt8(ascii: "\"") {
-                guard let element = string(decode: true) else { return nil }
-                strings?.append(Fields.text(element)!)
-            } else {
-                guard skipValue(depth: 2) else { return nil }
-                strings = nil
+        } else {
+            while true {
+                skipWhitespace()
+                guard position < end else { return nil }
+                if byte(position) == UInt8(ascii: "\"") {
+                    guard let element = string(keep: true) else { return nil }
+                    let value = text(element)
+                    if element.decoded >= 0 { dropKept() }
+                    strings?.append(value)
+                } else {
+                    guard skipValue(depth: 2) else { return nil }
+                    strings = nil
+                }
+                skipWhitespace()
+                guard position < end else { return nil }
+                let next = byte(position)
+                position += 1
+                if next == UInt8(ascii: ",") { continue }
+                guard next == UInt8(ascii: "]") else { return nil }
+                break
             }
-            skipWhitespace()
-            guard position < end else { return nil }
-            let next = byte(position)
-            position += 1
-            if next == UInt8(ascii: ",") { continue }
-            guard next == UInt8(ascii: "]") else { return nil }
-            let token = UnsafeRawBufferPointer(start: start, count: position - start)
-            return strings.map { .strings($0, token) } ?? .composite(token)
         }
+        guard let strings else { return Slot(start: start, count: position - start, kind: .composite) }
+        let rare = more
+        rare.arrays.append(strings)
+        return Slot(start: start, count: position - start, kind: .strings, kept: rare.arrays.count)
     }
 
     /// Checks any value, nested `depth` levels deep in the line's value, and moves past it.
     mutating func skipValue(depth: Int) -> Bool {
         guard position < end else { return false }
         switch byte(position) {
-        case UInt8(ascii: "\""): return string(decode: false) != nil
+        case UInt8(ascii: "\""): return string(keep: false) != nil
         case UInt8(ascii: "t"): return word("true")
         case UInt8(ascii: "f"): return word("false")
         case UInt8(ascii: "n"): return word("null")
@@ -661,7 +441,7 @@ private struct Scanner {
             while true {
                 skipWhitespace()
                 if isObject {
-                    guard position < end, byte(position) == UInt8(ascii: "\""), string(decode: false) != nil else {
+                    guard position < end, byte(position) == UInt8(ascii: "\""), string(keep: false) != nil else {
                         return false
                     }
                     skipWhitespace()
@@ -716,13 +496,12 @@ private struct Scanner {
         return true
     }
 
-    /// A string at `position`: checked (no raw control characters, known escapes,
-    /// surrogates in pairs, UTF-8), with its value made when it has escapes, is not
-    /// ASCII, or `decode` asks for it.
-    mutating func string(decode: Bool) -> Value? {
+    /// A string at `position`, checked: no raw control characters, known escapes,
+    /// surrogates in pairs, UTF-8. With `keep`, the value of one that is not its bytes as
+    /// they are (escapes, or not ASCII) is kept in ``decoded``.
+    mutating func string(keep: Bool) -> Slot? {
         let open = position
         position += 1
-        let start = position
         var ascii = true
         while position < end {
             // Eight bytes at a time while none of them ends the plain run: no quote, no
@@ -741,17 +520,17 @@ private struct Scanner {
             guard position < end else { break }
             let byte = byte(position)
             if byte == UInt8(ascii: "\"") {
-                let run = UnsafeRawBufferPointer(start: start, count: position - start)
                 position += 1
-                let token = UnsafeRawBufferPointer(start: open, count: position - open)
-                if ascii {
-                    return .string(
-                        token: token, decoded: decode ? String(decoding: run, as: UTF8.self) : nil, escaped: false)
+                var slot = Slot(start: open, count: position - open, kind: .string)
+                if !ascii {
+                    guard let text = String(validating: slot.inside, as: UTF8.self) else { return nil }
+                    if keep {
+                        slot.kept = keepValue(text)
+                    }
                 }
-                guard let text = String(validating: run, as: UTF8.self) else { return nil }
-                return .string(token: token, decoded: text, escaped: false)
+                return slot
             }
-            if byte == UInt8(ascii: "\\") { return escapedString(open: open, from: start) }
+            if byte == UInt8(ascii: "\\") { return escapedString(open: open, keep: keep) }
             if byte < 0x20 { return nil }
             if byte >= 0x80 { ascii = false }
             position += 1
@@ -759,30 +538,33 @@ private struct Scanner {
         return nil
     }
 
-    /// The rest of a string that has escapes, from its first byte at `start`.
-    mutating func escapedString(open: UnsafeRawPointer, from start: UnsafeRawPointer) -> Value? {
-        var decoded: [UInt8] = []
-        decoded.reserveCapacity(position - start + 64)
-        decoded.append(contentsOf: UnsafeRawBufferPointer(start: start, count: position - start))
+    /// The rest of a string that has escapes, from the backslash at `position`.
+    mutating func escapedString(open: UnsafeRawPointer, keep: Bool) -> Slot? {
+        var bytes: [UInt8] = []
+        bytes.reserveCapacity(position - open + 64)
+        bytes.append(contentsOf: UnsafeRawBufferPointer(start: open + 1, count: position - open - 1))
         while position < end {
             let byte = byte(position)
             position += 1
             switch byte {
             case UInt8(ascii: "\""):
-                guard let text = String(validating: decoded, as: UTF8.self) else { return nil }
-                return .string(
-                    token: UnsafeRawBufferPointer(start: open, count: position - open), decoded: text, escaped: true)
+                guard let text = String(validating: bytes, as: UTF8.self) else { return nil }
+                var slot = Slot(start: open, count: position - open, kind: .string, escaped: true)
+                if keep {
+                    slot.kept = keepValue(text)
+                }
+                return slot
             case UInt8(ascii: "\\"):
                 guard position < end else { return nil }
                 let escape = self.byte(position)
                 position += 1
                 switch escape {
-                case UInt8(ascii: "\""), UInt8(ascii: "\\"), UInt8(ascii: "/"): decoded.append(escape)
-                case UInt8(ascii: "n"): decoded.append(10)
-                case UInt8(ascii: "r"): decoded.append(13)
-                case UInt8(ascii: "t"): decoded.append(9)
-                case UInt8(ascii: "b"): decoded.append(8)
-                case UInt8(ascii: "f"): decoded.append(12)
+                case UInt8(ascii: "\""), UInt8(ascii: "\\"), UInt8(ascii: "/"): bytes.append(escape)
+                case UInt8(ascii: "n"): bytes.append(10)
+                case UInt8(ascii: "r"): bytes.append(13)
+                case UInt8(ascii: "t"): bytes.append(9)
+                case UInt8(ascii: "b"): bytes.append(8)
+                case UInt8(ascii: "f"): bytes.append(12)
                 case UInt8(ascii: "u"):
                     guard var code = hex4() else { return nil }
                     if (0xD800...0xDBFF).contains(code) {
@@ -796,13 +578,13 @@ private struct Scanner {
                         return nil
                     }
                     guard let scalar = Unicode.Scalar(code) else { return nil }
-                    decoded.append(contentsOf: UTF8.encode(scalar)!)
+                    bytes.append(contentsOf: UTF8.encode(scalar)!)
                 default: return nil
                 }
             case 0..<0x20:
                 return nil
             default:
-                decoded.append(byte)
+                bytes.append(byte)
             }
         }
         return nil
@@ -833,6 +615,210 @@ private struct Scanner {
             case 0x20, 0x09, 0x0A, 0x0D: position += 1
             default: return
             }
+        }
+    }
+
+    // MARK: Reading fields as the commands read them (as the reference does)
+
+    /// A string's value (kept, or its bytes as they are).
+    @inline(__always)
+    func text(_ slot: Slot) -> String {
+        slot.decoded >= 0 ? rare!.decoded[slot.decoded] : String(decoding: slot.inside, as: UTF8.self)
+    }
+
+    @inline(__always)
+    func string(_ key: Key) -> Checked<String> {
+        let slot = slots[key.rawValue]
+        switch slot.kind {
+        case .string: return .success(text(slot))
+        case .absent: return .failure(FieldError(.missing, key))
+        default: return .failure(FieldError(.notString, key))
+        }
+    }
+
+    @inline(__always)
+    func optionalString(_ key: Key) -> Checked<String?> {
+        let slot = slots[key.rawValue]
+        switch slot.kind {
+        case .string: return .success(text(slot))
+        case .absent, .null: return .success(nil)
+        default: return .failure(FieldError(.notString, key))
+        }
+    }
+
+    /// `doc` as sent, for `set` and `append`: the line's bytes, and the path when they are not it.
+    @inline(__always)
+    func document() -> Checked<DocumentName> {
+        let slot = slots[Key.doc.rawValue]
+        guard slot.kind == .string else { return string(.doc).map { _ in DocumentName("") } }
+        if slot.escaped { return .success(DocumentName(rare!.decoded[slot.decoded])) }
+        return .success(DocumentName(LineBytes(borrowing: slot.inside)))
+    }
+
+    func integer(_ key: Key) -> Checked<Int> {
+        let slot = slots[key.rawValue]
+        if slot.kind == .absent { return .failure(FieldError(.missing, key)) }
+        guard slot.kind == .number, let int = Self.integer(slot.token) else {
+            return .failure(FieldError(.notWholeNumber, key))
+        }
+        return .success(int)
+    }
+
+    /// A number's value when it is whole (``JSONValue/intValue``'s rule).
+    static func integer(_ token: UnsafeRawBufferPointer) -> Int? {
+        let negative = token[0] == UInt8(ascii: "-")
+        let digits = negative ? token.count - 1 : token.count
+        if digits <= 18, !token.contains(where: { $0 == UInt8(ascii: ".") || $0 | 0x20 == UInt8(ascii: "e") }) {
+            var value = 0
+            for byte in token where byte != UInt8(ascii: "-") { value = value * 10 + Int(byte - UInt8(ascii: "0")) }
+            return negative ? -value : value
+        }
+        let text = String(decoding: token, as: UTF8.self)
+        return Int(text) ?? Double(text).flatMap { $0 == $0.rounded() ? Int(exactly: $0) : nil }
+    }
+
+    @inline(__always)
+    func flag(_ key: Key) -> Checked<Bool> {
+        switch slots[key.rawValue].kind {
+        case .absent, .null, .false: .success(false)
+        case .true: .success(true)
+        default: .failure(FieldError(.notTrueOrFalse, key))
+        }
+    }
+
+    func strings(_ key: Key) -> Checked<[String]?> {
+        let slot = slots[key.rawValue]
+        switch slot.kind {
+        case .absent, .null: return .success(nil)
+        case .strings: return .success(rare!.arrays[slot.decoded])
+        default: return .failure(FieldError(.notStrings, key))
+        }
+    }
+
+    /// Bytes given as `text` (UTF-8) or `base64`.
+    func bytes() -> Checked<Data> {
+        switch optionalString(.text) {
+        case .failure(let error): return .failure(error)
+        case .success(let text?): return .success(Data(text.utf8))
+        case .success(nil): break
+        }
+        switch optionalString(.base64) {
+        case .failure(let error): return .failure(error)
+        case .success(let encoded?):
+            guard let data = Data(base64Encoded: encoded) else {
+                return .failure(FieldError(.invalidBase64, .base64))
+            }
+            return .success(data)
+        case .success(nil): return .failure(FieldError(.noContents, .text))
+        }
+    }
+
+    /// What `set` puts in the document: `json`, else `text`, else the bytes.
+    @inline(__always)
+    func contents() -> Checked<ControlRequest.Contents> {
+        if slots[Key.json.rawValue].kind != .absent, let value = parsed(.json) { return .success(.json(value)) }
+        switch optionalString(.text) {
+        case .failure(let error): return .failure(error)
+        case .success(let text?): return .success(.text(text))
+        case .success(nil): return bytes().map(ControlRequest.Contents.data)
+        }
+    }
+
+    /// A field's value as the general parser reads it.
+    func parsed(_ key: Key) -> JSONValue? {
+        let slot = slots[key.rawValue]
+        switch slot.kind {
+        case .absent: return nil
+        case .null: return .null
+        case .true: return .bool(true)
+        case .false: return .bool(false)
+        case .number: return .number(String(decoding: slot.token, as: UTF8.self))
+        case .string: return .string(text(slot))
+        case .strings, .composite: return try? JSONValue(parsing: Array(slot.token))
+        }
+    }
+
+    /// A field's JSON text as ``JSONValue`` serialises it (compact): the bytes as sent for
+    /// a scalar without escapes (they are the same), else written again.
+    @inline(__always)
+    func canonical(_ key: Key) -> LineBytes? {
+        let slot = slots[key.rawValue]
+        switch slot.kind {
+        case .absent: return nil
+        case .null, .true, .false, .number: return LineBytes(borrowing: slot.token)
+        case .string where !slot.escaped: return LineBytes(borrowing: slot.token)
+        case .string, .strings, .composite: return parsed(key).map { LineBytes($0.serializedBytes()) }
+        }
+    }
+
+    @inline(__always)
+    func request() -> DecodedLine {
+        let id = canonical(.id)
+        let cmd = slots[Key.cmd.rawValue]
+        guard cmd.kind == .string else { return .refused(id: id, message: "the request has no \"cmd\" string") }
+        let name: CommandName?
+        if let plainCommand {
+            name = plainCommand
+        } else if cmd.escaped {
+            var text = text(cmd)
+            name = text.withUTF8 { CommandName.named(UnsafeRawBufferPointer($0)) }
+        } else {
+            name = CommandName.named(cmd.inside)
+        }
+        // Each command's request made where its fields are read, and moved out (a local
+        // command copied into the request costs a copy and a destroy of it).
+        @inline(__always) func made(_ command: consuming ControlRequest.Command) -> DecodedLine {
+            .request(ControlRequest(id: id, durable: flag(.durable), command: command))
+        }
+        switch name {
+        case .set: return made(.set(document(), contents()))
+        case .append: return made(.append(document(), string(.text)))
+        case .status: return made(.status)
+        case .list: return made(.list)
+        case .metrics: return made(.metrics)
+        case .sync: return made(.sync)
+        case .reload: return made(.reload)
+        case .open: return made(.open(string(.doc)))
+        case .create: return made(.create(string(.doc)))
+        case .revert: return made(.revert(string(.doc)))
+        case .close: return made(.close(string(.doc)))
+        case .get:
+            let query: Checked<ControlRequest.Query>
+            switch (optionalString(.pointer), optionalString(.member), flag(.members)) {
+            case (.failure(let error), _, _): query = .failure(error)
+            case (.success(let pointer?), _, _): query = .success(.pointer(pointer))
+            case (_, .failure(let error), _): query = .failure(error)
+            case (_, .success(let member?), _): query = .success(.member(member))
+            case (_, _, .failure(let error)): query = .failure(error)
+            case (_, _, .success(let members)): query = .success(members ? .members : .contents)
+            }
+            return made(.get(string(.doc), query))
+        case .replace:
+            return made(.replace(string(.doc), offset: integer(.offset), length: integer(.length), text: string(.text)))
+        case .patch:
+            let patch: Checked<String> =
+                parsed(.patch).map { .success($0.stringValue ?? $0.serialized()) }
+                ?? .failure(FieldError(.missing, .patch))
+            return made(.patch(string(.doc), patch))
+        case .putMember: return made(.putMember(string(.doc), member: string(.member), bytes()))
+        case .removeMember: return made(.removeMember(string(.doc), member: string(.member)))
+        case .save: return made(.save(string(.doc), wait: flag(.wait)))
+        case .saveAll: return made(.saveAll(wait: flag(.wait)))
+        case .export:
+            let docs: Checked<[String]>
+            switch strings(.docs) {
+            case .failure(let error): docs = .failure(error)
+            case .success(let paths?) where !paths.isEmpty: docs = .success(paths)
+            case .success: docs = .failure(FieldError(.noDocuments, .docs))
+            }
+            return made(.export(docs: docs, to: string(.to), type: optionalString(.type)))
+        case .cancel:
+            let target: Checked<[UInt8]> =
+                canonical(.target).map { .success($0.array) }
+                ?? .failure(FieldError(.missingTarget, .target))
+            return made(.cancel(target: target))
+        case .subscribe: return made(.subscribe(docs: strings(.docs), events: strings(.events)))
+        case nil: return made(.unknown(text(cmd)))
         }
     }
 }

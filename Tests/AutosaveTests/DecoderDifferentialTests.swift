@@ -13,37 +13,49 @@ struct DecoderDifferentialTests {
     /// Whether the decoder and the reference agree on `line`; a description of the difference otherwise.
     static func disagreement(_ line: [UInt8]) -> String? {
         let reference = ControlRequest.reference(line)
-        let scanned = line.withUnsafeBytes { RequestDecoder.scan($0) }
         let shown = String(reflecting: String(decoding: line, as: UTF8.self))
-        if case .refused(nil, let message) = reference, message.hasPrefix("the request is not JSON: ") {
-            guard scanned == .notJSON else { return "the parser refuses \(shown), the decoder reads \(scanned)" }
-        } else {
-            guard case .decoded(let decoded) = scanned else {
-                return "the decoder refuses \(shown), the parser reads \(reference)"
-            }
-            // Exactly: strings scalar for scalar (== on strings is canonical equivalence),
-            // JSON values member by member and numbers by their text (their == is looser).
-            if decoded != reference
-                || !String(reflecting: decoded).utf8.elementsEqual(String(reflecting: reference).utf8)
-            {
-                return "on \(shown): decoder \(decoded), reference \(reference)"
-            }
-            // A path kept as the line's bytes is the path's UTF-8 as it is.
-            if case .request(let request) = decoded {
-                switch request.command {
-                case .set(.success(let document), _), .append(.success(let document), _):
-                    if document.decoded == nil, !document.raw.array.elementsEqual(document.path.utf8) {
-                        return "on \(shown): the document's bytes are not its path"
+        // The decoder's requests hold slices of the line: looked at while it is borrowed.
+        return line.withUnsafeBytes { bytes -> String? in
+            let scanned = RequestDecoder.scan(bytes)
+            if case .refused(nil, let message) = reference, message.hasPrefix("the request is not JSON: ") {
+                guard scanned == .notJSON else { return "the parser refuses \(shown), the decoder reads \(scanned)" }
+            } else {
+                guard case .decoded(let decoded) = scanned else {
+                    return "the decoder refuses \(shown), the parser reads \(reference)"
+                }
+                // Exactly: strings scalar for scalar (== on strings is canonical equivalence),
+                // JSON values member by member and numbers by their text (their == is looser).
+                if decoded != reference || !exact(decoded, reference) {
+                    return "on \(shown): decoder \(decoded), reference \(reference)"
+                }
+                if case .request(let request) = decoded {
+                    switch request.command {
+                    case .set(.success(let document), _), .append(.success(let document), _):
+                        // The path's UTF-8: a slice of the line, or decoded.
+                        if !document.bytes.array.elementsEqual(document.path.utf8) {
+                            return "on \(shown): the document's bytes are not its path"
+                        }
+                        let inLine = document.bytes.withBytes { slice in
+                            slice.baseAddress.map { $0 >= bytes.baseAddress! && $0 < bytes.baseAddress! + bytes.count }
+                                ?? true
+                        }
+                        if document.bytes.isSlice, !inLine {
+                            return "on \(shown): the document's slice is not in the line"
+                        }
+                    default: break
                     }
-                default: break
                 }
             }
+            let decoded = RequestDecoder.decode(bytes)
+            if decoded != reference || !exact(decoded, reference) || !exact(decoded.owned(), reference) {
+                return "decode(_:) differs from the reference on \(shown)"
+            }
+            return nil
         }
-        let decoded = line.withUnsafeBytes { RequestDecoder.decode($0).owned() }
-        if decoded != reference || !String(reflecting: decoded).utf8.elementsEqual(String(reflecting: reference).utf8) {
-            return "decode(_:) differs from the reference on \(shown)"
-        }
-        return nil
+    }
+
+    static func exact(_ a: DecodedLine, _ b: DecodedLine) -> Bool {
+        String(reflecting: a).utf8.elementsEqual(String(reflecting: b).utf8)
     }
 
     static func check(_ lines: [String], problems: inout [String]) {

@@ -19,6 +19,18 @@ struct FastPathTests {
         }
     }
 
+    /// Whether the id and the document of the request on `line` are slices of the line.
+    static func slices(_ line: String) -> (id: Bool, document: Bool)? {
+        Array(line.utf8).withUnsafeBytes { bytes in
+            guard case .request(let request) = RequestDecoder.decode(bytes) else { return nil }
+            switch request.command {
+            case .set(.success(let document), _), .append(.success(let document), _):
+                return (request.id?.isSlice ?? true, document.bytes.isSlice)
+            default: return nil
+            }
+        }
+    }
+
     @Test("Plain set and append requests keep their id and path as the line's bytes; escaped ones are decoded")
     func plainForms() throws {
         let plain = [
@@ -38,10 +50,12 @@ struct FastPathTests {
             switch request.command {
             case .set(.success(let document), .success(.text(let value))),
                 .append(.success(let document), .success(let value)):
-                #expect(document.decoded == nil && document.path == path && value == text, "\(line)")
+                #expect(document.path == path && value == text, "\(line)")
             default:
                 Issue.record("not a plain edit: \(line)")
             }
+            let kept = Self.slices(line)
+            #expect(kept?.id == true && kept?.document == true, "no copy of the id or the path: \(line)")
         }
         // Escapes in the path or the id: decoded, and the id echoed as the serialiser writes it.
         let escaped = try #require(Self.decode(#"{"id":"a\/b\u0041","cmd":"set","doc":"x\/y.txt","text":""}"#))
@@ -50,7 +64,9 @@ struct FastPathTests {
             Issue.record("not a set")
             return
         }
-        #expect(document.decoded == "x/y.txt" && document.raw.array == Array(#"x\/y.txt"#.utf8))
+        #expect(document.bytes.array == Array("x/y.txt".utf8))
+        let kept = Self.slices(#"{"id":"a\/b\u0041","cmd":"set","doc":"x\/y.txt","text":""}"#)
+        #expect(kept?.id == false && kept?.document == false, "decoded, not slices")
     }
 
     @Test("Error replies have the bytes of the value the general serialiser writes, for ids of every kind")
