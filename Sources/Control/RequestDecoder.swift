@@ -765,10 +765,10 @@ private struct Scanner {
         } else {
             name = CommandName.named(cmd.inside)
         }
-        // Each command's request made where its fields are read, and moved out (a local
-        // command copied into the request costs a copy and a destroy of it).
+        // Each command's request made where its fields are read, its parts moved in.
+        let durable = flag(.durable)
         @inline(__always) func made(_ command: consuming ControlRequest.Command) -> DecodedLine {
-            .request(ControlRequest(id: id, durable: flag(.durable), command: command))
+            .request(ControlRequest(id: id, durable: durable, command: command))
         }
         switch name {
         case .set: return made(.set(document(), contents()))

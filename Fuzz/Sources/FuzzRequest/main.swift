@@ -10,8 +10,18 @@ import FuzzSupport
 /// Tests/AutosaveTests/DecoderDifferentialTests.swift.)
 func exact(_ value: some Any) -> [UInt8] { Array(String(reflecting: value).utf8) }
 
+/// Whether `==` may not be enough to tell two readings of `line` apart: strings that are
+/// not ASCII (raw, or by an escape: == on strings is canonical equivalence), or a `json`
+/// value (numbers compared by value, members in any order). Only then are their
+/// descriptions compared, which is slow.
+func needsExact(_ line: [UInt8]) -> Bool {
+    line.contains { $0 >= 0x80 || $0 == UInt8(ascii: "\\") }
+        || line.withUnsafeBytes { bytes in bytes.firstRange(of: "json".utf8) != nil }
+}
+
 func fuzzRequest(_ line: [UInt8]) {
     let reference = ControlRequest.reference(line)
+    let strict = needsExact(line)
     // The decoder's requests hold slices of the line: looked at while it is borrowed.
     line.withUnsafeBytes { bytes in
         let scanned = RequestDecoder.scan(bytes)
@@ -22,7 +32,7 @@ func fuzzRequest(_ line: [UInt8]) {
                 fail("the decoder refuses \(show(line)), the parser reads \(reference)")
             }
             check(
-                decoded == reference && exact(decoded) == exact(reference),
+                decoded == reference && (!strict || exact(decoded) == exact(reference)),
                 "on \(show(line)): decoder \(decoded), reference \(reference)")
             if case .request(let request) = decoded {
                 switch request.command {
@@ -37,7 +47,7 @@ func fuzzRequest(_ line: [UInt8]) {
         }
         let decoded = RequestDecoder.decode(bytes)
         check(
-            decoded == reference && exact(decoded) == exact(reference) && exact(decoded.owned()) == exact(reference),
+            decoded == reference && (!strict || exact(decoded.owned()) == exact(reference)),
             "decode(_:) differs from the reference on \(show(line))")
     }
 }
