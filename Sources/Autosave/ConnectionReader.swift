@@ -22,7 +22,7 @@ final class ConnectionReader: ReadinessHandler, @unchecked Sendable {
     }
 
     enum Pending {
-        case request(JSONValue)
+        case request(ControlRequest)
         case line([UInt8])
         case tooLarge(Int)
     }
@@ -172,10 +172,7 @@ final class ConnectionReader: ReadinessHandler, @unchecked Sendable {
     }
 
     private func tooLarge(_ size: Int) {
-        connection.send(
-            ControlProtocol.errorReply(
-                id: nil, code: .tooLarge,
-                message: "the request line has \(size) bytes or more; the limit is \(maxRequestSize) (MaxRequestSize=)"
-            ))
+        connection.sendError(
+            .tooLarge, "the request line has \(size) bytes or more; the limit is \(maxRequestSize) (MaxRequestSize=)")
     }
 }

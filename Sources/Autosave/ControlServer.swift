@@ -183,12 +183,14 @@ public final class ControlServer: Sendable {
                     }
                     if connections.wrappingAdd(1, ordering: .relaxed).newValue > configuration.maxConnections {
                         connections.wrappingSubtract(1, ordering: .relaxed)
-                        let reply = ControlProtocol.errorReply(
+                        var writer = JSONWriter()
+                        ControlSession.writeError(
                             id: nil, code: .tooManyConnections,
                             message:
-                                "the daemon already serves \(configuration.maxConnections) connections (MaxConnections=)"
-                        )
-                        let line = Array((reply.serialized(pretty: false) + "\n").utf8)
+                                "the daemon already serves \(configuration.maxConnections) connections (MaxConnections=)",
+                            into: &writer)
+                        writer.endLine()
+                        let line = writer.bytes
                         _ = line.withUnsafeBytes { try? client.send($0) }
                         try? client.close()
                         continue
@@ -291,10 +293,8 @@ public final class ControlServer: Sendable {
         guard let peer, allowed(peer) else {
             let who = peer.map { "uid \($0.userID), gid \($0.groupID)" } ?? "an unknown peer"
             log.warning("refused a control connection from \(who)", ["peer_uid": peer.map { "\($0.userID)" } ?? ""])
-            connection.send(
-                ControlProtocol.errorReply(
-                    id: nil, code: .forbidden,
-                    message: "\(who) may not use this daemon; allow it with [Control] AllowUsers= or AllowGroups="))
+            connection.sendError(
+                .forbidden, "\(who) may not use this daemon; allow it with [Control] AllowUsers= or AllowGroups=")
             await connection.finish()
             try? fd.shutdownWriting()
             // Closing with the client's request unread could discard the error before the

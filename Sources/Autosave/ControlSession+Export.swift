@@ -52,13 +52,13 @@ extension ControlSession {
     /// then all renamed into place; cancelled (by `cancel` or the client leaving) before
     /// that, nothing is left behind.
     @MainActor
-    func export(_ request: JSONValue, id: JSONValue?) async throws -> [(key: String, value: JSONValue)] {
-        guard let paths = try strings(request, "docs"), !paths.isEmpty else {
-            throw RequestError(.badRequest, "field \"docs\" must be a non-empty array of document paths")
-        }
+    func export(
+        docs: Checked<[String]>, to: Checked<String>, type: Checked<String?>, id: LineBytes?
+    ) async throws -> [String] {
+        let paths = try docs.get()
         for path in paths { try server.checkBeneathRoot(path) }
-        let (destination, confinement) = try exportDestination(try string(request, "to"))
-        let requestedType = try optionalString(request, "type").map { identifier -> UTType in
+        let (destination, confinement) = try exportDestination(try to.get())
+        let requestedType = try type.get().map { identifier -> UTType in
             guard let type = UTType(identifier) else {
                 throw RequestError(.badRequest, "unknown content type \"\(identifier)\"")
             }
@@ -100,10 +100,9 @@ extension ControlSession {
             } catch let error as DocumentExportError {
                 throw RequestError(.badRequest, "exporting \(paths[index]) failed: \(error)")
             }
-            connection.send([
-                "event": "export-progress", "id": id ?? .null, "phase": "writing", "completed": JSONValue(index + 1),
-                "total": JSONValue(total),
-            ])
+            connection.send {
+                Self.writeProgress(id: id, phase: "writing", completed: index + 1, total: total, into: &$0)
+            }
         }
         try Task.checkCancellation()
         var urls: [URL] = []
@@ -112,13 +111,30 @@ extension ControlSession {
                 throw RequestError(.ioError, "putting \(paths[index]) in place failed: \(error)")
             }
             urls += export.urls
-            connection.send([
-                "event": "export-progress", "id": id ?? .null, "phase": "committing", "completed": JSONValue(index + 1),
-                "total": JSONValue(total),
-            ])
+            connection.send {
+                Self.writeProgress(id: id, phase: "committing", completed: index + 1, total: total, into: &$0)
+            }
         }
         prepared = []
-        return [("paths", .array(urls.map { .string($0.path) }))]
+        return urls.map(\.path)
+    }
+
+    /// `{"event": "export-progress", "id": …, "phase": …, "completed": …, "total": …}`.
+    static func writeProgress(
+        id: LineBytes?, phase: StaticString, completed: Int, total: Int, into writer: inout JSONWriter
+    ) {
+        writer.beginObject()
+        writer.key("event")
+        writer.string("export-progress")
+        writer.key("id")
+        if let id { id.withBytes { writer.json($0) } } else { writer.null() }
+        writer.key("phase")
+        writer.string(phase.description)
+        writer.key("completed")
+        writer.integer(completed)
+        writer.key("total")
+        writer.integer(total)
+        writer.endObject()
     }
 
     @MainActor

@@ -52,63 +52,29 @@ final class ControlSession: Sendable {
         await events?.value
     }
 
-    /// The request on `line`, or `nil` after answering a line that is not a JSON object.
-    private func parse(_ line: [UInt8]) -> JSONValue? {
-        let request: JSONValue
-        do { request = try JSONValue(parsing: line) } catch {
-            connection.send(
-                ControlProtocol.errorReply(id: nil, code: .badRequest, message: "the request is not JSON: \(error)"))
-            return nil
-        }
-        guard case .object(let members) = request else {
-            connection.send(
-                ControlProtocol.errorReply(id: nil, code: .badRequest, message: "a request must be a JSON object"))
-            return nil
-        }
-        // A field given twice is ambiguous (JSON parsers disagree on which one counts).
-        if members.count > 1 {
-            var seen = Set<String>()
-            for member in members where !seen.insert(member.key).inserted {
-                let id = members.filter { $0.key == "id" }.count == 1 ? request["id"] : nil
-                connection.send(
-                    ControlProtocol.errorReply(
-                        id: id, code: .badRequest, message: "field \"\(member.key)\" is given more than once"))
-                return nil
-            }
-        }
-        return request
-    }
-
-    /// The commands answered without waiting for anything: edits, opening, reading, listing.
-    static let immediateCommands: Set<String> = [
-        "set", "append", "replace", "patch", "put-member", "remove-member", "open", "create", "revert", "list", "get",
-    ]
-
     /// Answers the request on `line` at once, on the store's thread, when its command
-    /// needs no waiting (``immediateCommands``); otherwise returns the parsed request,
-    /// to be handled by ``handle(_:store:)``.
+    /// needs no waiting (``ControlRequest/isImmediate``), and a line refused before its
+    /// command; otherwise returns the request (its own copy, independent of `line`), to
+    /// be handled by ``handle(_:store:)-(ControlRequest,_)``.
     func handleNow(
         _ line: UnsafeRawBufferPointer, memo: inout EditMemo, store: isolated DocumentStore
-    ) -> JSONValue? {
-        // The most frequent requests, read without a value tree: in place when their id
-        // and path are plain, else with strings made for them.
-        if let edit = EditRequest.scanRaw(line) {
-            applyEdit(edit, memo: &memo, store: store)
+    ) -> ControlRequest? {
+        switch RequestDecoder.decode(line) {
+        case .refused(let id, let message):
+            connection.send { Self.writeError(id: id, code: .badRequest, message: message, into: &$0) }
+            return nil
+        case .request(let request):
+            guard request.isImmediate else { return request.owned() }
+            answerNow(request, memo: &memo, store: store)
             return nil
         }
-        guard let request = parse(Array(line)) else { return nil }
-        guard let command = request["cmd"]?.stringValue, Self.immediateCommands.contains(command) else {
-            return request
-        }
-        answerNow(command, request, store: store)
-        return nil
     }
 
-    /// What a connection keeps of the document its last plain edit named, so that the
-    /// next edit of the same document — the usual case — needs no new path string, no
-    /// check of it, and no new reply prefix. Kept by ``ConnectionReader``.
+    /// What a connection keeps of the document its last edit named, so that the next
+    /// edit of the same document — the usual case — needs no new path string, no check
+    /// of it, and no new reply prefix. Kept by ``ConnectionReader``.
     struct EditMemo {
-        /// The `doc` of the request as sent.
+        /// The path of the last document, as ``DocumentName`` gives it.
         var document: [UInt8] = []
         /// `document` once checked (``DocumentPath/validate(_:)``).
         var path = ""
@@ -121,11 +87,14 @@ final class ControlSession: Sendable {
         var timestamps = EditReply.TimestampCache()
     }
 
-    private func applyEdit(_ edit: consuming EditRequest.Raw, memo: inout EditMemo, store: isolated DocumentStore) {
-        // Taken apart first: the text moves into the edit without a copy of the request.
-        let (command, id, document, text) = (edit.command, edit.id, edit.document, edit.text)
-        if !memo.document.withUnsafeBytes({ $0.elementsEqual(document) }) {
-            let raw = edit.documentPath
+    /// `set` and `append`: the document looked up through the memo, the reply written by ``EditReply``.
+    private func applyEdit(
+        id: LineBytes?, document: DocumentName, _ edit: (_ isJSON: Bool) -> DocumentEdit, create: Bool,
+        memo: inout EditMemo, store: isolated DocumentStore
+    ) {
+        let matches = document.bytes.withBytes { raw in memo.document.withUnsafeBytes { $0.elementsEqual(raw) } }
+        if !matches {
+            let raw = document.path
             let path: String
             if store.isOpen(raw) {
                 // A path the store holds a document at was checked when it was opened.
@@ -134,88 +103,110 @@ final class ControlSession: Sendable {
                 do {
                     path = try DocumentPath.validate(raw)
                 } catch {
-                    connection.send(Self.failure(EditRequest.Raw.idValue(id), error))
+                    sendFailure(id, error)
                     return
                 }
             }
             // The memo's buffers are reused: another document costs no allocation here.
             memo.document.removeAll(keepingCapacity: true)
-            memo.document.append(contentsOf: document)
+            document.bytes.withBytes { memo.document.append(contentsOf: $0) }
             memo.path = path
             memo.isJSON = Self.isJSONPath(path)
             memo.type = nil
         }
-        let documentEdit: DocumentEdit
-        switch command {
-        case .set: documentEdit = memo.isJSON ? .setJSON(text) : .setText(text)
-        case .append: documentEdit = .append(text)
-        }
         let outcome: EditOutcome
         do {
             outcome = try store.apply(
-                documentEdit, toValid: memo.path, create: command == .set, unopened: server, knownType: memo.type)
+                edit(memo.isJSON), toValid: memo.path, create: create, unopened: server, knownType: memo.type)
         } catch {
-            connection.send(Self.failure(EditRequest.Raw.idValue(id), error))
+            sendFailure(id, error)
             return
         }
-        if store.replyNeedsSync { connection.require(durable: store.lastJournalLSN) }
         if let type = outcome.contentType {
             memo.type = type
             memo.prefix = EditReply.documentPrefix(path: memo.path, type: type)
         }
+        let connection = connection
         memo.prefix.withUnsafeBytes { prefix in
-            EditReply.send(idText: id, prefix: prefix, outcome, to: connection, timestamps: &memo.timestamps)
+            if let id {
+                id.withBytes {
+                    EditReply.send(idText: $0, prefix: prefix, outcome, to: connection, timestamps: &memo.timestamps)
+                }
+            } else {
+                EditReply.send(idText: nil, prefix: prefix, outcome, to: connection, timestamps: &memo.timestamps)
+            }
         }
     }
 
     /// `"durable": true` on a request: its reply waits until the journal has synced every
     /// record written so far (its own edit's included). Returns `nil` after answering a
     /// request whose flag is bad, or that asks for durability without a journal.
-    private func durableFlag(_ request: JSONValue, store: isolated DocumentStore) -> Bool? {
+    private func durableFlag(_ request: ControlRequest, store: isolated DocumentStore) -> Bool? {
         let durable: Bool
-        do { durable = try flag(request, "durable") } catch {
-            connection.send(Self.failure(request["id"], error))
+        do { durable = try request.durable.get() } catch {
+            sendFailure(request.id, error)
             return nil
         }
         if durable, store.journal == nil {
-            connection.send(
-                Self.failure(
-                    request["id"],
-                    RequestError(
-                        .badRequest,
-                        "\"durable\": true needs the edit journal, and it is off ([Journal] Mode=off); nothing was done"
-                    )))
+            sendFailure(
+                request.id,
+                RequestError(
+                    .badRequest,
+                    "\"durable\": true needs the edit journal, and it is off ([Journal] Mode=off); nothing was done"))
             return nil
         }
         return durable
     }
 
-    /// Answers a request whose command is one of ``immediateCommands``.
-    private func answerNow(_ command: String, _ request: JSONValue, store: isolated DocumentStore) {
+    /// Answers a request whose command is immediate (``ControlRequest/isImmediate``).
+    private func answerNow(_ request: ControlRequest, memo: inout EditMemo, store: isolated DocumentStore) {
         guard let durable = durableFlag(request, store: store) else { return }
-        answerNow(command, request, store: store, replyNeedsSync: store.replyNeedsSync)
+        answerNow(request, memo: &memo, store: store, replyNeedsSync: store.replyNeedsSync)
         if durable { store.requireDurable(connection) }
     }
 
     private func answerNow(
-        _ command: String, _ request: JSONValue, store: isolated DocumentStore, replyNeedsSync: Bool
+        _ request: ControlRequest, memo: inout EditMemo, store: isolated DocumentStore, replyNeedsSync: Bool
     ) {
         defer { if replyNeedsSync { connection.require(durable: store.lastJournalLSN) } }
-        let id = request["id"]
-        switch command {
-        case "list":
-            connection.send(json: Self.listReply(id: id, store.list()))
-        case "get":
-            let reply: JSONValue
-            do { reply = Self.success(id, try get(request, store: store)) } catch { reply = Self.failure(id, error) }
-            connection.send(reply)
-        default:
-            do {
-                let info = try immediateDocumentCommand(command, request, store: store)
+        let id = request.id
+        do {
+            switch request.command {
+            case .set(let document, let contents):
+                let document = try document.get()
+                let edit: (Bool) -> DocumentEdit
+                switch try contents.get() {
+                case .json(let json):
+                    let text = json.serialized() + "\n"
+                    edit = { _ in .setJSON(text) }
+                case .text(let text): edit = { isJSON in isJSON ? .setJSON(text) : .setText(text) }
+                case .data(let data): edit = { _ in .setData(data) }
+                }
+                applyEdit(id: id, document: document, edit, create: true, memo: &memo, store: store)
+            case .append(let document, let text):
+                let document = try document.get()
+                let text = try text.get()
+                applyEdit(id: id, document: document, { _ in .append(text) }, create: false, memo: &memo, store: store)
+            case .list:
+                let documents = store.list()
+                connection.send { writer in
+                    Self.beginSuccess(id: id, into: &writer)
+                    writer.key("documents")
+                    writer.beginArray()
+                    for info in documents { Self.describe(info, into: &writer) }
+                    writer.endArray()
+                    writer.endObject()
+                }
+            case .get(let document, let query):
+                let path = try self.document(document)
+                let query = try query.get()
+                try get(id: id, path, query, store: store)
+            default:
+                let info = try immediateDocumentCommand(request.command, store: store)
                 connection.send { Self.writeDocumentReply(id: id, info, into: &$0) }
-            } catch {
-                connection.send(Self.failure(id, error))
             }
+        } catch {
+            sendFailure(id, error)
         }
     }
 
@@ -243,30 +234,37 @@ final class ControlSession: Sendable {
 
     /// Handles one request line, whatever its command.
     func handle(_ line: [UInt8], store: isolated DocumentStore) async {
-        guard let request = parse(line) else { return }
-        await handle(request, store: store)
+        let decoded = line.withUnsafeBytes { RequestDecoder.decode($0).owned() }
+        switch decoded {
+        case .refused(let id, let message):
+            connection.send { Self.writeError(id: id, code: .badRequest, message: message, into: &$0) }
+        case .request(let request):
+            await handle(request, store: store)
+        }
     }
 
-    /// Handles one parsed request (a JSON object), whatever its command.
-    func handle(_ request: JSONValue, store: isolated DocumentStore) async {
-        let id = request["id"]
-        guard let command = request["cmd"]?.stringValue else {
-            connection.send(
-                ControlProtocol.errorReply(id: id, code: .badRequest, message: "the request has no \"cmd\" string"))
+    /// Handles one decoded request, whatever its command.
+    func handle(_ request: ControlRequest, store: isolated DocumentStore) async {
+        let id = request.id
+        if request.isImmediate {
+            var memo = EditMemo()
+            answerNow(request, memo: &memo, store: store)
             return
         }
-        if Self.immediateCommands.contains(command) {
-            answerNow(command, request, store: store)
-            return
-        }
-        if command == "export" {
-            let key = id.map { $0.serialized(pretty: false) } ?? UUID().uuidString
+        if case .export(let docs, let to, let type) = request.command {
+            let key = id.map { String(decoding: $0.array, as: UTF8.self) } ?? UUID().uuidString
             let task = Task {
-                let reply: JSONValue
-                do { reply = Self.success(id, try await self.export(request, id: id)) } catch {
-                    reply = Self.failure(id, error)
+                do {
+                    let paths = try await self.export(docs: docs, to: to, type: type, id: id)
+                    self.sendSuccess(id) { writer in
+                        writer.key("paths")
+                        writer.beginArray()
+                        for path in paths { writer.string(path) }
+                        writer.endArray()
+                    }
+                } catch {
+                    self.sendFailure(id, error)
                 }
-                self.connection.send(reply)
                 _ = self.exports.withLock { $0.removeValue(forKey: key) }
             }
             exports.withLock { $0[key] = task }
@@ -274,297 +272,310 @@ final class ControlSession: Sendable {
         }
         guard let durable = durableFlag(request, store: store) else { return }
         defer { if durable { store.requireDurable(connection) } }
-        if command == "save" {
-            do {
-                let info = try await save(request, store: store)
-                connection.send { Self.writeDocumentReply(id: id, info, into: &$0) }
-            } catch {
-                connection.send(Self.failure(id, error))
-            }
-            return
-        }
         // Inline, not through a closure: a closure would run off the caller's (the store's) thread.
-        let reply: JSONValue
-        do { reply = Self.success(id, try await run(command, request)) } catch { reply = Self.failure(id, error) }
-        connection.send(reply)
+        do { try await run(request, store: store) } catch { sendFailure(id, error) }
     }
 
-    static func success(_ id: JSONValue?, _ fields: [(key: String, value: JSONValue)]) -> JSONValue {
-        var members: [(key: String, value: JSONValue)] = []
-        if let id { members.append(("id", id)) }
-        members.append(("ok", true))
-        return .object(members + fields)
-    }
-
-    static func failure(_ id: JSONValue?, _ error: any Error) -> JSONValue {
-        switch error {
-        case let error as RequestError:
-            return ControlProtocol.errorReply(id: id, code: error.code, message: error.message)
-        case let error as StoreError:
-            let mapped = RequestError(error)
-            return ControlProtocol.errorReply(id: id, code: mapped.code, message: mapped.message)
-        case is CancellationError:
-            return ControlProtocol.errorReply(id: id, code: .cancelled, message: "cancelled")
-        default:
-            return ControlProtocol.errorReply(id: id, code: .internalError, message: "\(error)")
+    /// Queues `{"id": …, "ok": true, …}` with the fields `body` writes.
+    private func sendSuccess(_ id: LineBytes?, _ body: (inout JSONWriter) -> Void) {
+        connection.send { writer in
+            Self.beginSuccess(id: id, into: &writer)
+            body(&writer)
+            writer.endObject()
         }
+    }
+
+    /// Queues the error reply for `error`.
+    private func sendFailure(_ id: LineBytes?, _ error: any Error) {
+        let (code, message) = Self.codeAndMessage(error)
+        connection.send { Self.writeError(id: id, code: code, message: message, into: &$0) }
+    }
+
+    static func codeAndMessage(_ error: any Error) -> (ControlProtocol.ErrorCode, String) {
+        switch error {
+        case let error as RequestError: (error.code, error.message)
+        case let error as FieldError: (.badRequest, error.message)
+        case let error as StoreError:
+            (ControlProtocol.ErrorCode(rawValue: error.code) ?? .internalError, error.description)
+        case is CancellationError: (.cancelled, "cancelled")
+        default: (.internalError, "\(error)")
+        }
+    }
+
+    /// `{"id": …, "ok": false, "error": {"code": …, "message": …}}` (the id only when given).
+    static func writeError(
+        id: LineBytes?, code: ControlProtocol.ErrorCode, message: String, into writer: inout JSONWriter
+    ) {
+        writer.beginObject()
+        if let id {
+            writer.key("id")
+            id.withBytes { writer.json($0) }
+        }
+        writer.key("ok")
+        writer.bool(false)
+        writer.key("error")
+        writer.beginObject()
+        writer.key("code")
+        writer.string(code.rawValue)
+        writer.key("message")
+        writer.string(message)
+        writer.endObject()
+        writer.endObject()
     }
 
     // MARK: Fields
 
-    func string(_ request: JSONValue, _ key: String) throws -> String {
-        guard let value = request[key] else { throw RequestError(.badRequest, "missing field \"\(key)\"") }
-        guard let string = value.stringValue else {
-            throw RequestError(.badRequest, "field \"\(key)\" must be a string")
-        }
-        return string
-    }
-
-    func optionalString(_ request: JSONValue, _ key: String) throws -> String? {
-        guard let value = request[key], !value.isNull else { return nil }
-        guard let string = value.stringValue else {
-            throw RequestError(.badRequest, "field \"\(key)\" must be a string")
-        }
-        return string
-    }
-
-    func integer(_ request: JSONValue, _ key: String) throws -> Int {
-        guard let value = request[key] else { throw RequestError(.badRequest, "missing field \"\(key)\"") }
-        guard let int = value.intValue else {
-            throw RequestError(.badRequest, "field \"\(key)\" must be a whole number")
-        }
-        return int
-    }
-
-    func flag(_ request: JSONValue, _ key: String) throws -> Bool {
-        guard let value = request[key], !value.isNull else { return false }
-        guard let bool = value.boolValue else {
-            throw RequestError(.badRequest, "field \"\(key)\" must be true or false")
-        }
-        return bool
-    }
-
-    func strings(_ request: JSONValue, _ key: String) throws -> [String]? {
-        guard let value = request[key], !value.isNull else { return nil }
-        guard let array = value.arrayValue, let strings = Optional(array.compactMap(\.stringValue)),
-            strings.count == array.count
-        else { throw RequestError(.badRequest, "field \"\(key)\" must be an array of strings") }
-        return strings
-    }
-
     /// The document path of a request, checked to stay inside the root.
-    func document(_ request: JSONValue) throws -> String {
-        let path = try string(request, "doc")
+    func document(_ field: Checked<String>) throws -> String {
+        let path = try field.get()
         try server.checkBeneathRoot(path)
         return path
     }
 
-    /// Bytes given as `text` (UTF-8) or `base64`.
-    func bytes(_ request: JSONValue) throws -> Data {
-        if let text = try optionalString(request, "text") { return Data(text.utf8) }
-        if let encoded = try optionalString(request, "base64") {
-            guard let data = Data(base64Encoded: encoded) else {
-                throw RequestError(.badRequest, "field \"base64\" is not valid base64")
-            }
-            return data
-        }
-        throw RequestError(.badRequest, "give the contents as \"text\" or \"base64\"")
-    }
-
     /// `save`, answered once the save has started or, with `wait`, once it is durable.
-    private func save(_ request: JSONValue, store: isolated DocumentStore) async throws -> DocumentInfo {
+    private func save(
+        _ document: Checked<String>, wait: Checked<Bool>, store: isolated DocumentStore
+    ) async throws -> DocumentInfo {
         // A document the store holds needs no look at the disk (as for edits); only one
         // it does not hold is checked beneath the root, for the error to name.
-        let path = try string(request, "doc")
+        let path = try document.get()
         if !store.isOpen(path) { try server.checkBeneathRoot(path) }
-        try await store.save(path, wait: try flag(request, "wait"))
+        try await store.save(path, wait: try wait.get())
         return try store.info(path)
     }
 
     /// The commands that answer with one document's description and need no waiting.
     private func immediateDocumentCommand(
-        _ command: String, _ request: JSONValue, store: isolated DocumentStore
+        _ command: ControlRequest.Command, store: isolated DocumentStore
     ) throws -> DocumentInfo {
         switch command {
-        case "open":
-            return try store.open(try document(request))
-        case "create":
-            return try store.create(try document(request))
-        case "revert":
-            return try store.revert(try document(request))
-        case "set":
-            let path = try string(request, "doc")
-            let edit: DocumentEdit
-            if let json = request["json"] {
-                edit = .setJSON(json.serialized() + "\n")
-            } else if let text = try optionalString(request, "text") {
-                edit = Self.isJSONPath(path) ? .setJSON(text) : .setText(text)
-            } else {
-                edit = .setData(try bytes(request))
-            }
-            return try apply(edit, to: path, create: true, store: store)
-        case "append":
-            let path = try string(request, "doc")
-            return try apply(.append(try string(request, "text")), to: path, store: store)
-        case "replace":
-            let path = try string(request, "doc")
-            let edit = DocumentEdit.replace(
-                offset: try integer(request, "offset"), length: try integer(request, "length"),
-                with: try string(request, "text"))
+        case .open(let document):
+            return try store.open(try self.document(document))
+        case .create(let document):
+            return try store.create(try self.document(document))
+        case .revert(let document):
+            return try store.revert(try self.document(document))
+        case .replace(let document, let offset, let length, let text):
+            let path = try document.get()
+            let edit = DocumentEdit.replace(offset: try offset.get(), length: try length.get(), with: try text.get())
             return try apply(edit, to: path, store: store)
-        case "patch":
-            let path = try string(request, "doc")
-            guard let patch = request["patch"] else { throw RequestError(.badRequest, "missing field \"patch\"") }
-            let text = patch.stringValue ?? patch.serialized()
-            return try apply(.mergePatch(text), to: path, store: store)
-        case "put-member":
-            let path = try string(request, "doc")
-            let member = try string(request, "member")
-            return try apply(.putMember(member, try bytes(request)), to: path, store: store)
-        case "remove-member":
-            let path = try string(request, "doc")
-            return try apply(.removeMember(try string(request, "member")), to: path, store: store)
+        case .patch(let document, let patch):
+            let path = try document.get()
+            return try apply(.mergePatch(try patch.get()), to: path, store: store)
+        case .putMember(let document, let member, let contents):
+            let path = try document.get()
+            let member = try member.get()
+            return try apply(.putMember(member, try contents.get()), to: path, store: store)
+        case .removeMember(let document, let member):
+            let path = try document.get()
+            return try apply(.removeMember(try member.get()), to: path, store: store)
         default:
-            throw RequestError(.unknownCommand, "unknown document command \"\(command)\"")
+            throw RequestError(.internalError, "not a document command: \(command)")
         }
     }
 
     // MARK: Commands
 
-    private func run(
-        _ command: String, _ request: JSONValue, isolation: isolated (any Actor)? = #isolation
-    ) async throws -> [(key: String, value: JSONValue)] {
-        switch command {
-        case "status":
-            return try await status()
-        case "metrics":
-            return [("text", .string(await Metrics.render(store: store, connections: server.connectionCount)))]
-        case "save-all":
-            let wait = try flag(request, "wait")
-            try await store.saveAll(wait: wait)
-            return [("unsaved", JSONValue(await store.status().unsaved))]
-        case "close":
-            let path = try document(request)
-            try await store.close(path)
-            return [("doc", .string(path))]
-        case "cancel":
-            guard let target = request["target"] else {
-                throw RequestError(.badRequest, "missing field \"target\" (the id of an export)")
+    private func run(_ request: ControlRequest, store: isolated DocumentStore) async throws {
+        let id = request.id
+        switch request.command {
+        case .save(let document, let wait):
+            let info = try await save(document, wait: wait, store: store)
+            connection.send { Self.writeDocumentReply(id: id, info, into: &$0) }
+        case .status:
+            try await status(id: id, store: store)
+        case .metrics:
+            let text = await Metrics.render(store: store, connections: server.connectionCount)
+            sendSuccess(id) { writer in
+                writer.key("text")
+                writer.string(text)
             }
-            let key = target.serialized(pretty: false)
+        case .saveAll(let wait):
+            try await store.saveAll(wait: try wait.get())
+            let unsaved = store.status().unsaved
+            sendSuccess(id) { writer in
+                writer.key("unsaved")
+                writer.integer(unsaved)
+            }
+        case .close(let document):
+            let path = try self.document(document)
+            try await store.close(path)
+            sendSuccess(id) { writer in
+                writer.key("doc")
+                writer.string(path)
+            }
+        case .cancel(let target):
+            let target = try target.get()
+            let key = String(decoding: target, as: UTF8.self)
             guard let task = exports.withLock({ $0[key] }) else {
                 throw RequestError(.notFound, "no running export has id \(key)")
             }
             task.cancel()
-            return [("cancelled", target)]
-        case "subscribe":
-            return try subscribe(request)
-        case "sync":
+            sendSuccess(id) { writer in
+                writer.key("cancelled")
+                writer.json(target)
+            }
+        case .subscribe(let docs, let events):
+            try subscribe(id: id, docs: docs, events: events)
+        case .sync:
             await store.sync()
-            return [("synced", true)]
-        case "reload":
+            sendSuccess(id) { writer in
+                writer.key("synced")
+                writer.bool(true)
+            }
+        case .reload:
             switch await server.reload() {
-            case .success(let message): return [("message", .string(message))]
+            case .success(let message):
+                sendSuccess(id) { writer in
+                    writer.key("message")
+                    writer.string(message)
+                }
             case .failure(let errors):
                 throw RequestError(.badRequest, "the configuration was not reloaded: \(errors.description)")
             }
-        default:
+        case .unknown(let command):
             throw RequestError(
                 .unknownCommand,
                 "unknown command \"\(command)\"; commands: \(ControlProtocol.commands.joined(separator: ", "))")
+        default:
+            throw RequestError(.internalError, "not a waiting command: \(request.command)")
         }
     }
 
-    private func status(isolation: isolated (any Actor)? = #isolation) async throws -> [(key: String, value: JSONValue)]
-    {
-        let status = await store.status()
-        var fields: [(key: String, value: JSONValue)] = [
-            ("version", .string(Daemon.version)),
-            ("root", .string(store.root)),
-            ("documents", JSONValue(status.documents)),
-            ("unsaved", JSONValue(status.unsaved)),
-            ("saving", JSONValue(status.saving)),
-            ("failed", JSONValue(status.failed)),
-            ("saves", JSONValue(status.saves)),
-            ("uptime_seconds", JSONValue(Date().timeIntervalSince(status.startedAt).rounded())),
-            ("connections", JSONValue(server.connectionCount)),
-        ]
-        if let last = status.lastSave {
-            fields.append(("last_save", ["doc": .string(last.document), "at": .string(Self.timestamp(last.at))]))
-        } else {
-            fields.append(("last_save", .null))
+    private func status(id: LineBytes?, store: isolated DocumentStore) async throws {
+        let status = store.status()
+        let ignore = store.ignoreSummary
+        let journal = store.journalSummary
+        let mode = store.configuration.journalMode
+        let watch = store.watchSummary
+        let connections = server.connectionCount
+        let root = store.root
+        sendSuccess(id) { writer in
+            writer.key("version")
+            writer.string(Daemon.version)
+            writer.key("root")
+            writer.string(root)
+            writer.key("documents")
+            writer.integer(status.documents)
+            writer.key("unsaved")
+            writer.integer(status.unsaved)
+            writer.key("saving")
+            writer.integer(status.saving)
+            writer.key("failed")
+            writer.integer(status.failed)
+            writer.key("saves")
+            writer.integer(status.saves)
+            writer.key("uptime_seconds")
+            writer.number(Date().timeIntervalSince(status.startedAt).rounded())
+            writer.key("connections")
+            writer.integer(connections)
+            writer.key("last_save")
+            if let last = status.lastSave {
+                writer.beginObject()
+                writer.key("doc")
+                writer.string(last.document)
+                writer.key("at")
+                Self.withTimestamp(last.at) { writer.plainString($0) }
+                writer.endObject()
+            } else {
+                writer.null()
+            }
+            writer.key("last_failure")
+            if let failure = status.lastFailure { Self.describe(failure, into: &writer) } else { writer.null() }
+            writer.key("root_gone_since")
+            if let gone = status.rootGoneSince {
+                Self.withTimestamp(gone) { writer.plainString($0) }
+            } else {
+                writer.null()
+            }
+            writer.key("ignore")
+            writer.beginObject()
+            writer.key("patterns")
+            writer.integer(ignore.patterns)
+            writer.key("files")
+            Self.write(ignore.files, into: &writer)
+            writer.key("ignored_paths")
+            writer.integer(ignore.ignoredPaths)
+            writer.endObject()
+            writer.key("journal")
+            Self.describe(journal, mode: mode, into: &writer)
+            writer.key("watch")
+            if let watch {
+                writer.beginObject()
+                writer.key("watched_directories")
+                writer.integer(watch.watchedDirectories)
+                writer.key("polled_directories")
+                writer.integer(watch.polledDirectories)
+                writer.key("mode")
+                writer.string(watch.mode.rawValue)
+                writer.key("polled_by_choice")
+                writer.integer(watch.polledByChoice)
+                writer.key("unwatched")
+                Self.write(watch.unwatched, into: &writer)
+                writer.key("reloads")
+                writer.integer(watch.reloads)
+                writer.key("conflicts")
+                writer.integer(watch.conflicts)
+                writer.key("overflows")
+                writer.integer(watch.overflows)
+                writer.endObject()
+            } else {
+                writer.null()
+            }
         }
-        fields.append(("last_failure", status.lastFailure.map(Self.describe) ?? .null))
-        fields.append(("root_gone_since", status.rootGoneSince.map { .string(Self.timestamp($0)) } ?? .null))
-        let ignore = await store.ignoreSummary
-        fields.append(
-            (
-                "ignore",
-                [
-                    "patterns": JSONValue(ignore.patterns), "files": .array(ignore.files.map { .string($0) }),
-                    "ignored_paths": JSONValue(ignore.ignoredPaths),
-                ]
-            ))
-        fields.append(
-            ("journal", Self.describe(await store.journalSummary, mode: await store.configuration.journalMode)))
-        if let watch = await store.watchSummary {
-            fields.append(
-                (
-                    "watch",
-                    [
-                        "watched_directories": JSONValue(watch.watchedDirectories),
-                        "polled_directories": JSONValue(watch.polledDirectories),
-                        "mode": .string(watch.mode.rawValue), "polled_by_choice": JSONValue(watch.polledByChoice),
-                        "unwatched": .array(watch.unwatched.map { .string($0) }),
-                        "reloads": JSONValue(watch.reloads), "conflicts": JSONValue(watch.conflicts),
-                        "overflows": JSONValue(watch.overflows),
-                    ]
-                ))
-        } else {
-            fields.append(("watch", .null))
-        }
-        return fields
     }
 
-    private func get(_ request: JSONValue, store: isolated DocumentStore) throws -> [(key: String, value: JSONValue)] {
-        let path = try document(request)
-        let query: DocumentQuery
-        if let pointer = try optionalString(request, "pointer") {
-            query = .jsonPointer(pointer)
-        } else if let member = try optionalString(request, "member") {
-            query = .member(member)
-        } else if try flag(request, "members") {
-            query = .members
-        } else {
-            query = .contents
-        }
+    /// An array of strings.
+    static func write(_ strings: some Sequence<String>, into writer: inout JSONWriter) {
+        writer.beginArray()
+        for string in strings { writer.string(string) }
+        writer.endArray()
+    }
+
+    private func get(
+        id: LineBytes?, _ path: String, _ query: ControlRequest.Query, store: isolated DocumentStore
+    ) throws {
+        let query: DocumentQuery =
+            switch query {
+            case .pointer(let pointer): .jsonPointer(pointer)
+            case .member(let member): .member(member)
+            case .members: .members
+            case .contents: .contents
+            }
         // Read first: it opens a document not open yet, as every command does on first use.
         let result = try store.read(path, query)
         let info = try store.info(path)
-        var fields: [(key: String, value: JSONValue)] = [
-            ("doc", .string(path)), ("type", .string(info.contentType.identifier)),
-        ]
-        switch result {
-        case .text(let text):
-            fields.append(("text", .string(text)))
-        case .json(let value):
-            fields.append(("value", value))
-        case .data(let data):
-            if let text = String(data: data, encoding: .utf8) {
-                fields.append(("text", .string(text)))
-            } else {
-                fields.append(("base64", .string(data.base64EncodedString())))
+        sendSuccess(id) { writer in
+            writer.key("doc")
+            writer.string(path)
+            writer.key("type")
+            writer.string(info.contentType.identifier)
+            switch result {
+            case .text(let text):
+                writer.key("text")
+                writer.string(text)
+            case .json(let value):
+                writer.key("value")
+                writer.value(value)
+            case .data(let data):
+                if let text = String(data: data, encoding: .utf8) {
+                    writer.key("text")
+                    writer.string(text)
+                } else {
+                    writer.key("base64")
+                    writer.string(data.base64EncodedString())
+                }
+            case .members(let members):
+                writer.key("members")
+                Self.write(members, into: &writer)
             }
-        case .members(let members):
-            fields.append(("members", .array(members.map { .string($0) })))
         }
-        return fields
     }
 
-    private func subscribe(_ request: JSONValue) throws -> [(key: String, value: JSONValue)] {
-        let documents = try strings(request, "docs").map(Set.init)
+    private func subscribe(id: LineBytes?, docs: Checked<[String]?>, events: Checked<[String]?>) throws {
+        let documents = try docs.get().map(Set.init)
         let kinds =
-            try strings(request, "events").map(Set.init) ?? [
+            try events.get().map(Set.init) ?? [
                 "saved", "save-failed", "changed-on-disk", "conflict", "recreated", "renamed",
             ]
         let known: Set<String> = [
@@ -578,8 +589,8 @@ final class ControlSession: Sendable {
         let connection = connection
         let task = Task {
             for await event in await store.events() {
-                guard let message = Self.eventMessage(event, kinds: kinds, documents: documents) else { continue }
-                connection.send(message)
+                guard Self.isWanted(event, kinds: kinds, documents: documents) else { continue }
+                connection.send { Self.writeEvent(event, into: &$0) }
                 if connection.isBroken { return }
             }
         }
@@ -587,45 +598,75 @@ final class ControlSession: Sendable {
             $0?.cancel()
             $0 = task
         }
-        return [
-            ("events", .array(kinds.sorted().map { .string($0) })),
-            ("docs", documents.map { .array($0.sorted().map { .string($0) }) } ?? .null),
-        ]
+        sendSuccess(id) { writer in
+            writer.key("events")
+            Self.write(kinds.sorted(), into: &writer)
+            writer.key("docs")
+            if let documents { Self.write(documents.sorted(), into: &writer) } else { writer.null() }
+        }
     }
 
-    static func eventMessage(_ event: StoreEvent, kinds: Set<String>, documents: Set<String>?) -> JSONValue? {
+    /// Whether a subscription to `kinds` of events about `documents` (all, when `nil`) sends `event`.
+    static func isWanted(_ event: StoreEvent, kinds: Set<String>, documents: Set<String>?) -> Bool {
+        switch event {
+        case .saved(let document, _, _):
+            kinds.contains("saved") && documents?.contains(document) ?? true
+        case .saveFailed(let failure):
+            kinds.contains("save-failed") && documents?.contains(failure.document) ?? true
+        case .changedOnDisk(let document):
+            kinds.contains("changed-on-disk") && documents?.contains(document) ?? true
+        case .conflict(let document, _, _):
+            kinds.contains("conflict") && documents?.contains(document) ?? true
+        case .renamed(let document, let target):
+            kinds.contains("renamed") && documents.map { $0.contains(document) || $0.contains(target) } ?? true
+        case .recreated(let document):
+            kinds.contains("recreated") && documents?.contains(document) ?? true
+        case .closed(let document):
+            kinds.contains("closed") && documents?.contains(document) ?? true
+        default:
+            false
+        }
+    }
+
+    /// The event's line (see docs/PROTOCOL.md, `subscribe`); nothing for events no subscription sends.
+    static func writeEvent(_ event: StoreEvent, into writer: inout JSONWriter) {
+        func begin(_ name: String, _ document: String) {
+            writer.beginObject()
+            writer.key("event")
+            writer.string(name)
+            writer.key("doc")
+            writer.string(document)
+        }
         switch event {
         case .saved(let document, let bytes, let duration):
-            guard kinds.contains("saved"), documents?.contains(document) ?? true else { return nil }
-            return [
-                "event": "saved", "doc": .string(document), "bytes": JSONValue(bytes),
-                "duration_ms": JSONValue(Double(duration.microseconds) / 1000),
-            ]
+            begin("saved", document)
+            writer.key("bytes")
+            writer.integer(bytes)
+            writer.key("duration_ms")
+            writer.number(Double(duration.microseconds) / 1000)
         case .saveFailed(let failure):
-            guard kinds.contains("save-failed"), documents?.contains(failure.document) ?? true else { return nil }
-            return describe(failure).setting("event", "save-failed")
+            describe(failure, event: "save-failed", into: &writer)
+            return
         case .changedOnDisk(let document):
-            guard kinds.contains("changed-on-disk"), documents?.contains(document) ?? true else { return nil }
-            return ["event": "changed-on-disk", "doc": .string(document)]
+            begin("changed-on-disk", document)
         case .conflict(let document, let copy, let copyHolds):
-            guard kinds.contains("conflict"), documents?.contains(document) ?? true else { return nil }
-            return [
-                "event": "conflict", "doc": .string(document), "copy": .string(copy),
-                "copy_holds": .string(copyHolds.rawValue),
-            ]
+            begin("conflict", document)
+            writer.key("copy")
+            writer.string(copy)
+            writer.key("copy_holds")
+            writer.string(copyHolds.rawValue)
         case .renamed(let document, let target):
-            guard kinds.contains("renamed"), documents.map({ $0.contains(document) || $0.contains(target) }) ?? true
-            else { return nil }
-            return ["event": "renamed", "doc": .string(document), "to": .string(target)]
+            begin("renamed", document)
+            writer.key("to")
+            writer.string(target)
         case .recreated(let document):
-            guard kinds.contains("recreated"), documents?.contains(document) ?? true else { return nil }
-            return ["event": "recreated", "doc": .string(document)]
+            begin("recreated", document)
         case .closed(let document):
-            guard kinds.contains("closed"), documents?.contains(document) ?? true else { return nil }
-            return ["event": "closed", "doc": .string(document)]
+            begin("closed", document)
         default:
-            return nil
+            return
         }
+        writer.endObject()
     }
 
     // MARK: Describing
@@ -670,42 +711,25 @@ final class ControlSession: Sendable {
             withTimestamp(at) { writer.plainString($0) }
         case .failed(let failure):
             writer.key("failure")
-            writer.value(describe(failure))
+            describe(failure, into: &writer)
         default: break
         }
         writer.endObject()
     }
 
-    /// A writer with `{"id": …, "ok": true` written (the reply's own fields follow), as ``success(_:_:)`` begins.
-    private static func successWriter(id: JSONValue?, capacity: Int = 256) -> JSONWriter {
-        var writer = JSONWriter(capacity: capacity)
-        beginSuccess(id: id, into: &writer)
-        return writer
-    }
-
-    private static func beginSuccess(id: JSONValue?, into writer: inout JSONWriter) {
+    /// `{"id": …, "ok": true` (the reply's own fields follow).
+    static func beginSuccess(id: LineBytes?, into writer: inout JSONWriter) {
         writer.beginObject()
         if let id {
             writer.key("id")
-            writer.value(id)
+            id.withBytes { writer.json($0) }
         }
         writer.key("ok")
         writer.bool(true)
     }
 
-    /// `{"id": …, "ok": true, "documents": [{…}, …]}`.
-    static func listReply(id: JSONValue?, _ documents: [DocumentInfo]) -> [UInt8] {
-        var writer = successWriter(id: id, capacity: 64 + 256 * documents.count)
-        writer.key("documents")
-        writer.beginArray()
-        for info in documents { describe(info, into: &writer) }
-        writer.endArray()
-        writer.endObject()
-        return writer.bytes
-    }
-
     /// `{"id": …, "ok": true, "document": {…}}`, written into `writer`.
-    static func writeDocumentReply(id: JSONValue?, _ info: DocumentInfo, into writer: inout JSONWriter) {
+    static func writeDocumentReply(id: LineBytes?, _ info: DocumentInfo, into writer: inout JSONWriter) {
         beginSuccess(id: id, into: &writer)
         writer.key("document")
         describe(info, into: &writer)
@@ -713,38 +737,91 @@ final class ControlSession: Sendable {
     }
 
     /// `status`'s `journal` object (see docs/PROTOCOL.md).
-    static func describe(_ journal: JournalSummary?, mode: JournalMode) -> JSONValue {
-        guard let journal else { return ["mode": .string(mode.rawValue)] }
-        var replay: JSONValue = .null
-        if let last = journal.lastReplay {
-            replay = [
-                "edits": JSONValue(last.edits), "documents": JSONValue(last.documents),
-                "records": JSONValue(last.records),
-                "duration_ms": JSONValue((Double(last.duration.microseconds) / 1000 * 10).rounded() / 10),
-                "conflicts": .array(last.conflicts.map { .string($0) }),
-                "unapplied": .array(last.unapplied.map { .string($0) }),
-                "problems": .array(last.problems.map { .string($0) }),
-            ]
+    static func describe(_ journal: JournalSummary?, mode: JournalMode, into writer: inout JSONWriter) {
+        writer.beginObject()
+        defer { writer.endObject() }
+        writer.key("mode")
+        guard let journal else {
+            writer.string(mode.rawValue)
+            return
         }
-        return [
-            "mode": .string(journal.mode), "directory": .string(journal.directory), "bytes": JSONValue(journal.bytes),
-            "segments": JSONValue(journal.segments), "unsaved_records": JSONValue(journal.unsavedRecords),
-            "written_lsn": JSONValue(Int(clamping: journal.writtenThrough)),
-            "durable_lsn": JSONValue(Int(clamping: journal.durableThrough)), "syncs": JSONValue(journal.syncs),
-            "last_sync_ms_ago": journal.lastSyncAgo.map { JSONValue(Int($0.microseconds / 1000)) } ?? .null,
-            "failure": journal.failure.map { .string($0) } ?? .null,
-            "unjournalled_edits": JSONValue(journal.unjournalledEdits),
-            "unjournalled_types": .array(journal.unjournalledTypes.map { .string($0) }),
-            "last_replay": replay,
-        ]
+        writer.string(journal.mode)
+        writer.key("directory")
+        writer.string(journal.directory)
+        writer.key("bytes")
+        writer.integer(journal.bytes)
+        writer.key("segments")
+        writer.integer(journal.segments)
+        writer.key("unsaved_records")
+        writer.integer(journal.unsavedRecords)
+        writer.key("written_lsn")
+        writer.integer(Int(clamping: journal.writtenThrough))
+        writer.key("durable_lsn")
+        writer.integer(Int(clamping: journal.durableThrough))
+        writer.key("syncs")
+        writer.integer(journal.syncs)
+        writer.key("last_sync_ms_ago")
+        if let ago = journal.lastSyncAgo { writer.integer(Int(ago.microseconds / 1000)) } else { writer.null() }
+        writer.key("failure")
+        if let failure = journal.failure { writer.string(failure) } else { writer.null() }
+        writer.key("unjournalled_edits")
+        writer.integer(journal.unjournalledEdits)
+        writer.key("unjournalled_types")
+        write(journal.unjournalledTypes, into: &writer)
+        writer.key("last_replay")
+        guard let last = journal.lastReplay else {
+            writer.null()
+            return
+        }
+        writer.beginObject()
+        writer.key("edits")
+        writer.integer(last.edits)
+        writer.key("documents")
+        writer.integer(last.documents)
+        writer.key("records")
+        writer.integer(last.records)
+        writer.key("duration_ms")
+        writer.number((Double(last.duration.microseconds) / 1000 * 10).rounded() / 10)
+        writer.key("conflicts")
+        write(last.conflicts, into: &writer)
+        writer.key("unapplied")
+        write(last.unapplied, into: &writer)
+        writer.key("problems")
+        write(last.problems, into: &writer)
+        writer.endObject()
     }
 
-    static func describe(_ failure: SaveFailure) -> JSONValue {
-        [
-            "doc": .string(failure.document), "operation": .string(failure.operation), "path": .string(failure.path),
-            "errno": failure.errno.map { .string($0.name) } ?? .null, "message": .string(failure.message),
-            "attempts": JSONValue(failure.attempts), "failed_at": .string(timestamp(failure.failedAt)),
-            "retry_at": .string(timestamp(failure.retryAt)),
-        ]
+    /// A save failure's description (`failure` in a document's, `last_failure`, the
+    /// `save-failed` event with `event` last).
+    static func describe(_ failure: SaveFailure, event: String? = nil, into writer: inout JSONWriter) {
+        writer.beginObject()
+        writer.key("doc")
+        writer.string(failure.document)
+        writer.key("operation")
+        writer.string(failure.operation)
+        writer.key("path")
+        writer.string(failure.path)
+        writer.key("errno")
+        if let errno = failure.errno { writer.string(errno.name) } else { writer.null() }
+        writer.key("message")
+        writer.string(failure.message)
+        writer.key("attempts")
+        writer.integer(failure.attempts)
+        writer.key("failed_at")
+        withTimestamp(failure.failedAt) { writer.plainString($0) }
+        writer.key("retry_at")
+        withTimestamp(failure.retryAt) { writer.plainString($0) }
+        if let event {
+            writer.key("event")
+            writer.string(event)
+        }
+        writer.endObject()
+    }
+}
+
+extension Connection {
+    /// Queues an error reply without an id (a line that was not read, a refused connection).
+    func sendError(_ code: ControlProtocol.ErrorCode, _ message: String) {
+        send { ControlSession.writeError(id: nil, code: code, message: message, into: &$0) }
     }
 }

@@ -12,14 +12,9 @@ struct EditReply {
     private var base: UnsafeMutablePointer<UInt8>
     private(set) var count = 0
 
-    /// Writes the reply to `info` for a request with `id` (a number, string, boolean or
-    /// null, as ``EditRequest`` reads it) and calls `body` with its bytes.
-    static func withBytes<R>(id: JSONValue?, _ info: DocumentInfo, _ body: (UnsafeRawBufferPointer) -> R) -> R {
-        let idText: [UInt8]? = id.map { id in
-            var writer = JSONWriter()
-            writer.value(id)
-            return writer.bytes
-        }
+    /// Writes the reply to `info` for a request whose id has the JSON text `id` and calls `body` with its bytes.
+    static func withBytes<R>(id: LineBytes?, _ info: DocumentInfo, _ body: (UnsafeRawBufferPointer) -> R) -> R {
+        let idText = id?.array
         let prefix = documentPrefix(path: info.path, type: info.contentType)
         let outcome = EditOutcome(
             contentType: info.contentType, state: info.state, changeCount: info.changeCount,
@@ -89,7 +84,7 @@ struct EditReply {
     private static func failureText(_ state: SaveState) -> [UInt8] {
         guard case .failed(let saveFailure) = state else { return [] }
         var writer = JSONWriter()
-        writer.value(ControlSession.describe(saveFailure))
+        ControlSession.describe(saveFailure, into: &writer)
         return writer.bytes
     }
 

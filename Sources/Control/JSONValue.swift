@@ -288,8 +288,18 @@ struct JSONParser {
         }
     }
 
+    static func isHexDigit(_ byte: UInt8) -> Bool {
+        switch byte {
+        case UInt8(ascii: "0")...UInt8(ascii: "9"), UInt8(ascii: "a")...UInt8(ascii: "f"),
+            UInt8(ascii: "A")...UInt8(ascii: "F"):
+            true
+        default: false
+        }
+    }
+
     mutating func hex4() throws(JSONSyntaxError) -> UInt32 {
-        guard index + 4 <= bytes.count,
+        // Four hex digits exactly: `UInt32(_:radix:)` alone would take a sign (`\u+041`).
+        guard index + 4 <= bytes.count, bytes[index..<index + 4].allSatisfy({ Self.isHexDigit($0) }),
             let value = UInt32(String(decoding: bytes[index..<index + 4], as: UTF8.self), radix: 16)
         else { throw error("expected four hex digits after \\u") }
         index += 4
@@ -605,5 +615,22 @@ public struct JSONWriter {
     public mutating func json(_ text: [UInt8]) {
         separate()
         bytes.append(contentsOf: text)
+    }
+
+    /// A value given as its JSON text, written as it is.
+    public mutating func json(_ text: UnsafeRawBufferPointer) {
+        separate()
+        bytes.append(contentsOf: text)
+    }
+
+    /// A number as ``JSONValue/init(_:)-(Double)`` gives it: whole numbers below 10¹⁵
+    /// without a fraction, others as Swift prints them, `null` for what is not finite.
+    public mutating func number(_ value: Double) {
+        if value.isFinite && value == value.rounded() && abs(value) < 1e15 {
+            integer(Int(Int64(value)))
+            return
+        }
+        separate()
+        bytes.append(contentsOf: (value.isFinite ? String(value) : "null").utf8)
     }
 }

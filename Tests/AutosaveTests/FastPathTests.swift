@@ -6,119 +6,132 @@ import Testing
 
 @testable import Autosave
 
-/// The socket's fast path for the most frequent requests must answer exactly as the
-/// general path does: ``EditRequest`` reads what the full JSON parser reads (or declines),
-/// and ``EditReply`` writes the bytes the general reply writer writes.
+/// The socket's path for the most frequent requests: ``RequestDecoder`` keeps a plain
+/// `set`'s or `append`'s id and path as slices of the line (no string for them), and
+/// every reply written straight to bytes has the bytes the general serialiser gives the
+/// same reply built as a value.
 @Suite("The fast path for edits agrees with the general path")
 struct FastPathTests {
-    static func scan(_ line: String) -> EditRequest? {
-        Array(line.utf8).withUnsafeBytes { EditRequest.scan($0) }
-    }
-
-    /// What ``EditRequest/scanRaw(_:)`` makes of `bytes`, checked against the full parser:
-    /// whatever it accepts means the same, and its id's bytes (echoed as they are) are
-    /// JSON text for the same id. `nil` if declined.
-    static func checkRaw(_ bytes: [UInt8]) -> Bool? {
-        bytes.withUnsafeBytes { line -> Bool? in
-            guard let raw = EditRequest.scanRaw(line) else { return nil }
-            guard let full = try? JSONValue(parsing: Array(line)) else { return false }
-            let echoed = raw.id.map { try? JSONValue(parsing: Array($0)) }
-            return (raw.command == .set ? "set" : "append") == full["cmd"]?.stringValue
-                && raw.text == full["text"]?.stringValue && raw.documentPath == full["doc"]?.stringValue
-                && raw.idValue == full["id"] && echoed ?? full["id"] == full["id"]
+    static func decode(_ line: String) -> ControlRequest? {
+        Array(line.utf8).withUnsafeBytes { bytes in
+            guard case .request(let request) = RequestDecoder.decode(bytes) else { return nil }
+            return request.owned()
         }
     }
 
-    @Test("Plain set and append requests are read as the full parser reads them")
-    func accepted() throws {
-        let lines = [
-            #"{"id":1,"cmd":"set","doc":"bench/c1.txt","text":"hello"}"#,
-            #"{"cmd":"append","doc":"a.txt","text":"line\n"}"#,
-            #" { "text" : "x\"y\\z\/\t\r\b\f" , "doc":"d/é.txt", "cmd":"set", "id":"req-7" } "#,
-            #"{"id":-12,"cmd":"set","doc":"n.json","text":"{\"a\":1}"}"#,
-            #"{"id":null,"cmd":"append","doc":"a.txt","text":""}"#,
-            #"{"id":true,"cmd":"append","doc":"a.txt","text":"日本語 ✓"}"#,
-            #"{"id":0,"cmd":"set","doc":"a.txt","text":"0"}"#,
-        ]
-        for line in lines {
-            let fast = try #require(Self.scan(line), "declined: \(line)")
-            let full = try JSONValue(parsing: line)
-            #expect(fast.id == full["id"], "\(line)")
-            #expect(fast.document == full["doc"]?.stringValue, "\(line)")
-            #expect(fast.text == full["text"]?.stringValue, "\(line)")
-            #expect((fast.command == .set ? "set" : "append") == full["cmd"]?.stringValue, "\(line)")
-        }
-        // One scanner reads them all: plain ids and paths in place, escaped ones decoded.
-        let inPlace = lines.map { Self.checkRaw(Array($0.utf8)) }
-        #expect(inPlace == [true, true, true, true, true, true, true])
-        #expect(Self.checkRaw(Array(#"{"id":"req-7","cmd":"set","doc":"x/y.txt","text":"\"\n"}"#.utf8)) == true)
-        #expect(Self.checkRaw(Array(#"{"id":"a\"b","cmd":"set","doc":"x.txt","text":""}"#.utf8)) == true)
-        #expect(Self.checkRaw(Array(#"{"id":1,"cmd":"set","doc":"x\/y.txt","text":""}"#.utf8)) == true)
-        #expect(Self.checkRaw(Array("{\"id\":1,\"cmd\":\"set\",\"doc\":\"x\u{7F}.txt\",\"text\":\"\"}".utf8)) == true)
-    }
-
-    @Test("Anything but the plain form is left to the full parser, valid or not")
-    func declined() {
-        let lines = [
-            #"{"id":1,"cmd":"get","doc":"a.txt"}"#,  // another command
-            #"{"cmd":"set","doc":"a.txt","json":{"a":1}}"#,  // another field
-            #"{"cmd":"set","doc":"a.txt","text":"a","wait":true}"#,
-            #"{"cmd":"set","doc":"a.txt"}"#,  // no text: the general path says what is missing
-            #"{"cmd":"set","text":"a"}"#,  // no doc
-            #"{"cmd":"set","doc":"a.txt","text":"a","text":"b"}"#,  // a member twice
-            #"{"id":{"n":1},"cmd":"set","doc":"a.txt","text":"a"}"#,  // a nested id
-            #"{"id":1.5,"cmd":"set","doc":"a.txt","text":"a"}"#,  // a number that is not a plain integer
-            #"{"id":01,"cmd":"set","doc":"a.txt","text":"a"}"#,  // not JSON
-            #"{"cmd":"set","doc":"a.txt","text":"\u00e9"}"#,  // a \u escape
-            #"{"cmd":"set","doc":"a.txt","text":"a"} trailing"#,
-            #"{"cmd":"set","doc":"a.txt","text":"a""#,  // cut short
-            "{\"cmd\":\"set\",\"doc\":\"a.txt\",\"text\":\"a\tb\"}",  // a raw tab in a string
-            #"{"cmd":"set","doc":"a.txt","text":5}"#,
-            #"{"cmd":"SET","doc":"a.txt","text":"a"}"#,
-            "[1,2]", "", "{}",
-        ]
-        for line in lines {
-            #expect(Self.scan(line) == nil, "\(line)")
-            #expect(Self.checkRaw(Array(line.utf8)) == nil, "\(line)")
-        }
-        // Bytes that are not UTF-8 are declined too (the full parser names the problem).
-        let invalid: [UInt8] = Array(#"{"cmd":"set","doc":"a.txt","text":""#.utf8) + [0xFF, 0xFE] + Array(#""}"#.utf8)
-        #expect(invalid.withUnsafeBytes { EditRequest.scan($0) } == nil)
-    }
-
-    @Test("Random mutations of requests: whatever the scanner accepts, the full parser reads the same way")
-    func mutations() throws {
-        var generator = SystemRandomNumberGenerator()
-        let seeds = [
-            #"{"id":12,"cmd":"set","doc":"a/b.txt","text":"x\ny \"q\""}"#,
-            #"{"cmd":"append","doc":"c.json","text":"{}","id":"s"}"#,
-        ]
-        let alphabet = Array(#"{}[]":,\ "0123456789-.abcdtexnuilr"#.utf8) + [0x09, 0x0A, 0xC3, 0xA9, 0xFF]
-        var accepted = 0
-        var acceptedRaw = 0
-        for _ in 0..<20_000 {
-            var bytes = Array(seeds.randomElement(using: &generator)!.utf8)
-            for _ in 0..<Int.random(in: 1...3, using: &generator) {
-                let position = Int.random(in: 0..<bytes.count, using: &generator)
-                switch Int.random(in: 0..<3, using: &generator) {
-                case 0: bytes[position] = alphabet.randomElement(using: &generator)!
-                case 1: bytes.insert(alphabet.randomElement(using: &generator)!, at: position)
-                default: if bytes.count > 1 { bytes.remove(at: position) }
-                }
+    /// Whether the id and the document of the request on `line` are slices of the line.
+    static func slices(_ line: String) -> (id: Bool, document: Bool)? {
+        Array(line.utf8).withUnsafeBytes { bytes in
+            guard case .request(let request) = RequestDecoder.decode(bytes) else { return nil }
+            switch request.command {
+            case .set(.success(let document), _), .append(.success(let document), _):
+                return (request.id?.isSlice ?? true, document.bytes.isSlice)
+            default: return nil
             }
-            if let raw = Self.checkRaw(bytes) {
-                #expect(raw, "\(String(decoding: bytes, as: UTF8.self))")
-                acceptedRaw += 1
-            }
-            guard let fast = bytes.withUnsafeBytes({ EditRequest.scan($0) }) else { continue }
-            accepted += 1
-            let full = try JSONValue(parsing: bytes)
-            #expect(fast.id == full["id"] && fast.document == full["doc"]?.stringValue)
-            #expect(fast.text == full["text"]?.stringValue)
-            #expect((fast.command == .set ? "set" : "append") == full["cmd"]?.stringValue)
         }
-        #expect(accepted > 100, "the mutations left some requests in the plain form")
-        #expect(acceptedRaw > 50, "the mutations left some requests with a plain id and path")
+    }
+
+    @Test("Plain set and append requests keep their id and path as the line's bytes; escaped ones are decoded")
+    func plainForms() throws {
+        let plain = [
+            (#"{"id":1,"cmd":"set","doc":"bench/c1.txt","text":"hello"}"#, "1", "bench/c1.txt", "hello"),
+            (#"{"cmd":"append","doc":"a.txt","text":"line\n"}"#, nil, "a.txt", "line\n"),
+            (
+                #" { "text" : "x\"y\\z\/\t" , "doc":"d/é.txt", "cmd":"set", "id":"req-7" } "#, #""req-7""#, "d/é.txt",
+                "x\"y\\z/\t"
+            ),
+            (#"{"id":-12,"cmd":"set","doc":"n.json","text":"{\"a\":1}"}"#, "-12", "n.json", #"{"a":1}"#),
+            (#"{"id":null,"cmd":"append","doc":"a.txt","text":""}"#, "null", "a.txt", ""),
+            (#"{"id":true,"cmd":"append","doc":"a.txt","text":"日本語 ✓"}"#, "true", "a.txt", "日本語 ✓"),
+        ]
+        for (line, id, path, text) in plain {
+            let request = try #require(Self.decode(line), "\(line)")
+            #expect(request.id?.array == id.map { Array($0.utf8) }, "\(line)")
+            switch request.command {
+            case .set(.success(let document), .success(.text(let value))),
+                .append(.success(let document), .success(let value)):
+                #expect(document.path == path && value == text, "\(line)")
+            default:
+                Issue.record("not a plain edit: \(line)")
+            }
+            let kept = Self.slices(line)
+            #expect(kept?.id == true && kept?.document == true, "no copy of the id or the path: \(line)")
+        }
+        // Escapes in the path or the id: decoded, and the id echoed as the serialiser writes it.
+        let escaped = try #require(Self.decode(#"{"id":"a\/b\u0041","cmd":"set","doc":"x\/y.txt","text":""}"#))
+        #expect(escaped.id?.array == Array(#""a/bA""#.utf8))
+        guard case .set(.success(let document), _) = escaped.command else {
+            Issue.record("not a set")
+            return
+        }
+        #expect(document.bytes.array == Array("x/y.txt".utf8))
+        let kept = Self.slices(#"{"id":"a\/b\u0041","cmd":"set","doc":"x\/y.txt","text":""}"#)
+        #expect(kept?.id == false && kept?.document == false, "decoded, not slices")
+    }
+
+    @Test("Error replies have the bytes of the value the general serialiser writes, for ids of every kind")
+    func errorReplies() {
+        let ids: [JSONValue?] = [
+            nil, .number("7"), .number("-1.5e3"), .string("id \"quoted\"\n\u{1}é"), .bool(false), .null,
+            .array([.number("1"), .object([("a", .string("b"))])]),
+        ]
+        for id in ids {
+            for code in ControlProtocol.ErrorCode.allCases {
+                let message = "field \"x\" is given more than once\t\u{0}\u{2028}"
+                var writer = JSONWriter()
+                ControlSession.writeError(
+                    id: id.map { LineBytes($0.serializedBytes()) }, code: code, message: message, into: &writer)
+                #expect(
+                    writer.bytes == ControlProtocol.errorReply(id: id, code: code, message: message).serializedBytes())
+            }
+        }
+    }
+
+    @Test("Events have the bytes of the values they were built as")
+    func events() {
+        let failure = SaveFailure(
+            document: "a.txt", operation: "rename", path: "/root/a.txt", errno: .noSpace,
+            message: "No space left on device", attempts: 2, failedAt: Date(timeIntervalSince1970: 1_764_000_000.5),
+            retryAt: Date(timeIntervalSince1970: 1_764_000_004.25))
+        let cases: [(StoreEvent, JSONValue)] = [
+            (
+                .saved(document: "a.txt", bytes: 27, duration: .microseconds(700)),
+                ["event": "saved", "doc": "a.txt", "bytes": 27, "duration_ms": JSONValue(Double(700) / 1000)]
+            ),
+            (
+                .saved(document: "b", bytes: 0, duration: .seconds(3)),
+                ["event": "saved", "doc": "b", "bytes": 0, "duration_ms": JSONValue(Double(3_000))]
+            ),
+            (
+                .saveFailed(failure),
+                [
+                    "doc": "a.txt", "operation": "rename", "path": "/root/a.txt", "errno": "ENOSPC",
+                    "message": "No space left on device", "attempts": 2,
+                    "failed_at": .string(ControlSession.timestamp(failure.failedAt)),
+                    "retry_at": .string(ControlSession.timestamp(failure.retryAt)), "event": "save-failed",
+                ]
+            ),
+            (.changedOnDisk(document: "a\n"), ["event": "changed-on-disk", "doc": "a\n"]),
+            (
+                .conflict(document: "a", copy: "a (conflict)", copyHolds: .memory),
+                ["event": "conflict", "doc": "a", "copy": "a (conflict)", "copy_holds": "memory"]
+            ),
+            (.renamed(document: "a", to: "b"), ["event": "renamed", "doc": "a", "to": "b"]),
+            (.recreated(document: "a"), ["event": "recreated", "doc": "a"]),
+            (.closed(document: "a"), ["event": "closed", "doc": "a"]),
+        ]
+        for (event, expected) in cases {
+            var writer = JSONWriter()
+            ControlSession.writeEvent(event, into: &writer)
+            #expect(writer.bytes == expected.serializedBytes(), "\(String(decoding: writer.bytes, as: UTF8.self))")
+        }
+        let all: Set<String> = [
+            "saved", "save-failed", "changed-on-disk", "conflict", "recreated", "renamed", "closed",
+        ]
+        #expect(ControlSession.isWanted(.renamed(document: "a", to: "b"), kinds: all, documents: ["b"]))
+        #expect(!ControlSession.isWanted(.closed(document: "a"), kinds: all.subtracting(["closed"]), documents: nil))
+        #expect(
+            !ControlSession.isWanted(.saved(document: "a", bytes: 1, duration: .zero), kinds: all, documents: ["b"]))
     }
 
     @Test("An edit's reply has the bytes the general reply writer gives, for every state and kind of id")
@@ -132,9 +145,9 @@ struct FastPathTests {
             .scheduled(Date(timeIntervalSince1970: 951_782_400)),  // 2000-02-29
             .failed(failure),
         ]
-        let ids: [JSONValue?] = [
+        let ids: [LineBytes?] = [
             nil, .number("7"), .number("-123456789012"), .string("id \"quoted\"\n"), .bool(true), .null,
-        ]
+        ].map { (id: JSONValue?) in id.map { LineBytes($0.serializedBytes()) } }
         let paths = ["bench/c1.txt", "a \"b\"\\c\t.txt", "dé/日本.json"]
         for state in states {
             for id in ids {
@@ -159,9 +172,9 @@ struct FastPathTests {
             path: "a.txt", contentType: .plainText, state: .failed(long), changeCount: 1, savedChangeCount: 0,
             lastSaved: nil, saves: 0)
         var writer = JSONWriter()
-        ControlSession.writeDocumentReply(id: .number("1"), info, into: &writer)
+        ControlSession.writeDocumentReply(id: LineBytes(Array("1".utf8)), info, into: &writer)
         writer.endLine()
-        #expect(EditReply.withBytes(id: .number("1"), info) { Array($0) } == writer.bytes)
+        #expect(EditReply.withBytes(id: LineBytes(Array("1".utf8)), info) { Array($0) } == writer.bytes)
         #expect(ControlSession.timestamp(Date(timeIntervalSince1970: 1_798_761_599.999)) == "2026-12-31T23:59:59.999Z")
         #expect(ControlSession.timestamp(Date(timeIntervalSince1970: -0.5)) == "1969-12-31T23:59:59.500Z")
     }

@@ -1,3 +1,7 @@
+/// The scanner the daemon read plain `set` and `append` requests with before
+/// ``RequestDecoder`` (Sources/Control/EditRequest.swift at 3a78146), kept unchanged
+/// but for its name, for bench/decoder/main.swift to time beside the decoder.
+///
 /// A `set` or `append` request with text, read straight from the request line's bytes
 /// without building a value tree: the daemon's most frequent requests.
 ///
@@ -6,7 +10,7 @@
 /// short escapes (`\n`, `\"`, …). Anything else, valid or not, gives `nil`, and the line
 /// goes to the full parser, which accepts every valid request and names what is wrong
 /// with the others. ``scan(_:)`` is the same scanner with strings made for the id and path.
-public struct EditRequest: Sendable {
+public struct PreviousEditRequest: Sendable {
     public enum Command: Sendable {
         case set
         case append
@@ -18,9 +22,9 @@ public struct EditRequest: Sendable {
     public var document: String
     public var text: String
 
-    public static func scan(_ line: UnsafeRawBufferPointer) -> EditRequest? {
+    public static func scan(_ line: UnsafeRawBufferPointer) -> PreviousEditRequest? {
         guard let raw = scanRaw(line) else { return nil }
-        return EditRequest(id: raw.idValue, command: raw.command, document: raw.documentPath, text: raw.text)
+        return PreviousEditRequest(id: raw.idValue, command: raw.command, document: raw.documentPath, text: raw.text)
     }
 
     /// A plain edit whose `id` and `doc` are left as the bytes of the line, for a caller
@@ -40,7 +44,7 @@ public struct EditRequest: Sendable {
         /// The document's path as a string.
         public var documentPath: String { decodedDocument ?? String(decoding: document, as: UTF8.self) }
 
-        /// The id as a value (as ``EditRequest/id``).
+        /// The id as a value (as ``PreviousEditRequest/id``).
         public var idValue: JSONValue? { Self.idValue(id) }
 
         /// The value of an id's JSON text.
