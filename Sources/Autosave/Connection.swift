@@ -68,9 +68,6 @@ final class Connection: Sendable {
         brokenFlag.store(true, ordering: .releasing)
     }
 
-    /// Queues one line (the compact JSON of `message`); the loop writes it.
-    func send(_ message: JSONValue) { send(json: message.serializedBytes()) }
-
     /// Queues one line of JSON text given as bytes (without the newline).
     func send(json: [UInt8]) {
         send { writer in writer.json(json) }
