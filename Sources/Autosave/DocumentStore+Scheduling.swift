@@ -194,9 +194,9 @@ extension DocumentStore {
         // The sleeper is looked at only when it sleeps without a target (rare): reading
         // the optional continuation copies it.
         if let target = sleepTarget {
-            if decision.deadline < target { wake() }
+            if decision.deadline < target { arm(decision.deadline) }
         } else if sleeper != nil {
-            wake()
+            arm(decision.deadline)
         }
     }
 
@@ -218,18 +218,35 @@ extension DocumentStore {
                     return
                 }
                 sleeper = continuation
-                sleepTarget = deadline
-                // The loop's own timer: no task or thread sleeps for it.
-                if let deadline {
-                    loop.setTimer(at: deadline.nanoseconds) { [weak self] in self?.isolatedHere { $0.wake() } }
-                }
+                arm(deadline)
             }
         } onCancel: {
             Task { await self.wake() }
         }
     }
 
-    /// Ends the scheduler's current sleep so it looks at the heap again.
+    /// Sets the loop's timer for the scheduler's next look at the heap (no task or thread
+    /// sleeps for it). When it fires, the due saves start right there, on the loop's
+    /// thread: the scheduler's task stays asleep, since resuming it would hand the work to
+    /// another thread and back (for every `save` with `wait`, whose deadline is now).
+    private func arm(_ deadline: Moment?) {
+        sleepTarget = deadline
+        if let deadline {
+            loop.setTimer(at: deadline.nanoseconds) { [weak self] in self?.isolatedHere { $0.timerFired() } }
+        } else {
+            loop.setTimer(at: nil)
+        }
+    }
+
+    private func timerFired() {
+        // The scheduler's task is awake (it looks at the heap before it sleeps again).
+        guard sleeper != nil else { return }
+        processDue()
+        arm(heap.first)
+    }
+
+    /// Ends the scheduler's current sleep so it looks at the heap again (after a change of
+    /// the delays, and at cancellation).
     func wake() {
         if sleepTarget != nil { loop.setTimer(at: nil) }
         sleepTarget = nil
