@@ -140,6 +140,40 @@ struct FuzzRegressionTests {
         #expect(IgnorePattern("a \\  ", source: "")?.text == "a \\ ")
         #expect(IgnorePattern("a\\\\\\  ", source: "")?.text == "a\\\\\\ ")
     }
+
+    @Test("A configuration line is trimmed of exactly what Foundation's .whitespaces holds")
+    func whitespaceTrimming() throws {
+        // Every space separator (Zs), tab, and characters next to them that are not whitespace.
+        let spaces: [Unicode.Scalar] = [
+            " ", "\t", "\u{A0}", "\u{1680}", "\u{2000}", "\u{2005}", "\u{200A}", "\u{202F}", "\u{205F}", "\u{3000}",
+        ]
+        let others: [Unicode.Scalar] = [
+            "\n", "\r", "\u{0B}", "\u{0C}", "\u{85}", "\u{200B}", "\u{2028}", "\u{FEFF}", "\u{301}", "a", "=",
+            "\u{1F600}",
+        ]
+        let all = spaces + others
+        var cases = ["", "a", "a b", " \u{301}a", "x\u{2003}\u{301} "]
+        for a in all { for b in all { cases += ["\(a)\(b)", "\(a)k\(b)", "\(a)\(b)k = v\(b)\(a)"] } }
+        for text in cases {
+            #expect(
+                text.trimmingWhitespace() == text.trimmingCharacters(in: .whitespaces),
+                "\(text.unicodeScalars.map(\.value))")
+            let sub = ("#" + text + "#").dropFirst().dropLast()
+            #expect(sub.trimmingWhitespace() == sub.trimmingCharacters(in: .whitespaces))
+        }
+        // Every scalar of the BMP and a sample of the others, alone and around a letter.
+        for value in Array(0..<0x1_0000) + Array(stride(from: 0x1_0000, to: 0x11_0000, by: 97)) {
+            guard let scalar = Unicode.Scalar(UInt32(value)) else { continue }
+            let text = "\(scalar)k\(scalar)"
+            if text.trimmingWhitespace() != text.trimmingCharacters(in: .whitespaces) {
+                Issue.record("U+\(String(value, radix: 16)) is trimmed otherwise")
+            }
+        }
+        // Whitespace around a key and a value, in a file.
+        let path = directory.sub("spaces.conf")
+        try Disk.write("\u{3000}[Autosave]\t\n\u{A0}QuietPeriod\u{2002}=\u{202F}3s\u{205F}\n", to: path)
+        #expect(try Configuration.load(path: path, required: true, environment: [:]).quietPeriod == .seconds(3))
+    }
 }
 
 /// What the random-request test found (`RequestFuzzTests.concurrentWithOtherPrograms`).
