@@ -657,12 +657,14 @@ public enum TimeSpan {
 
 extension Substring {
     /// The text without the whitespace at either end: tabs, the Unicode space separators
-    /// (general category Zs) and U+200B (Zs in Unicode before 4.0.1): the set
+    /// (general category Zs) and U+200B (Zs in Unicode before 4.0.1) — the set
     /// `trimmingCharacters(in: .whitespaces)` trims, here without bridging each line to
-    /// `NSString` (which made the trimming most of the time a configuration file takes to read).
+    /// `NSString` (which made the trimming most of the time a configuration file takes to
+    /// read) — and carriage returns, as systemd's parser trims them: a value that kept a
+    /// final CR would lose it once rendered, where it comes before the line's LF.
     func trimmingWhitespace() -> String {
         func isWhitespace(_ scalar: Unicode.Scalar) -> Bool {
-            scalar == " " || scalar == "\t"
+            scalar == " " || scalar == "\t" || scalar == "\r"
                 || (scalar.value >= 0x80
                     && (scalar.properties.generalCategory == .spaceSeparator || scalar.value == 0x200B))
         }
