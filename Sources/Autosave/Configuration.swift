@@ -236,7 +236,7 @@ extension Configuration {
             let lineNumber = index + 1
             var rawLine = Substring(scalars)
             if rawLine.unicodeScalars.last == "\r" { rawLine.unicodeScalars.removeLast() }
-            let line = rawLine.trimmingCharacters(in: .whitespaces)
+            let line = rawLine.trimmingWhitespace()
             func fail(_ message: String) {
                 errors.append(ConfigurationError(file: file, line: lineNumber, message: message))
             }
@@ -261,8 +261,8 @@ extension Configuration {
                 fail("expected Key=value, found: \(line)")
                 continue
             }
-            let key = line[..<equals].trimmingCharacters(in: .whitespaces)
-            let value = line[line.index(after: equals)...].trimmingCharacters(in: .whitespaces)
+            let key = line[..<equals].trimmingWhitespace()
+            let value = line[line.index(after: equals)...].trimmingWhitespace()
             guard let section else {
                 fail("\(key)= is outside any section (or in an unknown one)")
                 continue
@@ -616,7 +616,7 @@ public enum TimeSpan {
     ]
 
     public static func parse(_ text: String) throws -> Duration {
-        let trimmed = text.trimmingCharacters(in: .whitespaces)
+        let trimmed = text.trimmingWhitespace()
         guard !trimmed.isEmpty else { throw ParseError(description: "expected a time span such as 500ms, 2s or 1min") }
         var total = 0.0
         var rest = Substring(trimmed)
@@ -653,4 +653,29 @@ public enum TimeSpan {
         if ms % 1000 == 0 { return "\(ms / 1000)s" }
         return "\(ms)ms"
     }
+}
+
+extension Substring {
+    /// The text without the whitespace at either end: tabs, the Unicode space separators
+    /// (general category Zs) and U+200B (Zs in Unicode before 4.0.1) — the set
+    /// `trimmingCharacters(in: .whitespaces)` trims, here without bridging each line to
+    /// `NSString` (which made the trimming most of the time a configuration file takes to
+    /// read) — and carriage returns, as systemd's parser trims them: a value that kept a
+    /// final CR would lose it once rendered, where it comes before the line's LF.
+    func trimmingWhitespace() -> String {
+        func isWhitespace(_ scalar: Unicode.Scalar) -> Bool {
+            scalar == " " || scalar == "\t" || scalar == "\r"
+                || (scalar.value >= 0x80
+                    && (scalar.properties.generalCategory == .spaceSeparator || scalar.value == 0x200B))
+        }
+        let scalars = unicodeScalars
+        guard let first = scalars.firstIndex(where: { !isWhitespace($0) }) else { return "" }
+        let last = scalars.lastIndex(where: { !isWhitespace($0) })!
+        return String(scalars[first...last])
+    }
+}
+
+extension String {
+    /// See ``Substring/trimmingWhitespace()``.
+    func trimmingWhitespace() -> String { self[...].trimmingWhitespace() }
 }

@@ -140,6 +140,61 @@ struct FuzzRegressionTests {
         #expect(IgnorePattern("a \\  ", source: "")?.text == "a \\ ")
         #expect(IgnorePattern("a\\\\\\  ", source: "")?.text == "a\\\\\\ ")
     }
+
+    @Test(
+        "A value ending in a carriage return reads back the same once rendered (FuzzConfig)",
+        arguments: [
+            "[Store]\nIgnore=*.tmp\r\r\n", "[Store]\r\nRoot=/srv/x\r\r\r\n", "[Store]\nIgnore=a\r \r\n",
+            "[Store]\nRoot=/srv/\t\tu\t\tx\nIgnore=*.tme\u{0E}\u{0E}n an/dev wit\r\r\r\r\n",
+        ])
+    func valueEndingInCarriageReturn(text: String) throws {
+        // As found: only the CR of the line's CRLF was dropped, so the value kept the others;
+        // rendered, its last CR came before the line's LF and was dropped when read again.
+        let path = directory.sub("cr.conf")
+        try Disk.write(text, to: path)
+        let configuration = try Configuration.load(path: path, required: true, environment: [:])
+        #expect(!configuration.root.hasSuffix("\r"))
+        #expect(!configuration.ignore.contains { $0.hasSuffix("\r") })
+        try Disk.write(configuration.rendered, to: path)
+        var again = try Configuration.load(path: path, required: true, environment: [:])
+        again.sources = configuration.sources
+        #expect(again == configuration)
+    }
+
+    @Test("A configuration line is trimmed of exactly what Foundation's .whitespaces holds, and CR")
+    func whitespaceTrimming() throws {
+        let whitespace = CharacterSet.whitespaces.union(CharacterSet(charactersIn: "\r"))
+        // Every space separator (Zs), tab, and characters next to them that are not whitespace.
+        let spaces: [Unicode.Scalar] = [
+            " ", "\t", "\u{A0}", "\u{1680}", "\u{2000}", "\u{2005}", "\u{200A}", "\u{202F}", "\u{205F}", "\u{3000}",
+        ]
+        let others: [Unicode.Scalar] = [
+            "\n", "\r", "\u{0B}", "\u{0C}", "\u{85}", "\u{200B}", "\u{2028}", "\u{FEFF}", "\u{301}", "a", "=",
+            "\u{1F600}",
+        ]
+        let all = spaces + others
+        var cases = ["", "a", "a b", " \u{301}a", "x\u{2003}\u{301} "]
+        for a in all { for b in all { cases += ["\(a)\(b)", "\(a)k\(b)", "\(a)\(b)k = v\(b)\(a)"] } }
+        for text in cases {
+            #expect(
+                text.trimmingWhitespace() == text.trimmingCharacters(in: whitespace),
+                "\(text.unicodeScalars.map(\.value))")
+            let sub = ("#" + text + "#").dropFirst().dropLast()
+            #expect(sub.trimmingWhitespace() == sub.trimmingCharacters(in: whitespace))
+        }
+        // Every scalar of the BMP and a sample of the others, alone and around a letter.
+        for value in Array(0..<0x1_0000) + Array(stride(from: 0x1_0000, to: 0x11_0000, by: 97)) {
+            guard let scalar = Unicode.Scalar(UInt32(value)) else { continue }
+            let text = "\(scalar)k\(scalar)"
+            if text.trimmingWhitespace() != text.trimmingCharacters(in: whitespace) {
+                Issue.record("U+\(String(value, radix: 16)) is trimmed otherwise")
+            }
+        }
+        // Whitespace around a key and a value, in a file.
+        let path = directory.sub("spaces.conf")
+        try Disk.write("\u{3000}[Autosave]\t\n\u{A0}QuietPeriod\u{2002}=\u{202F}3s\u{205F}\n", to: path)
+        #expect(try Configuration.load(path: path, required: true, environment: [:]).quietPeriod == .seconds(3))
+    }
 }
 
 /// What the random-request test found (`RequestFuzzTests.concurrentWithOtherPrograms`).

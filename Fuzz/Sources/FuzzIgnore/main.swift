@@ -151,65 +151,81 @@ func tokens(_ p: [UInt8]) -> [Token] {
     return out
 }
 
+/// The memo of ``referenceMatch``, kept from one call to the next (only its first cells
+/// are cleared for each match): a reference run thousands of times per input allocates nothing.
+nonisolated(unsafe) var memoStorage = UnsafeMutableBufferPointer<UInt8>.allocate(capacity: 0)
+
 /// Whether the tokens match all of `t`: plain recursion with a memo, no shortcuts.
-func referenceMatch(_ tokens: [Token], _ t: [UInt8]) -> Bool {
-    // 0 unknown, 1 no, 2 yes.
-    var memo = [UInt8](repeating: 0, count: (tokens.count + 1) * (t.count + 1))
-    func go(_ ti: Int, _ si: Int) -> Bool {
-        let key = ti * (t.count + 1) + si
-        if memo[key] != 0 { return memo[key] == 2 }
-        let result: Bool
-        if ti == tokens.count {
-            result = si == t.count
-        } else {
-            switch tokens[ti] {
-            case .literal(let c): result = si < t.count && t[si] == c && go(ti + 1, si + 1)
-            case .never: result = false
-            case .any: result = si < t.count && t[si] != UInt8(ascii: "/") && go(ti + 1, si + 1)
-            case .set(let ranges, let negated):
-                result =
-                    si < t.count && t[si] != UInt8(ascii: "/")
-                    && (ranges.contains { $0.contains(t[si]) } != negated) && go(ti + 1, si + 1)
-            case .star:
-                var end = si
-                var found = go(ti + 1, si)
-                while !found, end < t.count, t[end] != UInt8(ascii: "/") {
-                    end += 1
-                    found = go(ti + 1, end)
-                }
-                result = found
-            case .anything:
-                result = true
-            case .directories:
-                var found = go(ti + 1, si)
-                var end = si
-                while !found, end < t.count {
-                    if t[end] == UInt8(ascii: "/") { found = go(ti + 1, end + 1) }
-                    end += 1
-                }
-                result = found
-            }
-        }
-        memo[key] = result ? 2 : 1
-        return result
+func referenceMatch(_ tokens: [Token], _ t: UnsafeBufferPointer<UInt8>) -> Bool {
+    let cells = (tokens.count + 1) * (t.count + 1)
+    if memoStorage.count < cells {
+        memoStorage.deallocate()
+        memoStorage = .allocate(capacity: max(cells, 2 * memoStorage.count))
     }
-    return go(0, 0)
+    let memo = UnsafeMutableBufferPointer(rebasing: memoStorage[..<cells])
+    memo.initialize(repeating: 0)  // 0 unknown, 1 no, 2 yes
+    return tokens.withUnsafeBufferPointer { matchFrom(0, 0, $0, t, memo) }
+}
+
+private func matchFrom(
+    _ ti: Int, _ si: Int, _ tokens: UnsafeBufferPointer<Token>, _ t: UnsafeBufferPointer<UInt8>,
+    _ memo: UnsafeMutableBufferPointer<UInt8>
+) -> Bool {
+    func go(_ ti: Int, _ si: Int) -> Bool { matchFrom(ti, si, tokens, t, memo) }
+    let key = ti * (t.count + 1) + si
+    if memo[key] != 0 { return memo[key] == 2 }
+    let result: Bool
+    if ti == tokens.count {
+        result = si == t.count
+    } else {
+        switch tokens[ti] {
+        case .literal(let c): result = si < t.count && t[si] == c && go(ti + 1, si + 1)
+        case .never: result = false
+        case .any: result = si < t.count && t[si] != UInt8(ascii: "/") && go(ti + 1, si + 1)
+        case .set(let ranges, let negated):
+            result =
+                si < t.count && t[si] != UInt8(ascii: "/")
+                && (ranges.contains { $0.contains(t[si]) } != negated) && go(ti + 1, si + 1)
+        case .star:
+            var end = si
+            var found = go(ti + 1, si)
+            while !found, end < t.count, t[end] != UInt8(ascii: "/") {
+                end += 1
+                found = go(ti + 1, end)
+            }
+            result = found
+        case .anything:
+            result = true
+        case .directories:
+            var found = go(ti + 1, si)
+            var end = si
+            while !found, end < t.count {
+                if t[end] == UInt8(ascii: "/") { found = go(ti + 1, end + 1) }
+                end += 1
+            }
+            result = found
+        }
+    }
+    memo[key] = result ? 2 : 1
+    return result
 }
 
 /// Whether a pattern from a file in `base` (or the configuration, base "") matches `path`.
-func referenceApplies(_ pattern: ReferencePattern, base: [UInt8], _ path: [UInt8], isDirectory: Bool) -> Bool {
+func referenceApplies(
+    _ pattern: ReferencePattern, base: [UInt8], _ path: UnsafeBufferPointer<UInt8>, isDirectory: Bool
+) -> Bool {
     if pattern.directoryOnly && !isDirectory { return false }
-    var subject = path
+    var start = 0
     if !base.isEmpty {
         guard path.count > base.count + 1, path.starts(with: base), path[base.count] == UInt8(ascii: "/") else {
             return false
         }
-        subject = Array(path[(base.count + 1)...])
+        start = base.count + 1
     }
-    if !pattern.anchored, let slash = subject.lastIndex(of: UInt8(ascii: "/")) {
-        subject = Array(subject[(slash + 1)...])
+    if !pattern.anchored, let slash = path[start...].lastIndex(of: UInt8(ascii: "/")) {
+        start = slash + 1
     }
-    return referenceMatch(pattern.compiled, subject)
+    return referenceMatch(pattern.compiled, UnsafeBufferPointer(rebasing: path[start...]))
 }
 
 // MARK: The target
@@ -247,6 +263,11 @@ func instances(_ glob: [UInt8]) -> [[UInt8]] {
         i += 1
     }
     return [plain, deep, Array("d/".utf8) + plain, Array("d/e/".utf8) + plain]
+}
+
+/// The built-in patterns as the reference reads them (the same for every input).
+let defaultReferences = IgnoreRules.defaults.compactMap { line in
+    referenceParse(Array(line.utf8)).map { ($0, [UInt8]()) }
 }
 
 /// Input: `Ignore=` patterns (one per line), 0x00, the root's ignore file, 0x00, the
@@ -296,7 +317,7 @@ func fuzzIgnore(_ input: [UInt8]) {
     }
     // The reference patterns, from the original lines, in the order the rules apply them.
     var sources: [([UInt8], [UInt8])] = []
-    if configuration.ignoreDefaults { sources += IgnoreRules.defaults.map { (Array($0.utf8), []) } }
+    if configuration.ignoreDefaults { references = defaultReferences }
     sources += configuration.ignore.map { (Array($0.utf8), []) }
     for (text, base) in files where !text.isEmpty {
         let decoded = Array(String(decoding: text, as: UTF8.self).utf8)
@@ -325,6 +346,9 @@ func fuzzIgnore(_ input: [UInt8]) {
         }
     }
 
+    // The reference's decision for a path prefix and whether it is taken as a directory
+    // (a trailing 1 or 0 on the key): the last pattern in force that matches, if any.
+    var decisions: [[UInt8]: Int?] = [:]
     for (path, isDirectory) in paths.prefix(24) {
         let got = rules.ignoring(path, isDirectory: isDirectory)
         // The reference decision: each prefix of the path in turn, a directory unless it is the
@@ -340,10 +364,21 @@ func fuzzIgnore(_ input: [UInt8]) {
                 expected = (nil, true)
                 break
             }
-            var decided: Int?
-            for (index, (reference, base)) in references.enumerated()
-            where referenceApplies(reference, base: base, prefix, isDirectory: last ? isDirectory : true) {
-                decided = index
+            let asDirectory = last ? isDirectory : true
+            // The paths share their leading directories: each (prefix, kind) is decided once.
+            let decided: Int?
+            if let known = decisions[prefix + [asDirectory ? 1 : 0]] {
+                decided = known
+            } else {
+                var found: Int?
+                prefix.withUnsafeBufferPointer { bytes in
+                    for (index, (reference, base)) in references.enumerated()
+                    where referenceApplies(reference, base: base, bytes, isDirectory: asDirectory) {
+                        found = index
+                    }
+                }
+                decisions[prefix + [asDirectory ? 1 : 0]] = .some(found)
+                decided = found
             }
             if let decided, !references[decided].0.negated {
                 expected = (decided, false)
