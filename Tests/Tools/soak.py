@@ -32,7 +32,7 @@ the set of acknowledged appends, in any order. Checks, afterwards:
   - `status`: no failed save, nothing unsaved;
   - resident memory (VmRSS, sampled every SAMPLE seconds) at the end grew at most
     RSS_LIMIT percent over what it was right after the warm-up (the first WARMUP
-    fraction of the run): medians of the first and last five samples;
+    fraction of the run): medians of the first and last thirds of the samples after it;
   - the daemon's descriptors (/proc/PID/fd) after every client disconnected are as many
     as before the soak (after the documents were created);
   - SIGTERM: the daemon exits 0, and every document's file holds the model; no temporary
@@ -693,8 +693,11 @@ class Soak:
         # Memory.
         warm = [s for s in self.rss if s[0] >= o.warmup * elapsed]
         if len(warm) >= 10:
-            start = sorted(kb for _, kb in warm[:5])[2]
-            end = sorted(kb for _, kb in warm[-5:])[2]
+            # Medians over a third of the samples each: the allocator's trims make a
+            # sawtooth of ±10 % within seconds, which five samples do not average out.
+            window = max(5, len(warm) // 3)
+            start = sorted(kb for _, kb in warm[:window])[window // 2]
+            end = sorted(kb for _, kb in warm[-window:])[window // 2]
             growth = 100.0 * (end - start) / start
             print("VmRSS: %d kB at start of the soak, %d kB after the warm-up (%.0f s), %d kB at the end; "
                   "growth after warm-up %+.2f %% (limit %.1f %%); min %d, max %d kB; %d samples"
