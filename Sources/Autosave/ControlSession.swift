@@ -306,13 +306,7 @@ final class ControlSession: Sendable {
     static func writeError(
         id: LineBytes?, code: ControlProtocol.ErrorCode, message: String, into writer: inout JSONWriter
     ) {
-        writer.beginObject()
-        if let id {
-            writer.key("id")
-            id.withBytes { writer.json($0) }
-        }
-        writer.key("ok")
-        writer.bool(false)
+        beginReply(id: id, ok: false, into: &writer)
         writer.key("error")
         writer.beginObject()
         writer.key("code")
@@ -719,13 +713,18 @@ final class ControlSession: Sendable {
 
     /// `{"id": …, "ok": true` (the reply's own fields follow).
     static func beginSuccess(id: LineBytes?, into writer: inout JSONWriter) {
+        beginReply(id: id, ok: true, into: &writer)
+    }
+
+    /// `{"id": …, "ok": …` (the id only when given).
+    private static func beginReply(id: LineBytes?, ok: Bool, into writer: inout JSONWriter) {
         writer.beginObject()
         if let id {
             writer.key("id")
             id.withBytes { writer.json($0) }
         }
         writer.key("ok")
-        writer.bool(true)
+        writer.bool(ok)
     }
 
     /// `{"id": …, "ok": true, "document": {…}}`, written into `writer`.
