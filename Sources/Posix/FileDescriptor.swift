@@ -422,6 +422,8 @@ extension FileDescriptor {
     /// The descriptor stays open and its offset is untouched: the listing reads a duplicate.
     ///
     /// The corresponding C functions are `fdopendir` and `readdir`.
+    private static let nameOffset = MemoryLayout<dirent>.offset(of: \dirent.d_name)!
+
     public func directoryEntries() throws(Errno) -> [DirectoryEntry] {
         let copy = try FileDescriptor.open(".", relativeTo: self, .readOnly, options: [.directory])
         guard let stream = system_fdopendir(copy.rawValue) else {
@@ -437,17 +439,18 @@ extension FileDescriptor {
                 if system_errno != 0 { throw Errno.current }
                 return entries
             }
-            let (name, valid) = withUnsafeBytes(of: entry.pointee.d_name) { raw -> (String, Bool) in
-                let bytes = raw.bindMemory(to: UInt8.self)
-                let end = bytes.firstIndex(of: 0) ?? bytes.count
-                let name = UnsafeBufferPointer(rebasing: bytes[..<end])
-                if let string = String(validating: name, as: UTF8.self) { return (string, true) }
-                return (String(decoding: name, as: UTF8.self), false)
-            }
+            // The name is read where it lies, up to its terminating zero: `readdir` packs
+            // entries by `d_reclen`, so the last one in its buffer may end well before the
+            // 256 bytes `d_name` is declared with (copying the field whole reads past it).
+            let start = UnsafeRawPointer(entry) + Self.nameOffset
+            let bytes = UnsafeBufferPointer(
+                start: start.assumingMemoryBound(to: UInt8.self), count: strlen(start.assumingMemoryBound(to: CChar.self)))
+            let validated = String(validating: bytes, as: UTF8.self)
+            let name = validated ?? String(decoding: bytes, as: UTF8.self)
             if name == "." || name == ".." { continue }
             entries.append(
                 DirectoryEntry(
-                    name: name, kind: FileKind(directoryEntryType: entry.pointee.d_type), nameIsUTF8: valid))
+                    name: name, kind: FileKind(directoryEntryType: entry.pointee.d_type), nameIsUTF8: validated != nil))
         }
     }
 }

@@ -137,6 +137,27 @@ final class PosixTests {
         #expect(throws: Errno.noSuchFile) { try directory.unlink("sub") }
     }
 
+    /// `readdir` fills a 32 KiB buffer with entries packed by their length, so in a large
+    /// directory the last entry of a buffer ends a few bytes after its name. Copying the
+    /// declared 256-byte `d_name` read past the buffer there: under AddressSanitizer
+    /// (`scripts/sanitize address --filter PosixTests`) a heap-buffer-overflow in
+    /// `directoryEntries`; here, without a sanitizer, the names must come back whole.
+    @Test("A listing of thousands of entries of every name length returns each name exactly")
+    func largeListing() throws {
+        var expected: [String] = []
+        for index in 0..<3_000 {
+            // Names of 1 to 60 bytes in turn, and one of 255 (the longest allowed).
+            let stem = String(index)
+            let name = index == 1_234 ? String(repeating: "n", count: 255) : stem + String(repeating: "x", count: index % 57)
+            try FileDescriptor.open(name, relativeTo: directory, .writeOnly, options: [.create]).close()
+            expected.append(name)
+        }
+        let listed = try directory.directoryEntries()
+        #expect(listed.count == expected.count)
+        #expect(listed.map(\.name).sorted() == expected.sorted())
+        #expect(listed.allSatisfy { $0.nameIsUTF8 && $0.kind == .regular })
+    }
+
     @Test("openBeneath refuses paths that leave the directory")
     func beneath() throws {
         try directory.makeDirectory("inside")
