@@ -222,6 +222,12 @@ public final class ControlServer: Sendable {
     func checkBeneathRoot(_ path: String) throws -> Bool {
         let normalized: String
         do { normalized = try DocumentPath.validate(path) } catch { throw RequestError(error) }
+        return try checkBeneathRoot(valid: normalized, as: path)
+    }
+
+    /// ``checkBeneathRoot(_:)`` of a path ``DocumentPath/validate(_:)`` returned;
+    /// messages name it as `path`.
+    private func checkBeneathRoot(valid normalized: String, as path: String) throws -> Bool {
         var retried = false
         while true {
             let held = root.withLock { $0 }
@@ -332,5 +338,5 @@ public final class ControlServer: Sendable {
 
 extension ControlServer: UnopenedPathCheck {
     /// A document a request opens or creates must lie beneath the root (see ``checkBeneathRoot(_:)``).
-    func checkUnopened(_ path: String) throws -> Bool { try checkBeneathRoot(path) }
+    func checkUnopened(valid: String) throws -> Bool { try checkBeneathRoot(valid: valid, as: valid) }
 }

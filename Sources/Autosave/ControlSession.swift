@@ -76,58 +76,37 @@ final class ControlSession: Sendable {
     struct EditMemo {
         /// The path of the last document, as ``DocumentName`` gives it.
         var document: [UInt8] = []
-        /// `document` once checked (``DocumentPath/validate(_:)``).
+        /// `document` as a string.
         var path = ""
         var isJSON = false
-        /// The type `prefix` was written for.
-        var type: UTType?
-        /// ``EditReply/documentPrefix(path:type:)``.
-        var prefix: [UInt8] = []
         /// The seconds this connection's replies formatted last (kept across documents).
         var timestamps = EditReply.TimestampCache()
     }
 
-    /// `set` and `append`: the document looked up through the memo, the reply written by ``EditReply``.
+    /// `set` and `append`: the document looked up by its path (the string made again only
+    /// when the request names another document than the last), the reply written by
+    /// ``EditReply`` after the document's own prefix.
     private func applyEdit(
         id: LineBytes?, document: DocumentName, _ edit: (_ isJSON: Bool) -> DocumentEdit, create: Bool,
         memo: inout EditMemo, store: isolated DocumentStore
     ) {
         let matches = document.bytes.withBytes { raw in memo.document.withUnsafeBytes { $0.elementsEqual(raw) } }
         if !matches {
-            let raw = document.path
-            let path: String
-            if store.isOpen(raw) {
-                // A path the store holds a document at was checked when it was opened.
-                path = raw
-            } else {
-                do {
-                    path = try DocumentPath.validate(raw)
-                } catch {
-                    sendFailure(id, error)
-                    return
-                }
-            }
             // The memo's buffers are reused: another document costs no allocation here.
             memo.document.removeAll(keepingCapacity: true)
             document.bytes.withBytes { memo.document.append(contentsOf: $0) }
-            memo.path = path
-            memo.isJSON = Self.isJSONPath(path)
-            memo.type = nil
+            memo.path = document.path
+            memo.isJSON = Self.isJSONPath(memo.path)
         }
         let outcome: EditOutcome
         do {
-            outcome = try store.apply(
-                edit(memo.isJSON), toValid: memo.path, create: create, unopened: server, knownType: memo.type)
+            outcome = try store.apply(edit(memo.isJSON), named: memo.path, create: create, unopened: server)
         } catch {
             sendFailure(id, error)
             return
         }
-        if let type = outcome.contentType {
-            memo.type = type
-            memo.prefix = EditReply.documentPrefix(path: memo.path, type: type)
-        }
         let connection = connection
-        memo.prefix.withUnsafeBytes { prefix in
+        outcome.replyPrefix.withUnsafeBytes { prefix in
             if let id {
                 id.withBytes {
                     EditReply.send(idText: $0, prefix: prefix, outcome, to: connection, timestamps: &memo.timestamps)
@@ -217,7 +196,7 @@ final class ControlSession: Sendable {
         _ edit: DocumentEdit, to path: String, create: Bool = false, store: isolated DocumentStore
     ) throws -> DocumentInfo {
         let path = try DocumentPath.validate(path)
-        return try store.apply(edit, toValid: path, create: create, unopened: server).info(path: path)
+        return try store.apply(edit, named: path, create: create, unopened: server).info(path: path)
     }
 
     /// Whether `path` ends in `.json`, in any case: `set` with `text` parses such a document's text as JSON.

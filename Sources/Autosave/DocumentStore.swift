@@ -49,6 +49,9 @@ public actor DocumentStore {
         var isPackage: Bool
         var document: any AutosaveDocument
         var existingFile: FileWrapper?
+        /// The start of the socket's reply to an edit (``EditReply/documentPrefix(path:type:)``),
+        /// made at the document's first such edit under its path; ``insert(_:at:)`` clears it.
+        var replyPrefix: [UInt8] = []
         var changeCount: UInt64 = 0
         var savedChangeCount: UInt64 = 0
         /// The change token of the save in flight.
@@ -411,6 +414,9 @@ public actor DocumentStore {
 
     /// Adds a document the store did not hold.
     func insert(_ entry: Entry, at path: String) {
+        var entry = entry
+        // The prefix names the path: a document moved here writes it again.
+        entry.replyPrefix = []
         if entries.updateValue(entry, forKey: path) == nil { countDirectories(of: path, by: 1) }
     }
 
@@ -532,33 +538,37 @@ public actor DocumentStore {
         // The record is written before the caller hears of the edit, as the socket's replies are.
         defer { writeJournal() }
         if let index = entries.index(forKey: path) {
-            return try apply(edit, at: index, path: path, knownType: nil).info(path: path)
+            return try apply(edit, at: index, path: path, replyPrefix: false).info(path: path)
         }
-        return try applyUnopened(edit, path: path, create: create, knownType: nil).info(path: path)
+        return try applyUnopened(edit, path: path, create: create, replyPrefix: false).info(path: path)
     }
 
-    /// ``apply(_:to:create:)`` for a path ``DocumentPath/validate(_:)`` has accepted,
-    /// with `unopened` asked first about a document the store does not hold yet (the
-    /// control socket checks the path on disk then). Returns what the reply to an edit
-    /// tells, without the path; its `contentType` is `nil` when it is `knownType`.
+    /// ``apply(_:to:create:)`` for the control socket: `path` as the request gave it (checked
+    /// here unless the store holds a document under exactly that name, which was checked
+    /// when it was opened), `unopened` asked first about a document the store does not hold
+    /// yet (the socket checks the path on disk then). The outcome carries the document's
+    /// reply prefix, kept with the document: an edit of any open document needs one lookup
+    /// by its path and builds nothing that names it.
     func apply(
-        _ edit: DocumentEdit, toValid path: String, create: Bool, unopened: some UnopenedPathCheck,
-        knownType: UTType? = nil
+        _ edit: DocumentEdit, named path: String, create: Bool, unopened: some UnopenedPathCheck
     ) throws -> EditOutcome {
+        let existing = entries.index(forKey: path)
+        let valid = existing == nil ? try DocumentPath.validate(path) : path
         guard accepting else { throw StoreError.shuttingDown }
         try checkJournalWritable()
-        if let existing = entries.index(forKey: path) {
-            return try apply(edit, at: existing, path: path, knownType: knownType)
+        if let existing { return try apply(edit, at: existing, path: path, replyPrefix: true) }
+        if valid != path, let existing = entries.index(forKey: valid) {
+            return try apply(edit, at: existing, path: valid, replyPrefix: true)
         }
-        let exists = try unopened.checkUnopened(path)
-        return try applyUnopened(edit, path: path, create: create, knownType: knownType, knownMissing: !exists)
+        let exists = try unopened.checkUnopened(valid: valid)
+        return try applyUnopened(edit, path: valid, create: create, replyPrefix: true, knownMissing: !exists)
     }
 
     /// Applies `edit` to a document the store does not hold: read from disk (or, with
     /// `create`, made new), edited, and only then added. A refused edit leaves the store
     /// as it was: no document opened or created, no event.
     private func applyUnopened(
-        _ edit: DocumentEdit, path: String, create: Bool, knownType: UTType?, knownMissing: Bool = false
+        _ edit: DocumentEdit, path: String, create: Bool, replyPrefix: Bool, knownMissing: Bool = false
     ) throws(StoreError) -> EditOutcome {
         var entry: Entry
         if knownMissing, create {
@@ -587,7 +597,7 @@ public actor DocumentStore {
         let delays = scheduleDelays
         let (outcome, decision) = modifyEntry(at: index) { entry in
             let decision = Self.recordEdit(&entry, now: now, delays: delays)
-            return (self.outcome(entry, now: now, knownType: knownType), decision)
+            return (self.outcome(&entry, path: path, now: now, replyPrefix: replyPrefix), decision)
         }
         if let decision { queue(path, decision) }
         return outcome
@@ -596,7 +606,7 @@ public actor DocumentStore {
     /// Applies `edit` to the entry at `index` and schedules its save: one access to the
     /// entry for the whole edit, the path every edit takes.
     private func apply(
-        _ edit: DocumentEdit, at index: [String: Entry].Index, path: String, knownType: UTType?
+        _ edit: DocumentEdit, at index: [String: Entry].Index, path: String, replyPrefix: Bool
     ) throws(StoreError) -> EditOutcome {
         editCounts.count(edit)
         let refuse = configuration.refuseEditsWhenSaveFails
@@ -614,7 +624,7 @@ public actor DocumentStore {
             entry.changeCount += 1
             if journal != nil { journalEdit(&entry, path: path, edit, baseContents: baseContents) }
             let decision = Self.recordEdit(&entry, now: now, delays: delays)
-            return (self.outcome(entry, now: now, knownType: knownType), decision)
+            return (self.outcome(&entry, path: path, now: now, replyPrefix: replyPrefix), decision)
         }
         if let decision { queue(path, decision) }
         return described
@@ -820,14 +830,26 @@ public actor DocumentStore {
     }
 
     func info(_ path: String, _ entry: Entry, now: Moment = .now) -> DocumentInfo {
-        outcome(entry, now: now, knownType: nil).info(path: path)
+        outcome(entry, now: now).info(path: path)
     }
 
-    func outcome(_ entry: Entry, now: Moment, knownType: UTType?) -> EditOutcome {
+    func outcome(_ entry: Entry, now: Moment) -> EditOutcome {
         EditOutcome(
-            contentType: entry.contentType == knownType ? nil : entry.contentType, state: state(of: entry, now: now),
-            changeCount: entry.changeCount,
+            contentType: entry.contentType, state: state(of: entry, now: now), changeCount: entry.changeCount,
             savedChangeCount: entry.savedChangeCount, lastSaved: entry.lastSaved, saves: entry.saves)
+    }
+
+    /// ``outcome(_:now:)`` after an edit, with the document's reply prefix when asked for
+    /// (made at the first such edit).
+    private func outcome(_ entry: inout Entry, path: String, now: Moment, replyPrefix: Bool) -> EditOutcome {
+        var outcome = outcome(entry, now: now)
+        if replyPrefix {
+            if entry.replyPrefix.isEmpty {
+                entry.replyPrefix = EditReply.documentPrefix(path: path, type: entry.contentType)
+            }
+            outcome.replyPrefix = entry.replyPrefix
+        }
+        return outcome
     }
 
     func state(of entry: Entry, now: Moment = .now) -> SaveState {

@@ -66,18 +66,20 @@ public struct DocumentInfo: Sendable, Equatable {
 /// A document's description after an edit, without its path (the caller has it): what
 /// an edit's reply tells.
 struct EditOutcome {
-    /// `nil` when the caller said it knows the type already.
-    var contentType: UTType?
+    var contentType: UTType
     var state: SaveState
     var changeCount: UInt64
     var savedChangeCount: UInt64
     var lastSaved: Date?
     var saves: Int
+    /// The document's ``EditReply/documentPrefix(path:type:)`` when the caller asked for
+    /// it (the socket's edits), empty otherwise.
+    var replyPrefix: [UInt8] = []
 
-    /// The whole description (`contentType` must be set).
+    /// The whole description.
     func info(path: String) -> DocumentInfo {
         DocumentInfo(
-            path: path, contentType: contentType!, state: state, changeCount: changeCount,
+            path: path, contentType: contentType, state: state, changeCount: changeCount,
             savedChangeCount: savedChangeCount, lastSaved: lastSaved, saves: saves)
     }
 }
@@ -86,7 +88,8 @@ struct EditOutcome {
 /// it: throws to refuse it; returns `false` when it found nothing at the path (the store
 /// then creates the document without looking for it on disk again).
 protocol UnopenedPathCheck {
-    func checkUnopened(_ path: String) throws -> Bool
+    /// `valid`: a path ``DocumentPath/validate(_:)`` returned.
+    func checkUnopened(valid: String) throws -> Bool
 }
 
 /// The store's counters, for `status`.

@@ -152,7 +152,7 @@ public final class Journal: Sendable {
             SegmentFormat.appendRecord(to: &s.pending, lsn: lsn, owner: owner, payload: payload)
             if s.pendingFirst == nil { s.pendingFirst = lsn }
             s.owners[owner, default: OwnerLog()].lsns.append(lsn)
-            s.pendingOwners.append(owner)
+            s.pendingRecords += 1
             s.unreleased += 1
             return lsn
         }
@@ -293,11 +293,9 @@ public final class Journal: Sendable {
                 released += 1
                 if let first = s.pendingFirst, record >= first {
                     // Rare: a record released before the flush that writes it.
-                    if let i = s.pendingOwners.lastIndex(of: owner) { s.pendingOwners.remove(at: i) }
+                    s.pendingRecords -= 1
                 } else if let i = s.segmentIndex(of: record) {
                     s.segments[i].live -= 1
-                    let left = (s.segments[i].ownerCounts[owner] ?? 1) - 1
-                    s.segments[i].ownerCounts[owner] = left > 0 ? left : nil
                 }
             }
             guard released > 0 else { return false }
@@ -330,10 +328,7 @@ public final class Journal: Sendable {
         state.withLock { s in
             s.owners[owner, default: OwnerLog()].lsns.append(lsn)
             s.unreleased += 1
-            if let i = s.segmentIndex(of: lsn) {
-                s.segments[i].live += 1
-                s.segments[i].ownerCounts[owner, default: 0] += 1
-            }
+            if let i = s.segmentIndex(of: lsn) { s.segments[i].live += 1 }
         }
     }
 
@@ -344,8 +339,9 @@ public final class Journal: Sendable {
     /// and nothing else exists.
     public func pinningOwners() -> [UInt64] {
         state.withLock { s in
-            guard let oldest = s.segments.first else { return [] }
-            return oldest.ownerCounts.keys.sorted()
+            guard !s.segments.isEmpty else { return [] }
+            let boundary = s.segments.count > 1 ? s.segments[1].base : s.nextLSN
+            return s.owners(before: boundary).sorted()
         }
     }
 
@@ -354,13 +350,16 @@ public final class Journal: Sendable {
     /// documents frees that much once the segments are deleted. In no particular order.
     public func pinningOwners(toFree bytes: Int) -> [UInt64] {
         state.withLock { s in
-            var owners = Set<UInt64>()
+            // The oldest segments, up to the one being written, until they hold `bytes`:
+            // the owners with a record before the first segment not taken.
             var freed = 0
-            for segment in s.segments.dropLast() where freed < bytes {
-                owners.formUnion(segment.ownerCounts.keys)
-                freed += segment.size
+            var taken = 0
+            while taken < s.segments.count - 1, freed < bytes {
+                freed += s.segments[taken].size
+                taken += 1
             }
-            return Array(owners)
+            guard taken > 0 else { return [] }
+            return s.owners(before: s.segments[taken].base)
         }
     }
 

@@ -10,10 +10,10 @@ struct SegmentEntry {
     var syncedSize: Int
     /// The file was created since the directory was last synced.
     var needsDirectorySync: Bool
-    /// Records attributed to this segment that are not released yet.
+    /// Records attributed to this segment that are not released yet. Which owners they
+    /// belong to is not kept per segment: the owners' logs say it when asked
+    /// (``JournalState/owners(before:)``), so a record costs no per-segment bookkeeping.
     var live = 0
-    /// `live`, per owner.
-    var ownerCounts: [UInt64: Int] = [:]
     /// Replay found it damaged: it is set aside rather than deleted.
     var damaged = false
 }
@@ -58,9 +58,9 @@ struct JournalState {
     /// Framed records appended since the last flush.
     var pending: [UInt8] = []
     var pendingFirst: LSN?
-    /// The owner of each record in the batch not released yet: attributed to no segment
-    /// until the flush says which.
-    var pendingOwners: [UInt64] = []
+    /// Owners' records in the batch not released yet: attributed to no segment until the
+    /// flush says which.
+    var pendingRecords = 0
 
     var owners: [UInt64: OwnerLog] = [:]
     var unreleased = 0
@@ -112,28 +112,32 @@ struct JournalState {
 
     /// Counts the batch's records as the segment's at `index`, where the batch goes.
     mutating func attributePending(toSegment index: Int) {
-        var counts: [UInt64: Int] = [:]
-        swap(&counts, &segments[index].ownerCounts)
-        for owner in pendingOwners { counts[owner, default: 0] += 1 }
-        swap(&counts, &segments[index].ownerCounts)
-        segments[index].live += pendingOwners.count
-        pendingOwners.removeAll(keepingCapacity: true)
+        segments[index].live += pendingRecords
+        pendingRecords = 0
     }
 
     /// Attributes the records still pinned to the segments they are in, from scratch.
     mutating func recount() {
-        for i in segments.indices {
-            segments[i].live = 0
-            segments[i].ownerCounts = [:]
-        }
-        for (owner, log) in owners {
+        for i in segments.indices { segments[i].live = 0 }
+        for log in owners.values {
             for lsn in log.lsns[log.head...] {
                 if let first = pendingFirst, lsn >= first { continue }
                 guard let i = segmentIndex(of: lsn) else { continue }
                 segments[i].live += 1
-                segments[i].ownerCounts[owner, default: 0] += 1
             }
         }
+    }
+
+    /// The owners with an unreleased record written before `boundary` (records not flushed
+    /// yet are in no segment and do not count). An owner's log is in LSN order, so its
+    /// oldest unreleased record decides.
+    func owners(before boundary: LSN) -> [UInt64] {
+        let boundary = pendingFirst.map { min($0, boundary) } ?? boundary
+        var found: [UInt64] = []
+        for (owner, log) in owners where log.head < log.lsns.count && log.lsns[log.head] < boundary {
+            found.append(owner)
+        }
+        return found
     }
 
     /// The waiters whose LSN is durable now, removed from the list.
