@@ -132,6 +132,85 @@ public struct IgnorePattern: Sendable, Equatable, CustomStringConvertible {
     }
 }
 
+/// A list of patterns in the form they are matched in: every pattern's base directory,
+/// glob and literal ends laid out in one byte buffer, each pattern a few offsets and
+/// flags. Matching a path against the list retains and copies nothing (iterating
+/// ``IgnorePattern`` values copies each one's three strings and three arrays), which is
+/// what a path costs on the way to becoming a document: every new document's path is
+/// matched against every pattern in force.
+struct CompiledPatterns: Sendable, Equatable {
+    private struct Item: Equatable {
+        var base: Range<Int32>
+        var glob: Range<Int32>
+        var prefix: Range<Int32>
+        var suffix: Range<Int32>
+        var directoryOnly: Bool
+        var anchored: Bool
+    }
+
+    private var bytes: [UInt8] = []
+    private var items: [Item] = []
+
+    init(_ patterns: [IgnorePattern]) {
+        func add(_ part: some Collection<UInt8>) -> Range<Int32> {
+            let start = Int32(bytes.count)
+            bytes.append(contentsOf: part)
+            return start..<Int32(bytes.count)
+        }
+        for pattern in patterns {
+            items.append(
+                Item(
+                    base: add(pattern.base.utf8), glob: add(pattern.glob), prefix: add(pattern.literalPrefix),
+                    suffix: add(pattern.literalSuffix), directoryOnly: pattern.directoryOnly,
+                    anchored: pattern.anchored))
+        }
+    }
+
+    /// The index of the last pattern matching `path` (as ``IgnorePattern/matches(_:isDirectory:)``
+    /// decides), if any.
+    func lastMatch(_ path: UnsafeBufferPointer<UInt8>, isDirectory: Bool) -> Int? {
+        bytes.withUnsafeBufferPointer { bytes in
+            items.withUnsafeBufferPointer { items in
+                var index = items.count
+                while index > 0 {
+                    index -= 1
+                    if Self.matches(items[index], bytes, path, isDirectory: isDirectory) { return index }
+                }
+                return nil
+            }
+        }
+    }
+
+    @inline(__always)
+    private static func matches(
+        _ item: Item, _ bytes: UnsafeBufferPointer<UInt8>, _ path: UnsafeBufferPointer<UInt8>, isDirectory: Bool
+    ) -> Bool {
+        func part(_ range: Range<Int32>) -> UnsafeBufferPointer<UInt8> {
+            UnsafeBufferPointer(rebasing: bytes[Int(range.lowerBound)..<Int(range.upperBound)])
+        }
+        if item.directoryOnly && !isDirectory { return false }
+        var subject = path
+        if !item.base.isEmpty {
+            // Only paths strictly beneath the base directory.
+            let base = part(item.base)
+            guard path.count > base.count + 1, path[base.count] == UInt8(ascii: "/"),
+                UnsafeBufferPointer(rebasing: path[..<base.count]).elementsEqual(base)
+            else { return false }
+            subject = UnsafeBufferPointer(rebasing: path[(base.count + 1)...])
+        }
+        if !item.anchored, let slash = subject.lastIndex(of: UInt8(ascii: "/")) {
+            subject = UnsafeBufferPointer(rebasing: subject[(slash + 1)...])
+        }
+        let prefix = part(item.prefix)
+        let suffix = part(item.suffix)
+        guard subject.count >= prefix.count, subject.count >= suffix.count,
+            UnsafeBufferPointer(rebasing: subject[..<prefix.count]).elementsEqual(prefix),
+            UnsafeBufferPointer(rebasing: subject[(subject.count - suffix.count)...]).elementsEqual(suffix)
+        else { return false }
+        return Wildmatch.match(part(item.glob), subject) == .match
+    }
+}
+
 /// gitignore's glob matching (git's `wildmatch` with `WM_PATHNAME`): `*`, `?` and `[…]`
 /// never match a `/`; `**` as a whole component matches across them. The two abort
 /// results cut the search short where no later position can match, which keeps a
@@ -271,6 +350,9 @@ public struct IgnoreRules: Sendable, Equatable {
     public let fileName: String?
     /// The patterns of each ignore file read, by its directory (relative to the root).
     public private(set) var files: [String: [IgnorePattern]] = [:]
+    /// `base` and `files` as they are matched (kept with them).
+    private var compiledBase = CompiledPatterns([])
+    private var compiledFiles: [String: CompiledPatterns] = [:]
 
     public init(configuration: Configuration) {
         var base: [IgnorePattern] = []
@@ -281,6 +363,7 @@ public struct IgnoreRules: Sendable, Equatable {
         }
         base += configuration.ignore.compactMap { IgnorePattern($0, source: "Ignore= in the configuration") }
         self.base = base
+        compiledBase = CompiledPatterns(base)
         fileName = configuration.ignoreFile.isEmpty ? nil : configuration.ignoreFile
     }
 
@@ -295,7 +378,13 @@ public struct IgnoreRules: Sendable, Equatable {
     @discardableResult
     public mutating func setFile(_ directory: String, _ patterns: [IgnorePattern]) -> Bool {
         let old = files[directory] ?? []
-        if patterns.isEmpty { files[directory] = nil } else { files[directory] = patterns }
+        if patterns.isEmpty {
+            files[directory] = nil
+            compiledFiles[directory] = nil
+        } else if patterns != old {
+            files[directory] = patterns
+            compiledFiles[directory] = CompiledPatterns(patterns)
+        }
         return old != patterns
     }
 
@@ -309,13 +398,16 @@ public struct IgnoreRules: Sendable, Equatable {
     }
 
     /// Forgets every ignore file's patterns (before they are read again).
-    public mutating func forgetFiles() { files = [:] }
+    public mutating func forgetFiles() {
+        files = [:]
+        compiledFiles = [:]
+    }
 
     /// Reads every ignore file under `root`, in the root and in each directory below it
     /// that is not itself ignored (links are not followed); files no longer there are
     /// forgotten. (At start-up and on a rescan the store reads them during its own scan.)
     public mutating func readFiles(root: String) {
-        files = [:]
+        forgetFiles()
         guard fileName != nil else { return }
         var pending = [""]
         while let directory = pending.popLast() {
@@ -360,20 +452,19 @@ public struct IgnoreRules: Sendable, Equatable {
 
     /// The last pattern matching `path` alone, if it excludes.
     private func decision(_ path: UnsafeBufferPointer<UInt8>, isDirectory: Bool) -> IgnorePattern? {
-        var found: IgnorePattern?
-        for pattern in base where pattern.matches(path, isDirectory: isDirectory) { found = pattern }
+        var found = compiledBase.lastMatch(path, isDirectory: isDirectory).map { base[$0] }
         if !files.isEmpty {
             // Ignore files apply from the shallowest directory to the deepest.
-            var directory = ""
-            if let patterns = files[""] {
-                for pattern in patterns where pattern.matches(path, isDirectory: isDirectory) { found = pattern }
+            func apply(_ directory: String) {
+                guard let compiled = compiledFiles[directory],
+                    let index = compiled.lastMatch(path, isDirectory: isDirectory)
+                else { return }
+                found = files[directory]![index]
             }
+            apply("")
             var index = 0
             while let slash = path[index...].firstIndex(of: UInt8(ascii: "/")) {
-                directory = String(decoding: UnsafeBufferPointer(rebasing: path[..<slash]), as: UTF8.self)
-                if let patterns = files[directory] {
-                    for pattern in patterns where pattern.matches(path, isDirectory: isDirectory) { found = pattern }
-                }
+                apply(String(decoding: UnsafeBufferPointer(rebasing: path[..<slash]), as: UTF8.self))
                 index = slash + 1
             }
         }
