@@ -63,7 +63,10 @@ extension Journal {
         }
 
         var walked = LSN.zero
-        for scan in scans where scan.header == nil && !scan.tornHeader && scan.validEnd > SegmentFormat.headerSize {
+        for (index, scan) in scans.enumerated()
+        where scan.header == nil && !scan.tornHeader && scan.validEnd > SegmentFormat.headerSize {
+            // What the body keeps (noteReplayed) belongs to this segment, whatever the others' names say.
+            state.withLock { $0.replaying = index }
             let bytes = try readSegment(scan.name, upTo: scan.validEnd)
             var offset = SegmentFormat.headerSize
             while offset < scan.validEnd {
@@ -87,6 +90,7 @@ extension Journal {
             }
         }
 
+        state.withLock { $0.replaying = nil }
         try start(after: highest, scans: scans)
         report.duration = ContinuousClock.now - started
         return report

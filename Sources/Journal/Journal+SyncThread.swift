@@ -210,7 +210,7 @@ extension Journal {
     private func performRecovery() {
         let plan = state.withLock { s -> (base: LSN, batches: [Batch]) in
             if let first = s.pendingFirst {
-                s.attributePending(toSegment: s.segments.count - 1)
+                s.attributePending(toSegment: s.segments.count - 1, lsns: first...s.nextLSN.previous)
                 s.unsynced.append(Batch(bytes: s.pending, first: first, last: s.nextLSN.previous))
                 s.pending = []
                 s.pendingFirst = nil
@@ -276,10 +276,19 @@ extension Journal {
                 try? file.close()
                 s.segments[i].descriptor = nil
             }
-            s.segments.append(
-                SegmentEntry(
-                    base: plan.base, name: name, descriptor: descriptor!.rawValue, size: bytes.count,
-                    syncedSize: bytes.count, needsDirectorySync: false))
+            // The records from plan.base on are in the new segment now, no longer in those before it.
+            for i in s.segments.indices {
+                guard let records = s.segments[i].records, records.upperBound >= plan.base else { continue }
+                s.segments[i].records =
+                    records.lowerBound < plan.base ? records.lowerBound...plan.base.previous : nil
+            }
+            var rewritten = SegmentEntry(
+                base: plan.base, name: name, descriptor: descriptor!.rawValue, size: bytes.count,
+                syncedSize: bytes.count, needsDirectorySync: false)
+            if let first = plan.batches.first?.first, let last = plan.batches.last?.last {
+                rewritten.records = first...last
+            }
+            s.segments.append(rewritten)
             if let last = plan.batches.last?.last {
                 s.writtenThrough = max(s.writtenThrough, last)
                 s.durableThrough = max(s.durableThrough, last)

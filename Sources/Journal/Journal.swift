@@ -187,7 +187,7 @@ public final class Journal: Sendable {
             s.pending = []
             s.pending.reserveCapacity(batch.bytes.count)
             s.pendingFirst = nil
-            s.attributePending(toSegment: s.segments.count - 1)
+            s.attributePending(toSegment: s.segments.count - 1, lsns: batch.first...batch.last)
             let current = s.segments.count - 1
             s.unsynced.append(batch)
             let fd = FileDescriptor(rawValue: s.segments[current].descriptor!)
@@ -328,7 +328,11 @@ public final class Journal: Sendable {
         state.withLock { s in
             s.owners[owner, default: OwnerLog()].lsns.append(lsn)
             s.unreleased += 1
-            if let i = s.segmentIndex(of: lsn) { s.segments[i].live += 1 }
+            // The segment it was read from: its name alone does not say (see SegmentEntry.records).
+            if let i = s.replaying ?? s.segmentIndex(of: lsn) {
+                s.segments[i].live += 1
+                s.segments[i].attribute(lsn...lsn)
+            }
         }
     }
 

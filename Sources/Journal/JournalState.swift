@@ -16,6 +16,15 @@ struct SegmentEntry {
     var live = 0
     /// Replay found it damaged: it is set aside rather than deleted.
     var damaged = false
+    /// The LSNs of the records attributed to it: delivered from it by replay (and kept,
+    /// ``Journal/noteReplayed(owner:lsn:)``) or written to it. A segment's name gives only
+    /// where its LSNs start; a damaged or forged file can be named inside another
+    /// segment's range, and a record belongs to the segment it was read from or written to.
+    var records: ClosedRange<LSN>?
+
+    mutating func attribute(_ lsns: ClosedRange<LSN>) {
+        records = records.map { min($0.lowerBound, lsns.lowerBound)...max($0.upperBound, lsns.upperBound) } ?? lsns
+    }
 }
 
 /// Records handed to `write(2)` (or meant for it) that are not proven durable yet: kept
@@ -99,7 +108,13 @@ struct JournalState {
 
     var statistics = JournalStatistics()
 
-    /// The index of the segment an LSN belongs to: the last one whose base is not above it.
+    /// The segment replay is delivering records from: the one ``Journal/noteReplayed(owner:lsn:)``
+    /// attributes them to.
+    var replaying: Int?
+
+    /// The index of the segment holding the record `lsn` (attributed to it): the last one
+    /// whose base is not above it, unless that one's records do not include it (a damaged
+    /// segment named inside an earlier one's range), then the nearest earlier one that does.
     func segmentIndex(of lsn: LSN) -> Int? {
         var low = 0
         var high = segments.count
@@ -107,12 +122,18 @@ struct JournalState {
             let mid = (low + high) / 2
             if segments[mid].base <= lsn { low = mid + 1 } else { high = mid }
         }
-        return low == 0 ? nil : low - 1
+        var index = low - 1
+        while index >= 0 {
+            if let records = segments[index].records, records.contains(lsn) { return index }
+            index -= 1
+        }
+        return nil
     }
 
     /// Counts the batch's records as the segment's at `index`, where the batch goes.
-    mutating func attributePending(toSegment index: Int) {
+    mutating func attributePending(toSegment index: Int, lsns: ClosedRange<LSN>) {
         segments[index].live += pendingRecords
+        segments[index].attribute(lsns)
         pendingRecords = 0
     }
 

@@ -66,6 +66,45 @@ final class JournalFuzzRegressionTests {
         #expect(try segmentFiles(path) == [name])
     }
 
+    @Test(
+        "A damaged file named inside a valid segment's LSNs: the records replay delivered from the valid one survive the next start"
+    )
+    func damagedSegmentNamedInsideAnother() throws {
+        // As found (FuzzJournal, 504,179 executions in): segment 1 held LSNs 1–3, LSN 1 not
+        // delivered (here: released), and a damaged file was named for LSN 2. Replay
+        // delivered 2 and 3 from segment 1, but the journal took a segment's LSNs to start
+        // at its name, so it counted them as the damaged file's; segment 1, with nothing
+        // counted, was deleted as obsolete at start, and the next replay lost them.
+        let path = directory.sub("inside")
+        let (writer, _, _) = try openJournal(path)
+        let first = try writer.append(owner: 5, payload: payload(0))
+        var written: [Replayed] = []
+        for i in 1...2 {
+            let lsn = try writer.append(owner: 1, payload: payload(i))
+            written.append(Replayed(lsn: lsn.rawValue, owner: 1, payload: payload(i)))
+        }
+        writer.flush()
+        writer.release(owner: 5, through: first)
+        writer.flush()
+        #expect(writer.close() == nil)
+        #expect(written.map(\.lsn) == [2, 3])
+        #expect(try segmentFiles(path) == ["00000000000000000001.journal"])
+        try Bytes.write(Array(repeating: 0x5A, count: 250), to: path + "/00000000000000000002.journal")
+        let (journal, report, records) = try openJournal(path, pin: true)
+        #expect(records == written)
+        #expect(!report.isClean, "the damaged file is reported")
+        let lsn = try journal.append(owner: 9, payload: [1, 2, 3])
+        journal.flush()
+        #expect(journal.close() == nil)
+        #expect(try segmentFiles(path).contains("00000000000000000001.journal"))
+        let (again, _, replayed) = try openJournal(path, pin: true)
+        #expect(replayed == written + [Replayed(lsn: lsn.rawValue, owner: 9, payload: [1, 2, 3])])
+        // Released, the records let their segment go as before.
+        again.release(owner: 1, through: LSN(3))
+        again.flush()
+        #expect(again.close() == nil)
+    }
+
     func writeRecords(_ path: String, count: Int) throws -> [Replayed] {
         let (journal, _, _) = try openJournal(path)
         var written: [Replayed] = []
