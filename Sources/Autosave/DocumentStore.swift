@@ -63,7 +63,11 @@ public actor DocumentStore {
         var deadline: Moment?
         /// The earliest time the heap holds for this document.
         var queuedAt: Moment?
-        var failure: SaveFailure?
+        /// The last save's failure, until a save succeeds.
+        var failure: SaveFailure? {
+            get { failureBox?.value }
+            set { failureBox = newValue.map(Boxed.init) }
+        }
         var retryAt: Moment?
         var waiters: [(token: UInt64, continuation: CheckedContinuation<Void, any Error>)] = []
         var saves = 0
@@ -77,7 +81,10 @@ public actor DocumentStore {
             (isDirty, savingToken != nil, (forcedToken ?? 0) >= changeCount)
         }
         /// The file as this store last read or wrote it.
-        var fingerprint: Fingerprint?
+        var fingerprint: Fingerprint? {
+            get { fingerprintBox?.value }
+            set { fingerprintBox = newValue.map(Boxed.init) }
+        }
         /// The document's owner number in the edit journal (0: it has no records yet).
         var journalOwner: UInt64 = 0
         /// Whether the journal holds the version the next edit applies to (a base record,
@@ -92,6 +99,18 @@ public actor DocumentStore {
         var savingLSN: UInt64 = 0
 
         var isDirty: Bool { changeCount > savedChangeCount }
+
+        // The two large values an edit does not touch, each kept behind one reference: an
+        // entry is about a third smaller (the store's table moves entries when it grows,
+        // and an edit reads an entry's first cache lines).
+        private(set) var failureBox: Boxed<SaveFailure>? = nil
+        private(set) var fingerprintBox: Boxed<Fingerprint>? = nil
+    }
+
+    /// An immutable value on the heap (a change replaces the box).
+    final class Boxed<Value: Sendable>: Sendable {
+        let value: Value
+        init(_ value: Value) { self.value = value }
     }
 
     @exclusivity(unchecked) var entries: [String: Entry] = [:]
