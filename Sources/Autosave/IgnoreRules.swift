@@ -97,28 +97,6 @@ public struct IgnorePattern: Sendable, Equatable, CustomStringConvertible {
 
     public var description: String { "'\(text)' (\(source))" }
 
-    /// Whether the pattern matches `path` (relative to the root; `isDirectory` tells what it names).
-    func matches(_ path: UnsafeBufferPointer<UInt8>, isDirectory: Bool) -> Bool {
-        if directoryOnly && !isDirectory { return false }
-        var subject = path
-        if !base.isEmpty {
-            // Only paths strictly beneath the base directory.
-            let count = base.utf8.count
-            guard path.count > count + 1, path[count] == UInt8(ascii: "/"),
-                path[..<count].elementsEqual(base.utf8)
-            else { return false }
-            subject = UnsafeBufferPointer(rebasing: path[(count + 1)...])
-        }
-        if !anchored, let slash = subject.lastIndex(of: UInt8(ascii: "/")) {
-            subject = UnsafeBufferPointer(rebasing: subject[(slash + 1)...])
-        }
-        guard subject.count >= literalPrefix.count, subject.count >= literalSuffix.count,
-            subject.prefix(literalPrefix.count).elementsEqual(literalPrefix),
-            subject.suffix(literalSuffix.count).elementsEqual(literalSuffix)
-        else { return false }
-        return glob.withUnsafeBufferPointer { Wildmatch.match($0, subject) == .match }
-    }
-
     /// The patterns of an ignore file's text, one per line, `#` comments; `file` names it in sources.
     public static func parse(_ text: String, file: String, base: String) -> [IgnorePattern] {
         var patterns: [IgnorePattern] = []
@@ -166,8 +144,8 @@ struct CompiledPatterns: Sendable, Equatable {
         }
     }
 
-    /// The index of the last pattern matching `path` (as ``IgnorePattern/matches(_:isDirectory:)``
-    /// decides), if any.
+    /// The index of the last pattern matching `path` (relative to the root; `isDirectory`
+    /// tells what it names), if any.
     func lastMatch(_ path: UnsafeBufferPointer<UInt8>, isDirectory: Bool) -> Int? {
         bytes.withUnsafeBufferPointer { bytes in
             items.withUnsafeBufferPointer { items in
