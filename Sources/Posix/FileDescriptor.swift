@@ -444,7 +444,8 @@ extension FileDescriptor {
             // 256 bytes `d_name` is declared with (copying the field whole reads past it).
             let start = UnsafeRawPointer(entry) + Self.nameOffset
             let bytes = UnsafeBufferPointer(
-                start: start.assumingMemoryBound(to: UInt8.self), count: strlen(start.assumingMemoryBound(to: CChar.self)))
+                start: start.assumingMemoryBound(to: UInt8.self),
+                count: strlen(start.assumingMemoryBound(to: CChar.self)))
             let validated = String(validating: bytes, as: UTF8.self)
             let name = validated ?? String(decoding: bytes, as: UTF8.self)
             if name == "." || name == ".." { continue }

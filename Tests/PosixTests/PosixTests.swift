@@ -148,7 +148,8 @@ final class PosixTests {
         for index in 0..<3_000 {
             // Names of 1 to 60 bytes in turn, and one of 255 (the longest allowed).
             let stem = String(index)
-            let name = index == 1_234 ? String(repeating: "n", count: 255) : stem + String(repeating: "x", count: index % 57)
+            let name =
+                index == 1_234 ? String(repeating: "n", count: 255) : stem + String(repeating: "x", count: index % 57)
             try FileDescriptor.open(name, relativeTo: directory, .writeOnly, options: [.create]).close()
             expected.append(name)
         }
