@@ -158,7 +158,9 @@ extension Journal {
                 let length = Int(b.loadLittleEndianUInt32(at: offset))
                 if b.loadLittleEndianUInt64(at: offset + 16) == Self.reservedOwner, length == 32 {
                     let owner = b.loadLittleEndianUInt64(at: offset + 24)
-                    let through = LSN(b.loadLittleEndianUInt64(at: offset + 32))
+                    // A mark covers only records written before it: one naming an LSN
+                    // past its own (damaged, or forged) would release records of a later run.
+                    let through = min(LSN(b.loadLittleEndianUInt64(at: offset + 32)), expected.previous)
                     released[owner] = max(released[owner] ?? .zero, through)
                 }
                 scan.last = expected

@@ -305,7 +305,8 @@ public final class Journal: Sendable {
             if s.phase == .running {
                 var mark: [UInt8] = []
                 mark.appendLittleEndian(owner)
-                mark.appendLittleEndian(lsn.rawValue)
+                // Never past the records there are: replay takes a mark to cover only what precedes it.
+                mark.appendLittleEndian(min(lsn, s.nextLSN.previous).rawValue)
                 let markLSN = s.nextLSN
                 s.nextLSN = markLSN.next
                 mark.withUnsafeBytes { bytes in

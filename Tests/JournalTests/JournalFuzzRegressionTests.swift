@@ -105,6 +105,76 @@ final class JournalFuzzRegressionTests {
         #expect(again.close() == nil)
     }
 
+    @Test("A release mark naming an LSN past its own does not release the records a later run writes for that owner")
+    func markPastItself() throws {
+        // As found (FuzzJournal, 1,032,640 executions in): a mark of owner 7 "through" an
+        // LSN far ahead of the journal; after a restart the owner's next record (LSN 49)
+        // was at or below it, so the next replay took it for released and lost it.
+        let path = directory.sub("mark")
+        let markLSN = UInt64(3)
+        let far = UInt64(1) << 40
+        var body =
+            withUnsafeBytes(of: UInt64(1).littleEndian, Array.init)
+            + withUnsafeBytes(of: UInt64(5).littleEndian, Array.init) + [0x61]
+        var records = [body]
+        body =
+            withUnsafeBytes(of: UInt64(2).littleEndian, Array.init)
+            + withUnsafeBytes(of: UInt64(6).littleEndian, Array.init) + [0x62]
+        records.append(body)
+        body =
+            withUnsafeBytes(of: markLSN.littleEndian, Array.init)
+            + withUnsafeBytes(of: UInt64.max.littleEndian, Array.init)
+        body +=
+            withUnsafeBytes(of: UInt64(7).littleEndian, Array.init) + withUnsafeBytes(of: far.littleEndian, Array.init)
+        records.append(body)
+        try FileManager.default.createDirectory(atPath: path, withIntermediateDirectories: false)
+        var header = Array("ASJOURNL".utf8)
+        for value in [UInt32(1), UInt32(32)] { header += withUnsafeBytes(of: value.littleEndian, Array.init) }
+        header += withUnsafeBytes(of: UInt64(1).littleEndian, Array.init) + [0, 0, 0, 0]
+        header += withUnsafeBytes(of: CRC32C.checksum(of: header).littleEndian, Array.init)
+        var segment = header
+        for record in records {
+            let length = withUnsafeBytes(of: UInt32(record.count).littleEndian, Array.init)
+            let crc = CRC32C.checksum(of: record, continuing: CRC32C.checksum(of: length))
+            segment += length + withUnsafeBytes(of: crc.littleEndian, Array.init) + record
+        }
+        try Bytes.write(segment, to: path + "/00000000000000000001.journal")
+
+        let (journal, report, first) = try openJournal(path, pin: true)
+        #expect(report.isClean, "\(report)")
+        #expect(first == [Replayed(lsn: 1, owner: 5, payload: [0x61]), Replayed(lsn: 2, owner: 6, payload: [0x62])])
+        let lsn = try journal.append(owner: 7, payload: [7])
+        #expect(lsn.rawValue == markLSN + 1)
+        journal.flush()
+        #expect(journal.close() == nil)
+        let (again, _, second) = try openJournal(path, pin: true)
+        #expect(second == first + [Replayed(lsn: lsn.rawValue, owner: 7, payload: [7])])
+        #expect(again.close() == nil)
+    }
+
+    @Test("release(owner:through:) with an LSN past the last record writes a mark that covers only what was written")
+    func releasePastTheEnd() throws {
+        let path = directory.sub("release")
+        let (journal, _, _) = try openJournal(path)
+        let first = try journal.append(owner: 7, payload: [1])
+        // Another owner's record keeps the segment (and the mark in it) from being deleted.
+        let kept = try journal.append(owner: 8, payload: [8])
+        journal.flush()
+        journal.release(owner: 7, through: LSN(UInt64(1) << 40))
+        journal.flush()
+        #expect(journal.close() == nil)
+        let other = Replayed(lsn: kept.rawValue, owner: 8, payload: [8])
+        let (reopened, _, replayed) = try openJournal(path, pin: true)
+        #expect(replayed == [other], "the record before the mark is released")
+        let later = try reopened.append(owner: 7, payload: [2])
+        #expect(later > first)
+        reopened.flush()
+        #expect(reopened.close() == nil)
+        let (last, _, delivered) = try openJournal(path, pin: true)
+        #expect(delivered == [other, Replayed(lsn: later.rawValue, owner: 7, payload: [2])])
+        #expect(last.close() == nil)
+    }
+
     func writeRecords(_ path: String, count: Int) throws -> [Replayed] {
         let (journal, _, _) = try openJournal(path)
         var written: [Replayed] = []
