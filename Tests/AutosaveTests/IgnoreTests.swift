@@ -66,6 +66,43 @@ struct IgnorePatternTests {
         #expect(rules.ignoring("d/.autosavedignore", isDirectory: false) != nil, "ignore files are never documents")
     }
 
+    /// The matcher looks up no directory deeper than the deepest ignore file (FuzzIgnore
+    /// found every prefix looking up every directory above it: 24 s of CPU for one input).
+    /// The bound follows the files: it grows with a deeper one, shrinks when it goes.
+    @Test("Ignore files at every depth apply below their directory, as files come and go, for paths of many components")
+    func fileDepths() {
+        var configuration = Configuration(environment: [:])
+        configuration.ignoreDefaults = false
+        var rules = IgnoreRules(configuration: configuration)
+        func file(_ directory: String, _ text: String) {
+            rules.setFile(directory, IgnorePattern.parse(text, file: directory + "/.autosavedignore", base: directory))
+        }
+        let deep = (0..<300).map { "d\($0)" }.joined(separator: "/")
+        file("a", "*.one\n")
+        #expect(rules.ignoring("a/b/c/x.one", isDirectory: false)?.text == "*.one")
+        #expect(rules.ignoring("a/b/c/x.two", isDirectory: false) == nil)
+        file("a/b/c", "*.two\n!keep.one\n")
+        #expect(rules.ignoring("a/b/c/x.two", isDirectory: false)?.text == "*.two")
+        #expect(rules.ignoring("a/b/c/d/e/x.two", isDirectory: false)?.text == "*.two")
+        #expect(rules.ignoring("a/b/c/keep.one", isDirectory: false) == nil, "the deeper file re-includes")
+        #expect(rules.ignoring("a/b/x.two", isDirectory: false) == nil)
+        file(deep, "*.three\n")
+        #expect(rules.ignoring(deep + "/x.three", isDirectory: false)?.text == "*.three")
+        #expect(rules.ignoring(deep + "/e/f/x.three", isDirectory: false)?.text == "*.three")
+        #expect(rules.ignoring(deep + "/x.two", isDirectory: false) == nil)
+        #expect(rules.ignoring("a/b/c/" + deep + "/x.two", isDirectory: false)?.text == "*.two")
+        // The deepest file goes: the others still apply at every depth.
+        file(deep, "")
+        #expect(rules.ignoring(deep + "/x.three", isDirectory: false) == nil)
+        #expect(rules.ignoring("a/b/c/" + deep + "/keep.one", isDirectory: false) == nil)
+        #expect(rules.ignoring("a/b/c/" + deep + "/x.one", isDirectory: false)?.text == "*.one")
+        file("a/b/c", "")
+        #expect(rules.ignoring("a/b/c/keep.one", isDirectory: false)?.text == "*.one")
+        rules.forgetFiles()
+        #expect(rules.ignoring("a/x.one", isDirectory: false) == nil)
+        file("", "*.root\n")
+        #expect(rules.ignoring(deep + "/x.root", isDirectory: false)?.text == "*.root")
+    }
     @Test("The built-in defaults cover version control, editors' files and desktop litter, unless turned off")
     func defaults() {
         let rules = IgnoreRules(configuration: Configuration(environment: [:]))
