@@ -69,11 +69,13 @@ public struct InputReader {
 }
 
 /// A fresh directory under /dev/shm (tmpfs: the targets that touch files stay fast), removed by `remove`.
+/// Its name carries the fuzzer's process ID, so that `scripts/fuzz` removes only the
+/// directories of fuzzers that have exited, never those of another run going on beside.
 public struct ScratchDirectory: Sendable {
     public let path: String
 
     public init(_ label: String) {
-        var template = Array("/dev/shm/autosaved-fuzz-\(label)-XXXXXX".utf8CString)
+        var template = Array("/dev/shm/autosaved-fuzz-\(label)-\(getpid())-XXXXXX".utf8CString)
         let made = template.withUnsafeMutableBufferPointer { mkdtemp($0.baseAddress!) }
         check(made != nil, "mkdtemp failed: errno \(errno)")
         path = String(cString: made!)
