@@ -126,10 +126,13 @@ struct CompiledPatterns: Sendable, Equatable {
         var anchored: Bool
     }
 
+    /// The patterns as given, in order: what a match answers with.
+    private let patterns: [IgnorePattern]
     private var bytes: [UInt8] = []
     private var items: [Item] = []
 
     init(_ patterns: [IgnorePattern]) {
+        self.patterns = patterns
         func add(_ part: some Collection<UInt8>) -> Range<Int32> {
             let start = Int32(bytes.count)
             bytes.append(contentsOf: part)
@@ -144,11 +147,11 @@ struct CompiledPatterns: Sendable, Equatable {
         }
     }
 
-    /// The index of the last pattern matching `path` (relative to the root; `isDirectory`
-    /// tells what it names), if any.
-    func lastMatch(_ path: UnsafeBufferPointer<UInt8>, isDirectory: Bool) -> Int? {
-        bytes.withUnsafeBufferPointer { bytes in
-            items.withUnsafeBufferPointer { items in
+    /// The last pattern matching `path` (relative to the root; `isDirectory` tells what it
+    /// names), if any.
+    func lastMatch(_ path: UnsafeBufferPointer<UInt8>, isDirectory: Bool) -> IgnorePattern? {
+        let index = bytes.withUnsafeBufferPointer { bytes in
+            items.withUnsafeBufferPointer { items -> Int? in
                 var index = items.count
                 while index > 0 {
                     index -= 1
@@ -157,6 +160,7 @@ struct CompiledPatterns: Sendable, Equatable {
                 return nil
             }
         }
+        return index.map { patterns[$0] }
     }
 
     @inline(__always)
@@ -361,17 +365,17 @@ public struct IgnoreRules: Sendable, Equatable {
     /// Sets the patterns of the ignore file in `directory` (`[]` when it has none); `true` if they changed.
     @discardableResult
     public mutating func setFile(_ directory: String, _ patterns: [IgnorePattern]) -> Bool {
-        let old = files[directory] ?? []
+        let changed = patterns != (files[directory] ?? [])
         if patterns.isEmpty {
             files[directory] = nil
             compiledFiles[directory] = nil
             fileDepth = Self.depth(of: files.keys)
-        } else if patterns != old {
+        } else if changed {
             files[directory] = patterns
             compiledFiles[directory] = CompiledPatterns(patterns)
             fileDepth = max(fileDepth, Self.depth(of: [directory]))
         }
-        return old != patterns
+        return changed
     }
 
     /// Reads the ignore file in the root-relative `directory` of `root`; `[]` when there is none.
@@ -439,14 +443,11 @@ public struct IgnoreRules: Sendable, Equatable {
 
     /// The last pattern matching `path` alone, if it excludes.
     private func decision(_ path: UnsafeBufferPointer<UInt8>, isDirectory: Bool) -> IgnorePattern? {
-        var found = compiledBase.lastMatch(path, isDirectory: isDirectory).map { base[$0] }
-        if !files.isEmpty {
+        var found = compiledBase.lastMatch(path, isDirectory: isDirectory)
+        if !compiledFiles.isEmpty {
             // Ignore files apply from the shallowest directory to the deepest.
             func apply(_ directory: String) {
-                guard let compiled = compiledFiles[directory],
-                    let index = compiled.lastMatch(path, isDirectory: isDirectory)
-                else { return }
-                found = files[directory]![index]
+                if let match = compiledFiles[directory]?.lastMatch(path, isDirectory: isDirectory) { found = match }
             }
             apply("")
             var index = 0

@@ -417,13 +417,14 @@ extension FileDescriptor {
         }
     }
 
+    /// Where `d_name` lies in a `dirent`.
+    private static let nameOffset = MemoryLayout<dirent>.offset(of: \dirent.d_name)!
+
     /// The entries of this directory, without `.` and `..`, in the order the file system gives.
     ///
     /// The descriptor stays open and its offset is untouched: the listing reads a duplicate.
     ///
     /// The corresponding C functions are `fdopendir` and `readdir`.
-    private static let nameOffset = MemoryLayout<dirent>.offset(of: \dirent.d_name)!
-
     public func directoryEntries() throws(Errno) -> [DirectoryEntry] {
         let copy = try FileDescriptor.open(".", relativeTo: self, .readOnly, options: [.directory])
         guard let stream = system_fdopendir(copy.rawValue) else {
