@@ -333,19 +333,28 @@ extension DocumentStore {
                 let bytes = wrapper.isRegularFile ? wrapper.regularFileContents : nil
                 // Hashed once, for the fingerprint and for the journal's record of the save.
                 let hash = bytes.map(StableHash.of)
-                // Every directory on the way is opened without following a link, and the
-                // writer is confined to the root (see `writer`).
-                try Self.makeParentDirectories(of: path, beneath: root)
                 let report: DurableWriter.Report
                 let savingRecord = SavingRecord()
-                do {
-                    report = try writer.write(
+                let write = {
+                    try writer.write(
                         wrapper, to: fullPath, options: [], originalContentsPath: fullPath, expecting: expected,
                         beforeReplacing: journalSaving.map { record in
                             { _, _, size, _ in
                                 if let hash { savingRecord.lsn = record(FileIdentity(size: size, hash: hash)) }
                             }
                         })
+                }
+                do {
+                    do {
+                        report = try write()
+                    } catch let error as DocumentError where Self.mayNeedParentDirectories(error) {
+                        // The writer is confined to the root and opens the document's
+                        // directory without following a link (see `writer`); one that is
+                        // missing is made here, each directory on the way opened the same
+                        // way, and the write tried once more.
+                        try Self.makeParentDirectories(of: path, beneath: root)
+                        report = try write()
+                    }
                 } catch let error as DocumentError where error.operation == .syncDirectory {
                     throw Self.replacedBeforeFailing(error, path: fullPath, bytes: bytes)
                 }
@@ -409,6 +418,14 @@ extension DocumentStore {
         let (result, duration) = here.work()
         here.finish(self, result, duration)
         return true
+    }
+
+    /// Whether a save's write failed at opening a directory on the way in a way
+    /// ``makeParentDirectories(of:beneath:)`` makes or names better: a directory (or
+    /// the root) missing, a symbolic link, or a file in the way.
+    nonisolated static func mayNeedParentDirectories(_ error: DocumentError) -> Bool {
+        error.operation == .openDirectory
+            && [.noSuchFile, .tooManySymbolicLinks, .notDirectory, .crossDevice].contains(error.errno)
     }
 
     /// Creates the directories a new document's path needs (each made durable in its

@@ -97,14 +97,20 @@ extension DocumentStore {
                     waiter.resume()
                     continue
                 }
-                if path.hasPrefix(Self.syncCookiePrefix) || isTemporary(path) { continue }
-                if ignore.current.isIgnoreFile(PathName.lastComponent(path)) {
-                    ignoreFileChanged(in: PathName.parent(path))
-                    continue
-                }
-                if isIgnored(path) {
-                    ignoredPaths.insert(path)
-                    continue
+                // An open document is no temporary, no ignore file, and not ignored (a
+                // change of the rules closes the documents it ignores): a change to one,
+                // such as the rename that puts this store's own save in place, is compared
+                // with the disk at once.
+                if entries.index(forKey: path) == nil {
+                    if path.hasPrefix(Self.syncCookiePrefix) || isTemporary(path) { continue }
+                    if ignore.current.isIgnoreFile(PathName.lastComponent(path)) {
+                        ignoreFileChanged(in: PathName.parent(path))
+                        continue
+                    }
+                    if isIgnored(path) {
+                        ignoredPaths.insert(path)
+                        continue
+                    }
                 }
                 let document = documentPath(for: path)
                 if entries[document] == nil {
@@ -194,9 +200,7 @@ extension DocumentStore {
     }
 
     /// Whether a component of `path` is one of the writer's temporary names.
-    private func isTemporary(_ path: String) -> Bool {
-        path.split(separator: "/").contains { TemporaryName.isTemporary(String($0)) }
-    }
+    private func isTemporary(_ path: String) -> Bool { TemporaryName.isInside(path) }
 
     /// Whether `path` is a temporary name or the ignore rules keep it from being a document.
     private func isIgnored(_ path: String) -> Bool {

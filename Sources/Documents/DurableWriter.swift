@@ -261,6 +261,8 @@ struct WriteSession {
             if let (root, directory) = confinement {
                 // Only beneath the root, and through no symbolic link.
                 guard let relative = PathName.relative(path, to: root) else { throw Errno.crossDevice }
+                // The root itself: the descriptor held for it (opened once, closed once).
+                if relative == "." { return directory }
                 fd = try FileDescriptor.openBeneath(
                     relative, relativeTo: directory, options: [.directory], noSymlinks: true)
             } else {
@@ -535,15 +537,46 @@ struct WriteSession {
                 do throws(Errno) { try fd.writeAll(data) } catch {
                     throw DocumentError(operation: .write, path: temporaryPath, errno: error)
                 }
-                try applyOwnership(
-                    to: fd, replacing: location.existing, requested: wrapper.requestedPermissions,
-                    defaultMode: Self.newFilePermissions, path: temporaryPath)
+                let existing = location.existing?.kind == .regular ? location.existing : nil
+                // The temporary is this process's, mode 0600: when the file it replaces
+                // has the owner and group new files get, only the mode is set, and the
+                // status taken after the sync shows whether the group came out as
+                // expected (a set-group-ID directory gives its own).
+                let ownedAsNew =
+                    existing.map {
+                        $0.userID == CurrentProcess.effectiveUserID && $0.groupID == CurrentProcess.effectiveGroupID
+                    } ?? true
+                if ownedAsNew {
+                    do throws(Errno) {
+                        try fd.changeMode(
+                            existing?.permissions ?? wrapper.requestedPermissions ?? Self.newFilePermissions)
+                    } catch {
+                        throw DocumentError(operation: .changeMode, path: temporaryPath, errno: error)
+                    }
+                } else {
+                    try applyOwnership(
+                        to: fd, replacing: location.existing, requested: wrapper.requestedPermissions,
+                        defaultMode: Self.newFilePermissions, path: temporaryPath)
+                }
                 do throws(Errno) { try fd.sync() } catch {
                     throw DocumentError(operation: .sync, path: temporaryPath, errno: error)
                 }
-                do throws(Errno) { return DiskIdentity(try fd.status()) } catch {
+                var status: FileStatus
+                do throws(Errno) { status = try fd.status() } catch {
                     throw DocumentError(operation: .stat, path: temporaryPath, errno: error)
                 }
+                if ownedAsNew, let existing, status.userID != existing.userID || status.groupID != existing.groupID {
+                    try applyOwnership(
+                        to: fd, replacing: existing, requested: wrapper.requestedPermissions,
+                        defaultMode: Self.newFilePermissions, path: temporaryPath)
+                    do throws(Errno) {
+                        try fd.sync()
+                        status = try fd.status()
+                    } catch {
+                        throw DocumentError(operation: .sync, path: temporaryPath, errno: error)
+                    }
+                }
+                return DiskIdentity(status)
             }
             return Staged(
                 wrapper: wrapper, location: location, temporary: temporary, isTree: false,

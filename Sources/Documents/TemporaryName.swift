@@ -21,19 +21,50 @@ public enum TemporaryName {
     /// Whether `name` is one of the writer's temporary names.
     public static func isTemporary(_ name: String) -> Bool { parse(name) != nil }
 
+    /// Whether any component of `path` is one of the writer's temporary names (a file
+    /// being written, or anything inside a package tree being built).
+    public static func isInside(_ path: String) -> Bool {
+        func check(_ bytes: UnsafeBufferPointer<UInt8>) -> Bool {
+            var start = 0
+            for end in 0...bytes.count where end == bytes.count || bytes[end] == UInt8(ascii: "/") {
+                if end - start > 1 + markerBytes.count + suffixLength,
+                    matches(UnsafeBufferPointer(rebasing: bytes[start..<end])) != nil
+                {
+                    return true
+                }
+                start = end + 1
+            }
+            return false
+        }
+        if let found = path.utf8.withContiguousStorageIfAvailable(check) { return found }
+        return Array(path.utf8).withUnsafeBufferPointer(check)
+    }
+
     /// The destination name a temporary name was made for, and whether it holds an old tree.
     public static func parse(_ name: String) -> (target: String, isOld: Bool)? {
-        let bytes = Array(name.utf8)
-        guard bytes.first == UInt8(ascii: "."), bytes.count > 1 + marker.utf8.count + suffixLength else { return nil }
-        let suffix = bytes[(bytes.count - suffixLength)...]
-        guard suffix.allSatisfy({ isAlphanumeric($0) }) else { return nil }
-        let head = bytes[..<(bytes.count - suffixLength)]
-        for (candidate, isOld) in [(oldMarker, true), (marker, false)] {
-            let m = Array(candidate.utf8)
-            if head.count > 1 + m.count, Array(head.suffix(m.count)) == m {
-                let target = head.dropFirst().dropLast(m.count)
-                return (String(decoding: target, as: UTF8.self), isOld)
-            }
+        // Every event of the watcher asks: straight over the name's bytes, no copies.
+        if let parsed = name.utf8.withContiguousStorageIfAvailable({ parse(bytes: $0) }) { return parsed }
+        return Array(name.utf8).withUnsafeBufferPointer { parse(bytes: $0) }
+    }
+
+    private static let markerBytes = Array(marker.utf8)
+    private static let oldMarkerBytes = Array(oldMarker.utf8)
+
+    private static func parse(bytes: UnsafeBufferPointer<UInt8>) -> (target: String, isOld: Bool)? {
+        matches(bytes).map {
+            (String(decoding: UnsafeBufferPointer(rebasing: bytes[1..<$0.end]), as: UTF8.self), $0.isOld)
+        }
+    }
+
+    /// Where the target ends in a temporary name, and whether the name holds an old tree.
+    private static func matches(_ bytes: UnsafeBufferPointer<UInt8>) -> (end: Int, isOld: Bool)? {
+        guard bytes.first == UInt8(ascii: "."), bytes.count > 1 + markerBytes.count + suffixLength else { return nil }
+        let headCount = bytes.count - suffixLength
+        for i in headCount..<bytes.count where !isAlphanumeric(bytes[i]) { return nil }
+        for (candidate, isOld) in [(oldMarkerBytes, true), (markerBytes, false)] {
+            guard headCount > 1 + candidate.count else { continue }
+            let start = headCount - candidate.count
+            if (0..<candidate.count).allSatisfy({ bytes[start + $0] == candidate[$0] }) { return (start, isOld) }
         }
         return nil
     }

@@ -1,4 +1,5 @@
 import Foundation
+import Glibc
 
 /// How much is logged.
 public enum LogLevel: Int, Sendable, Comparable, CaseIterable {
@@ -91,17 +92,53 @@ public struct StderrLogHandler: LogHandler {
     public func log(
         level: LogLevel, message: String, metadata: [String: String], file: String, line: Int, function: String
     ) {
-        // Names from files and clients may hold control characters: escaped, they can
-        // neither split the entry into forged lines nor act on a terminal.
-        var text = "<\(level.rawValue)>\(message.escapingControlCharacters)"
-        // The message ID is for journald; on a terminal it is noise.
-        for key in metadata.keys.sorted() where key != "message_id" && !(metadata[key] ?? "").isEmpty {
-            let value = metadata[key]!.escapingControlCharacters
-            text += value.contains(" ") ? " \(key)=\"\(value)\"" : " \(key)=\(value)"
-        }
-        text += "\n"
+        let line = Self.line(level: level, message: message, metadata: metadata)
         // One write(2) per entry: lines from concurrent tasks never interleave. A failed
         // write (stderr on a full disk, a closed pipe) loses the line, never the daemon.
-        try? FileHandle.standardError.write(contentsOf: Data(text.utf8))
+        line.withUnsafeBytes { bytes in
+            var offset = 0
+            while offset < bytes.count {
+                let written = Glibc.write(2, bytes.baseAddress! + offset, bytes.count - offset)
+                if written < 0, errno == EINTR { continue }
+                guard written > 0 else { return }
+                offset += written
+            }
+        }
+    }
+
+    /// The entry's line, its newline included: `<6>saved a.txt bytes_written=42 document=a.txt`
+    /// (fields sorted by name, a value with a space quoted, empty ones and `message_id` left out).
+    public static func line(level: LogLevel, message: String, metadata: [String: String]) -> [UInt8] {
+        // Names from files and clients may hold control characters: escaped, they can
+        // neither split the entry into forged lines nor act on a terminal.
+        var line: [UInt8] = []
+        line.reserveCapacity(64 + message.utf8.count + 48 * metadata.count)
+        line.append(UInt8(ascii: "<"))
+        line.append(UInt8(ascii: "0") + UInt8(level.rawValue))
+        line.append(UInt8(ascii: ">"))
+        Self.appendEscaped(message, to: &line)
+        // The message ID is for journald; on a terminal it is noise.
+        for key in metadata.keys.sorted() where key != "message_id" {
+            guard let value = metadata[key], !value.isEmpty else { continue }
+            line.append(UInt8(ascii: " "))
+            line.append(contentsOf: key.utf8)
+            line.append(UInt8(ascii: "="))
+            let quoted = value.utf8.contains(UInt8(ascii: " "))
+            if quoted { line.append(UInt8(ascii: "\"")) }
+            Self.appendEscaped(value, to: &line)
+            if quoted { line.append(UInt8(ascii: "\"")) }
+        }
+        line.append(UInt8(ascii: "\n"))
+        return line
+    }
+
+    /// `text` as ``Swift/String/escapingControlCharacters`` writes it; printable ASCII,
+    /// almost every line, is copied as it is.
+    static func appendEscaped(_ text: String, to line: inout [UInt8]) {
+        if text.utf8.allSatisfy({ $0 >= 0x20 && $0 < 0x7F }) {
+            line.append(contentsOf: text.utf8)
+        } else {
+            line.append(contentsOf: text.escapingControlCharacters.utf8)
+        }
     }
 }

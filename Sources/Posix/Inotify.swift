@@ -60,15 +60,22 @@ public struct Inotify {
     /// The events waiting to be read (none: `[]`). Each `inotify_event` is 16 bytes
     /// followed by `len` bytes of NUL-padded name.
     public func readEvents() throws(Errno) -> [Event] {
-        var buffer = [UInt8](repeating: 0, count: 64 * 1024)
-        let count: Int
-        do {
-            count = try buffer.withUnsafeMutableBytes { raw in
-                Result { () throws(Errno) in try descriptor.read(into: raw) }
-            }.get()
-        } catch .wouldBlock {
-            return []
+        // Read into uninitialised memory: zeroing 64 KiB for every read cost more than
+        // reading the few events a save makes.
+        var failure: Errno?
+        let buffer = [UInt8](unsafeUninitializedCapacity: 64 * 1024) { raw, initialized in
+            do throws(Errno) {
+                initialized = try descriptor.read(into: UnsafeMutableRawBufferPointer(raw))
+            } catch {
+                failure = error
+                initialized = 0
+            }
         }
+        if let failure {
+            if failure == .wouldBlock { return [] }
+            throw failure
+        }
+        let count = buffer.count
         var events: [Event] = []
         var offset = 0
         while offset + 16 <= count {

@@ -104,4 +104,21 @@ struct TerminalLogTests {
             level: .warning, message: "renamed", metadata: ["old_document": "a.txt"], at: Date(), colour: false)
         #expect(plain.hasSuffix(" warn  renamed (old_document=a.txt)"))
     }
+
+    @Test(
+        "A line on a pipe: priority prefix, fields sorted, spaces quoted, controls escaped, empty fields and the message ID left out"
+    )
+    func pipeLine() {
+        let line = StderrLogHandler.line(
+            level: .info, message: "saved notes/a\nb.txt",
+            metadata: [
+                "document": "notes/a\nb.txt", "bytes_written": "42", "message_id": "0123", "errno": "",
+                "detail": "two words", "name": "caf\u{E9}\u{1B}[31m",
+            ])
+        #expect(
+            String(decoding: line, as: UTF8.self)
+                == "<6>saved notes/a\\nb.txt bytes_written=42 detail=\"two words\" document=notes/a\\nb.txt name=caf\u{E9}\\u{1B}[31m\n"
+        )
+        #expect(StderrLogHandler.line(level: .error, message: "plain", metadata: [:]) == Array("<3>plain\n".utf8))
+    }
 }

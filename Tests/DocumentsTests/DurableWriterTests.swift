@@ -59,6 +59,33 @@ struct DurableWriterFileTests {
         #expect(try Disk.status(path).permissions.rawValue == 0o4755)
     }
 
+    @Test(
+        "In a set-group-ID directory, a file of the writer's own group keeps that group and its mode",
+        .enabled(if: Machine.isRoot, "giving a directory another group needs root"))
+    func setGroupIDDirectory() throws {
+        // New files in the directory get its group (65534); the file being replaced has
+        // the writer's own group, which the save must keep.
+        let shared = directory.sub("shared")
+        try FileManager.default.createDirectory(atPath: shared, withIntermediateDirectories: true)
+        #expect(chown(shared, 0, 65534) == 0)
+        #expect(chmod(shared, 0o2775) == 0)
+        let path = shared + "/mine.txt"
+        try Disk.write("original", to: path)
+        #expect(chown(path, getuid(), getegid()) == 0)
+        #expect(chmod(path, 0o640) == 0)
+        try Disk.write("probe", to: shared + "/probe")
+        #expect(try Disk.status(shared + "/probe").groupID == 65534, "the directory gives new files its group")
+
+        try DurableWriter().write(contents: Data("replaced".utf8), to: path)
+
+        let status = try Disk.status(path)
+        #expect(status.groupID == getegid())
+        #expect(status.userID == getuid())
+        #expect(status.permissions.rawValue == 0o640)
+        #expect(try Disk.bytes(path) == Data("replaced".utf8))
+        #expect(Disk.temporaries(under: shared).isEmpty)
+    }
+
     @Test("With the follow policy, a symbolic link stays a link and its target is replaced")
     func followPolicy() throws {
         try FileManager.default.createDirectory(atPath: directory.sub("real"), withIntermediateDirectories: true)

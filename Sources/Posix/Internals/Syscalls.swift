@@ -97,6 +97,8 @@ internal func system_closedir(_ dir: OpaquePointer) -> CInt { Glibc.closedir(dir
 
 internal func system_getuid() -> uid_t { Glibc.getuid() }
 internal func system_getgid() -> gid_t { Glibc.getgid() }
+internal func system_geteuid() -> uid_t { Glibc.geteuid() }
+internal func system_getegid() -> gid_t { Glibc.getegid() }
 internal func system_getpid() -> pid_t { Glibc.getpid() }
 
 internal func system_strerror(_ code: CInt) -> String { String(cString: Glibc.strerror(code)) }
