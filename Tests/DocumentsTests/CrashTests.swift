@@ -25,7 +25,10 @@ struct CrashTests {
         try process.run()
         // Blocks until the child has completed one save in this run ("ready\n").
         let line = out.fileHandleForReading.readData(ofLength: 6)
-        usleep(UInt32.random(in: 0...6000))
+        // Up to 20 ms: several saves at this disk's speed, and still more than one under a
+        // sanitizer, whose slower code between saves once let 200 kills of 0–6 ms all miss
+        // the temporary's window.
+        usleep(UInt32.random(in: 0...20000))
         kill(process.processIdentifier, SIGKILL)
         process.waitUntilExit()
         try out.fileHandleForReading.close()
