@@ -307,6 +307,17 @@ struct FaultInjectionTests {
                 failedReplies.append((doc, reply["error"]?["message"]?.stringValue ?? ""))
             }
         }
+        // Then one failure that lasts until the fault is lifted: a random one is retried
+        // within 200 ms, and all of them can be over between two STATUS= updates (at most
+        // one each 250 ms), which once left STATUS= nothing to name. Every retry of this
+        // one fails too, each time updating STATUS=.
+        try rig.fiu("enable name=posix/io/sync/fsync,failinfo=5")
+        let lasting = "a.txt failing until the fault is lifted\n"
+        #expect(try client.call(["cmd": "set", "doc": "a.txt", "text": .string(lasting)])["ok"] == true)
+        latest["a.txt"] = lasting
+        let lastingReply = try client.call(["cmd": "save", "doc": "a.txt", "wait": true])
+        #expect(lastingReply["error"]?["code"]?.stringValue == "save-failed", "\(lastingReply)")
+        failedReplies.append(("a.txt", lastingReply["error"]?["message"]?.stringValue ?? ""))
         // Whatever failure status holds is an injected one, beneath the root.
         let status = try rig.status()
         if let last = status["last_failure"], last != .null {
@@ -341,7 +352,8 @@ struct FaultInjectionTests {
         try rig.fiu("disable name=posix/io/rw/write")
         try await witness.expectRecovered(files: latest, saved: latest.mapValues { $0.utf8.count }, since: gone)
         print(
-            "injected faults, random: 30 saves, \(successes) succeeded, \(failedReplies.count) failed and were retried"
+            "injected faults, random: 30 saves, \(successes) succeeded, \(failedReplies.count - 1) failed and were retried;"
+                + " then one failed until the fault was lifted"
         )
         #expect(!failedReplies.isEmpty, "some faults were injected")
         #expect(await rig.stop() == 0)
