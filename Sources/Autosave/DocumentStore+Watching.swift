@@ -114,6 +114,7 @@ extension DocumentStore {
                 }
                 let document = documentPath(for: path)
                 if entries[document] == nil {
+                    if !recentlyClosed.isEmpty, isClosedAsLeft(document, path: path) { continue }
                     openNew(document)
                 } else if entries[document]!.savingToken != nil {
                     pendingChecks.insert(document)
@@ -187,6 +188,45 @@ extension DocumentStore {
         }
         if configuration.openNewFiles { openAll() }
         releaseSyncWaiters()
+    }
+
+    /// Keeps what a closed document's file was when the store let it go, until the
+    /// watcher has handed over every event from before the close.
+    func rememberClosed(_ path: String, _ entry: Entry?) {
+        guard let entry, watcher != nil else { return }
+        closeGeneration += 1
+        let generation = closeGeneration
+        recentlyClosed[path] = ClosedDocument(
+            fingerprint: entry.fingerprint, saved: entry.isPackage ? entry.existingFile : nil,
+            isPackage: entry.isPackage, generation: generation)
+        Task { [weak self] in
+            guard let self else { return }
+            await self.sync()
+            await self.forgetClosed(path, generation: generation)
+        }
+    }
+
+    private func forgetClosed(_ path: String, generation: Int) {
+        if recentlyClosed[path]?.generation == generation { recentlyClosed[path] = nil }
+    }
+
+    /// Whether a change reported at `path` (the closed `document` or a member of it) found
+    /// the file as the store left it at the close: an event of its own last save, or of
+    /// the read that opened it, still on its way. A file found otherwise is another
+    /// program's, and the memo of the close is dropped.
+    private func isClosedAsLeft(_ document: String, path: String) -> Bool {
+        guard let closed = recentlyClosed[document] else { return false }
+        let full = root + "/" + document
+        if let status = try? FileDescriptor.currentWorkingDirectory.status(of: full) {
+            let member = document == path ? nil : String(path.dropFirst(document.count + 1))
+            let unchanged =
+                closed.isPackage
+                ? packageUnchanged(full, member: member, saved: closed.saved, fingerprint: closed.fingerprint, status)
+                : closed.fingerprint.map { Self.sameIdentity($0, status) } ?? false
+            if unchanged { return true }
+        }
+        recentlyClosed[document] = nil
+        return false
     }
 
     private func openNew(_ document: String) {
@@ -409,28 +449,13 @@ extension DocumentStore {
         let full = root + "/" + document
         guard let status = try? FileDescriptor.currentWorkingDirectory.status(of: full) else { return }
         if entry.isPackage {
-            // Packages: a member that still is what the saved wrapper recorded is our own write.
-            if let member, let wrapper = memberWrapper(entry.existingFile, member),
-                wrapper.matchesContents(of: URL(fileURLWithPath: full + "/" + member))
-            {
+            if packageUnchanged(full, member: member, saved: entry.existingFile, fingerprint: entry.fingerprint, status) {
                 return
             }
-            // A member gone from disk and from what was last saved: the save removed it.
-            if let member, memberWrapper(entry.existingFile, member) == nil,
-                (try? FileDescriptor.currentWorkingDirectory.status(of: full + "/" + member)) == nil
-            {
-                return
-            }
-            if member == nil, let fingerprint = entry.fingerprint, fingerprint.inode == status.inode { return }
         } else {
             // The file exactly as this store last read or wrote it (its own save, usually):
             // no need to read it. Any other program's write changes the change time at least.
-            if let recorded = entry.fingerprint, !recorded.isDirectory, recorded.device == status.device,
-                recorded.inode == status.inode, recorded.size == status.size, recorded.modified == status.modified,
-                recorded.changed == status.changed
-            {
-                return
-            }
+            if let recorded = entry.fingerprint, Self.sameIdentity(recorded, status) { return }
             let bytes = FileContents.read(full)
             let now = Fingerprint(status, contents: bytes)
             if now == entry.fingerprint { return }
@@ -468,6 +493,31 @@ extension DocumentStore {
         }
         checkExternalChange(document)
         if let after = entries[document], after.isDirty { schedule(document) }
+    }
+
+    /// Whether a regular file is exactly as `recorded`: the same inode, size, modification
+    /// and change times.
+    static func sameIdentity(_ recorded: Fingerprint, _ status: FileStatus) -> Bool {
+        !recorded.isDirectory && recorded.device == status.device && recorded.inode == status.inode
+            && recorded.size == status.size && recorded.modified == status.modified
+            && recorded.changed == status.changed
+    }
+
+    /// Whether a change reported in the package at `full` (`member`, or the package
+    /// itself) is this store's own: a member that still is what the saved wrapper
+    /// recorded, one gone from disk and from what was last saved (the save removed it),
+    /// or the package directory it last read or wrote.
+    private func packageUnchanged(
+        _ full: String, member: String?, saved: FileWrapper?, fingerprint: Fingerprint?, _ status: FileStatus
+    ) -> Bool {
+        if let member {
+            if let wrapper = memberWrapper(saved, member) {
+                return wrapper.matchesContents(of: URL(fileURLWithPath: full + "/" + member))
+            }
+            return (try? FileDescriptor.currentWorkingDirectory.status(of: full + "/" + member)) == nil
+        }
+        if let fingerprint, fingerprint.inode == status.inode { return true }
+        return false
     }
 
     private func memberWrapper(_ package: FileWrapper?, _ member: String) -> FileWrapper? {

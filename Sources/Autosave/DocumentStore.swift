@@ -136,6 +136,13 @@ public actor DocumentStore {
     /// once that save has recorded its fingerprint.
     var pendingChecks: Set<String> = []
     var syncWaiters: [String: CheckedContinuation<Void, Never>] = [:]
+    /// Documents closed while the watcher may still hold events of their own last saves:
+    /// what the store last read or wrote there, so that those events do not open them
+    /// again as files created by another program. Each is forgotten once the watcher has
+    /// handed over everything from before the close (a ``sync()`` barrier), or at the
+    /// first event that finds the file changed since.
+    var recentlyClosed: [String: ClosedDocument] = [:]
+    var closeGeneration = 0
     var externalReloads = 0
     var overflows = 0
     var conflicts = 0
@@ -764,7 +771,8 @@ public actor DocumentStore {
         guard entries.index(forKey: path) != nil else { throw missing(path) }
         try await save(path, wait: true)
         if let entry = entries[path], !entry.isDirty, entry.savingToken == nil {
-            remove(path)
+            let closed = remove(path)
+            rememberClosed(path, closed)
             emit(.closed(document: path))
         }
     }

@@ -299,6 +299,15 @@ extension Fingerprint {
     }
 }
 
+/// What the store knew of a document's file when it closed it (see ``DocumentStore/recentlyClosed``).
+struct ClosedDocument {
+    var fingerprint: Fingerprint?
+    /// A package's wrapper as last read or saved (its members' contents), `nil` for a regular file.
+    var saved: FileWrapper?
+    var isPackage: Bool
+    var generation: Int
+}
+
 /// What identifies a document's file on disk: where it is, its size and modification
 /// time, and a hash of its bytes (regular files only). Recorded at load and after each
 /// save, so that a later look at the disk can tell the daemon's own writes from others'.

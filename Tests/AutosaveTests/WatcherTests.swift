@@ -158,6 +158,36 @@ struct WatcherTests {
     }
 
     @Test(
+        "Documents closed right after their saves stay closed: the saves' events, still queued at the close, open nothing; a file written after the close is opened"
+    )
+    func closedStayClosed() async throws {
+        let harness = try await harness()
+        var closed: [String] = []
+        for i in 0..<40 {
+            let text = "closed/t\(i).txt"
+            try await harness.store.apply(.setText("text \(i)\n"), to: text, create: true)
+            try await harness.store.close(text)
+            let package = "closed/p\(i).package"
+            try await harness.store.create(package)
+            try await harness.store.apply(.putMember("m.txt", Data("member \(i)".utf8)), to: package)
+            try await harness.store.close(package)
+            closed += [text, package]
+        }
+        await harness.store.sync()
+        var reopened: [String] = []
+        for path in closed where await harness.store.isOpen(path) { reopened.append(path) }
+        #expect(reopened.isEmpty, "closed and opened again by their own saves' events: \(reopened)")
+        #expect(try Disk.bytes(harness.file("closed/t7.txt")) == Data("text 7\n".utf8), "each close saved first")
+        // Another program's write after the close is a new file to open, as before.
+        try sh("printf 'by another program\\n' > closed/t3.txt", in: harness)
+        try sh("printf 'member by another\\n' > closed/p5.package/m.txt", in: harness)
+        await harness.store.sync()
+        #expect(try await text(harness, "closed/t3.txt") == "by another program\n")
+        #expect(await harness.store.isOpen("closed/p5.package"))
+        #expect(!(await harness.store.isOpen("closed/t4.txt")))
+    }
+
+    @Test(
         "Overflow: with fs.inotify.max_queued_events lowered, a burst of changes ends with every document right",
         .enabled(if: Machine.isRoot, "writing /proc/sys/fs/inotify needs root"))
     func overflow() async throws {

@@ -32,8 +32,8 @@ the set of acknowledged appends, in any order. Checks, afterwards:
   - `status`: no failed save, nothing unsaved;
   - resident memory (VmRSS, sampled every SAMPLE seconds) at the end grew at most
     RSS_LIMIT percent over what it was right after the warm-up (the first WARMUP
-    fraction of the run): lower quartiles of the first and last thirds of the samples
-    after it, less the growth of the text documents' total length over the same thirds
+    fraction of the run): the lowest samples of the first and last thirds of the samples
+    after it (the floor the allocator's trims come back to), less the growth of the text documents' total length over the same thirds
     (the texts begin as edits would have left them, so the total stays about level);
   - the daemon's descriptors (/proc/PID/fd) after every client disconnected are as many
     as before the soak (after the documents were created);
@@ -717,14 +717,15 @@ class Soak:
         # Memory.
         warm = [s for s in self.rss if s[0] >= o.warmup * elapsed]
         if len(warm) >= 10:
-            # The lower quartile of a third of the samples each: the allocator's trims make
-            # a sawtooth of ±10 % within seconds (freed memory waiting for the next trim),
-            # which a median over 20 samples still follows (+5.5 % in one 2-minute run whose
-            # curve ended where it began); the quartile is the floor the trims come back to,
-            # what memory still in use (a leak) raises.
+            # The lowest sample of a third of the samples each: the allocator's trims make a
+            # sawtooth (freed memory waits in the arenas until the trimmer sees a quarter of
+            # what is in use free, then goes back at once), so a window's middle follows
+            # where the tooth happens to be when it ends (a lower quartile once read +12 %
+            # in a 2-minute run whose troughs rose 2 %); the trough is the floor the trims
+            # come back to, which only memory still in use (a leak) raises.
             window = max(5, len(warm) // 3)
-            start = sorted(kb for _, kb in warm[:window])[window // 4]
-            end = sorted(kb for _, kb in warm[-window:])[window // 4]
+            start = min(kb for _, kb in warm[:window])
+            end = min(kb for _, kb in warm[-window:])
             # What the documents hold is memory in use, not a leak: the growth of the texts'
             # total over the same windows (means) is taken off before the limit applies.
             texts = self.text_samples[len(self.text_samples) - len(warm) :]
