@@ -449,7 +449,8 @@ extension DocumentStore {
         let full = root + "/" + document
         guard let status = try? FileDescriptor.currentWorkingDirectory.status(of: full) else { return }
         if entry.isPackage {
-            if packageUnchanged(full, member: member, saved: entry.existingFile, fingerprint: entry.fingerprint, status) {
+            if packageUnchanged(full, member: member, saved: entry.existingFile, fingerprint: entry.fingerprint, status)
+            {
                 return
             }
         } else {
