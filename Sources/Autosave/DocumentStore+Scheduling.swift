@@ -502,13 +502,18 @@ extension DocumentStore {
             lastSave = (path, now)
             if let since { editToDurable.record(Moment.now - since) }
             for waiter in finished { waiter.continuation.resume() }
-            log.info(
-                "saved \(path)",
-                [
-                    "document": path, "content_type": entries[path]!.contentType.identifier,
-                    "bytes_written": "\(report.bytesWritten)", "duration_usec": "\(duration.microseconds)",
-                    "message_id": MessageID.documentSaved,
-                ])
+            if let temporary = report.temporaryName { ownRenames[path] = temporary }
+            let log = log
+            let type = entry.contentType
+            logsAfterReplies.append {
+                log.info(
+                    "saved \(path)",
+                    [
+                        "document": path, "content_type": type.identifier,
+                        "bytes_written": "\(report.bytesWritten)", "duration_usec": "\(duration.microseconds)",
+                        "message_id": MessageID.documentSaved,
+                    ])
+            }
             emit(.saved(document: path, bytes: report.bytesWritten, duration: duration))
         case .failure(let error as DestinationChanged):
             // Another program's version, seen by the save before the watcher told of it.

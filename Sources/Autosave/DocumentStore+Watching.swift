@@ -377,6 +377,13 @@ extension DocumentStore {
     /// all, as long as the new name means the same type; otherwise the old name counts as
     /// removed and the new one as changed.
     private func renamedExternally(from: String, to: String, isDirectory: Bool) {
+        if !ownRenames.isEmpty, let temporary = ownRenames[to], PathName.lastComponent(from) == temporary,
+            PathName.parent(from) == PathName.parent(to)
+        {
+            // The store's own save put its temporary in place: its fingerprint is recorded.
+            ownRenames.removeValue(forKey: to)
+            return
+        }
         if from.hasPrefix(Self.syncCookiePrefix) || isTemporary(from) || ignoredPaths.remove(from) != nil
             || isIgnored(from)
         {

@@ -142,6 +142,13 @@ public actor DocumentStore {
     /// handed over everything from before the close (a ``sync()`` barrier), or at the
     /// first event that finds the file changed since.
     var recentlyClosed: [String: ClosedDocument] = [:]
+    /// The temporary name each document's last save renamed into place, until the
+    /// watcher reports that rename: the event of the store's own save, to be passed over
+    /// without a look at the disk (the save recorded the file's fingerprint already). One
+    /// per document at most; a later save replaces it, a close removes it.
+    var ownRenames: [String: String] = [:]
+    /// Log entries of this pass's work, written once its replies are out (``EventLoop/afterReplies``).
+    var logsAfterReplies: [() -> Void] = []
     var closeGeneration = 0
     var externalReloads = 0
     var overflows = 0
@@ -222,7 +229,20 @@ public actor DocumentStore {
             loop.beforePolling = { [weak self] willSleep in
                 self?.isolatedHere { $0.loopWillPoll(willSleep: willSleep) } ?? false
             }
+            loop.afterReplies = { [weak self] in
+                self?.isolatedHere { $0.writeLogsAfterReplies() }
+            }
         }
+    }
+
+    /// Writes the log entries left for after the pass's replies: a client waiting for a
+    /// save hears of it before the entry that records it is formatted and sent to
+    /// journald.
+    func writeLogsAfterReplies() {
+        guard !logsAfterReplies.isEmpty else { return }
+        var logs: [() -> Void] = []
+        swap(&logs, &logsAfterReplies)
+        for log in logs { log() }
     }
 
     /// The end of a pass of the loop, before it polls (see ``EventLoop/beforePolling``):
@@ -452,6 +472,7 @@ public actor DocumentStore {
     func remove(_ path: String, keepingJournal: Bool = false) -> Entry? {
         guard var entry = entries.removeValue(forKey: path) else { return nil }
         countDirectories(of: path, by: -1)
+        if !ownRenames.isEmpty { ownRenames.removeValue(forKey: path) }
         if !journalCompactionDocuments.isEmpty { journalCompactionDocuments.remove(path) }
         if !keepingJournal { journalDiscard(&entry, closing: true) }
         return entry

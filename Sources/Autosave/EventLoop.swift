@@ -196,6 +196,11 @@ final class EventLoop: SerialExecutor, @unchecked Sendable {
     /// the loop's thread only.
     @exclusivity(unchecked) var beforePolling: ((_ willSleep: Bool) -> Bool)?
 
+    /// Runs on the loop's thread in every pass, right after the pass wrote its replies:
+    /// the store writes the log entries of the pass's work there, off the path from a
+    /// request to its reply. Set and read on the loop's thread only.
+    @exclusivity(unchecked) var afterReplies: (() -> Void)?
+
     /// Runs `body` on the loop's thread in its next pass, between jobs: how a thread that
     /// finished work for the store (a save) hands its result back with one wake-up and
     /// no task.
@@ -410,6 +415,7 @@ final class EventLoop: SerialExecutor, @unchecked Sendable {
             }
             for connection in flushes where !connection.flush() { blockWriter(connection) }
             flushes.removeAll(keepingCapacity: true)
+            afterReplies?()
             let willSleep = idle && localFlushes.isEmpty
             if let beforePolling, beforePolling(willSleep) { continue }
             let sleep: Int32? =
@@ -448,6 +454,7 @@ final class EventLoop: SerialExecutor, @unchecked Sendable {
             // they run in the next pass without waking anyone.
             for continuation in resumed { continuation.resume(returning: true) }
         }
+        afterReplies?()
         let (remaining, attached): ([UnsafeContinuation<Bool, Never>], [any ReadinessHandler]) = waiters.withLock {
             all in
             defer { all = WaiterTable() }

@@ -374,6 +374,7 @@ final class FileWatcher: @unchecked Sendable {
             var batch: [WatchEvent] = []
             var pendingMove: (cookie: UInt32, path: String, isDirectory: Bool)?
             var queue = events[...]
+            var last: Inotify.Event?
             while true {
                 if queue.isEmpty {
                     // The two halves of a rename are queued together; a read can still
@@ -383,6 +384,7 @@ final class FileWatcher: @unchecked Sendable {
                     queue = more[...]
                 }
                 let event = queue.removeFirst()
+                last = event
                 if let move = pendingMove {
                     pendingMove = nil
                     if event.events.contains(.movedTo), event.cookie == move.cookie, let to = path(of: event) {
@@ -412,6 +414,16 @@ final class FileWatcher: @unchecked Sendable {
                 batch.append(.removed(move.path))
             }
             if !batch.isEmpty { deliver(batch) }
+            // The last event read was a save's temporary being written (created, or
+            // closed): its rename follows within the save's sync. Waiting in poll(2) at
+            // once would have the kernel wake this thread for that event and each of the
+            // next save's, in the middle of the writer's system calls; a pause lets them
+            // gather for one read. Other programs' changes are read at once.
+            if let last, TemporaryName.isTemporary(last.name),
+                !last.events.isDisjoint(with: [.created, .closedAfterWriting])
+            {
+                usleep(Self.settleMicroseconds)
+            }
         }
     }
 
@@ -434,6 +446,9 @@ final class FileWatcher: @unchecked Sendable {
         }
         pollOnly.withLock { $0 = $0.filter { !inside($0) } }
     }
+
+    /// How long the thread lets a save's events gather (see ``run()``).
+    static let settleMicroseconds: useconds_t = 2000
 
     private func wait(milliseconds: Int32) -> Bool {
         var poller = pollfd(fd: inotify.descriptor.rawValue, events: Int16(POLLIN), revents: 0)

@@ -80,6 +80,9 @@ public struct DurableWriter: Sendable {
         public var filesUnchanged = 0
         /// Children removed from a package.
         public var entriesRemoved = 0
+        /// For a regular file: the temporary name (in the destination's directory) it was
+        /// written under and renamed from, which the rename's inotify event names.
+        public var temporaryName: String?
     }
 
     // MARK: Writing
@@ -434,6 +437,7 @@ struct WriteSession {
                         try Renaming.renameWithoutReplacing(staged.temporary, to: location.name, in: parent)
                     } else {
                         try parent.rename(staged.temporary, to: location.name, flags: [])
+                        report.temporaryName = staged.temporary
                     }
                 } catch {
                     throw DocumentError(operation: .rename, path: location.path, errno: error)
