@@ -183,6 +183,8 @@ struct WriteSession {
     }
 
     static let newFilePermissions = FilePermissions(rawValue: 0o666 & ~CurrentProcess.fileCreationMask.rawValue)
+    /// The creation mask, read once (see ``stageRegularFile(_:at:)``; a mode it changes shows in the status after the sync).
+    static let creationMask = CurrentProcess.fileCreationMask.rawValue
     static let newDirectoryPermissions = FilePermissions(rawValue: 0o777 & ~CurrentProcess.fileCreationMask.rawValue)
 
     let keepsContents: Bool
@@ -336,7 +338,10 @@ struct WriteSession {
     }
 
     /// Creates `.<name>.autosave-XXXXXX` exclusively (0600, no symlink following).
-    private func createTemporary(in directory: FileDescriptor, directoryPath: String, for name: String)
+    private func createTemporary(
+        in directory: FileDescriptor, directoryPath: String, for name: String,
+        mode: FilePermissions = FilePermissions(rawValue: 0o600)
+    )
         throws -> (FileDescriptor, String)
     {
         while true {
@@ -344,7 +349,7 @@ struct WriteSession {
             do {
                 let fd = try FileDescriptor.open(
                     temporary, relativeTo: directory, .writeOnly, options: [.exclusiveCreate, .noFollow],
-                    permissions: FilePermissions(rawValue: 0o600))
+                    permissions: mode)
                 return (fd, temporary)
             } catch Errno.fileExists {
                 continue
@@ -533,31 +538,34 @@ struct WriteSession {
                 detail: "a directory is in the way of a regular file")
         }
         let data = try contents(of: wrapper, path: location.path)
+        let existing = location.existing?.kind == .regular ? location.existing : nil
+        // The temporary is this process's. When the file it replaces has the owner and
+        // group new files get, only the mode is set: at creation when the creation mask
+        // leaves it whole (the usual 0644 under umask 022), else with fchmod. The status
+        // taken after the sync shows whether the group (a set-group-ID directory gives
+        // its own) and the mode came out as expected; they are put right if not. A
+        // temporary for another owner is created 0600 and given its owner first.
+        let ownedAsNew =
+            existing.map {
+                $0.userID == CurrentProcess.effectiveUserID && $0.groupID == CurrentProcess.effectiveGroupID
+            } ?? true
+        let mode = existing?.permissions ?? wrapper.requestedPermissions ?? Self.newFilePermissions
+        let modeAtCreation =
+            ownedAsNew && mode.rawValue & ~0o777 == 0 && mode.rawValue & Self.creationMask == 0
         let (fd, temporary) = try createTemporary(
-            in: location.directory, directoryPath: location.directoryPath, for: location.name)
+            in: location.directory, directoryPath: location.directoryPath, for: location.name,
+            mode: modeAtCreation ? mode : FilePermissions(rawValue: 0o600))
         let temporaryPath = join(location.directoryPath, temporary)
         do {
             let identity: DiskIdentity = try fd.closeAfter {
                 do throws(Errno) { try fd.writeAll(data) } catch {
                     throw DocumentError(operation: .write, path: temporaryPath, errno: error)
                 }
-                let existing = location.existing?.kind == .regular ? location.existing : nil
-                // The temporary is this process's, mode 0600: when the file it replaces
-                // has the owner and group new files get, only the mode is set, and the
-                // status taken after the sync shows whether the group came out as
-                // expected (a set-group-ID directory gives its own).
-                let ownedAsNew =
-                    existing.map {
-                        $0.userID == CurrentProcess.effectiveUserID && $0.groupID == CurrentProcess.effectiveGroupID
-                    } ?? true
-                if ownedAsNew {
-                    do throws(Errno) {
-                        try fd.changeMode(
-                            existing?.permissions ?? wrapper.requestedPermissions ?? Self.newFilePermissions)
-                    } catch {
+                if ownedAsNew, !modeAtCreation {
+                    do throws(Errno) { try fd.changeMode(mode) } catch {
                         throw DocumentError(operation: .changeMode, path: temporaryPath, errno: error)
                     }
-                } else {
+                } else if !ownedAsNew {
                     try applyOwnership(
                         to: fd, replacing: location.existing, requested: wrapper.requestedPermissions,
                         defaultMode: Self.newFilePermissions, path: temporaryPath)
@@ -569,7 +577,10 @@ struct WriteSession {
                 do throws(Errno) { status = try fd.status() } catch {
                     throw DocumentError(operation: .stat, path: temporaryPath, errno: error)
                 }
-                if ownedAsNew, let existing, status.userID != existing.userID || status.groupID != existing.groupID {
+                if ownedAsNew,
+                    modeAtCreation && status.permissions != mode
+                        || existing.map({ status.userID != $0.userID || status.groupID != $0.groupID }) == true
+                {
                     try applyOwnership(
                         to: fd, replacing: existing, requested: wrapper.requestedPermissions,
                         defaultMode: Self.newFilePermissions, path: temporaryPath)
