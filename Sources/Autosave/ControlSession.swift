@@ -560,7 +560,9 @@ final class ControlSession: Sendable {
         }
         let store = store
         let connection = connection
-        let task = Task {
+        // On the loop, as the session is: each event is written in the pass after the
+        // store's change, before any later request is read, with no thread in between.
+        let task = Task(executorPreference: store.taskExecutor) {
             for await event in await store.events() {
                 guard Self.isWanted(event, kinds: kinds, documents: documents) else { continue }
                 connection.send { Self.writeEvent(event, into: &$0) }

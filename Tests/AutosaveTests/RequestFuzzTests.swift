@@ -136,12 +136,15 @@ struct RequestFuzzTests {
         try FileManager.default.createDirectory(atPath: daemon.root + "/out", withIntermediateDirectories: true)
 
         var generator = RequestGenerator(random: SeededGenerator(state: seed))
-        let answered = try Self.drive(daemon.socket, requests: 4000, generator: &generator, checkRefusals: true) {
+        let answered = try Self.drive(
+            daemon.socket, requests: 4000, generator: &generator, checkRefusals: true, root: daemon.root
+        ) {
             problem in
             Issue.record("seed \(seed): \(problem)")
         }
         #expect(answered["ok", default: 0] > 400, "enough requests were valid to reach the documents: \(answered)")
         #expect(answered["invalid-path", default: 0] > 50, "\(answered)")
+        #expect(answered["refusals checked", default: 0] > 1000, "\(answered)")
         #expect(try daemon.ctl("status").status == 0, "another client is served")
         let status = await daemon.stop()
         #expect(
@@ -173,17 +176,77 @@ struct RequestFuzzTests {
 
     /// Sends `requests` generated requests over one connection, one at a time, and checks
     /// each reply: one per request, its id, `ok`, a documented error code with a message.
+    /// The events a subscriber to every kind was sent since the last call, but those of
+    /// saves (debounced saves of earlier edits come at any time): each as its kind and
+    /// document. A `status` on the subscriber's connection marks the end of what was sent:
+    /// a subscription writes each event in the loop's pass after the change, before the
+    /// loop reads a later request.
+    static func events(_ subscriber: ControlSocketTests.Raw) throws -> [String] {
+        try subscriber.send("{\"id\":-2,\"cmd\":\"status\"}\n")
+        var events: [String] = []
+        while let line = try subscriber.line() {
+            guard let kind = line["event"]?.stringValue else { return events }
+            if kind == "saved" || kind == "save-failed" { continue }
+            events.append("\(kind) \(line["doc"]?.stringValue ?? "?")")
+        }
+        return events
+    }
+
+    /// What is on disk under `root` that no open document accounts for: every path with
+    /// its kind, size and modification time, but the open documents' files (and what
+    /// is beneath them), the directories their saves make, and the daemon's temporaries
+    /// and sync cookies.
+    static func disk(_ root: String, open documents: [String]) -> Set<String> {
+        let open = Set(documents.map { $0.split(separator: " ").dropLast(2).joined(separator: " ") })
+        var made: Set<String> = []
+        for document in open {
+            var parent = PathName.parent(document)
+            while !parent.isEmpty {
+                made.insert(parent)
+                parent = PathName.parent(parent)
+            }
+        }
+        var found: Set<String> = []
+        func walk(_ relative: String) {
+            let full = relative.isEmpty ? root : root + "/" + relative
+            for name in (try? FileManager.default.contentsOfDirectory(atPath: full)) ?? [] {
+                let path = relative.isEmpty ? name : relative + "/" + name
+                if name.contains(".autosave-") || open.contains(path) { continue }
+                guard let status = try? Disk.status(root + "/" + path) else { continue }
+                if status.kind == .directory {
+                    if !made.contains(path) { found.insert("\(path)/") }
+                    walk(path)
+                } else {
+                    found.insert("\(path) \(status.kind) \(status.size) \(status.modified)")
+                }
+            }
+        }
+        walk("")
+        return found
+    }
+
     /// With `checkRefusals` (one client, no other program), every refused request must
-    /// leave the open documents as they were: none opened, created, closed or edited.
-    /// Returns how often each outcome came; `problem` hears what was wrong.
+    /// leave the open documents as they were (none opened, created, closed or edited),
+    /// send no event (but those of debounced saves) and leave the disk under `root` as it
+    /// was (``disk(_:open:)``). Returns how often each outcome came; `problem` hears what
+    /// was wrong.
     static func drive(
         _ socket: String, requests: Int, generator: inout RequestGenerator, checkRefusals: Bool = false,
-        problem: (String) -> Void
+        root: String = "", problem: (String) -> Void
     ) throws -> [String: Int] {
         let codes = Set(ControlProtocol.ErrorCode.allCases.map(\.rawValue))
         let raw = try ControlSocketTests.Raw(socket)
         var answered: [String: Int] = [:]
+        let subscriber = try ControlSocketTests.Raw(socket)
+        if checkRefusals {
+            try subscriber.send(
+                #"{"id":-3,"cmd":"subscribe","events":["saved","save-failed","changed-on-disk","conflict","recreated","renamed","closed"]}"#
+                    + "\n")
+            _ = try subscriber.line()
+        }
         var before = checkRefusals ? try documents(raw, id: -1) : []
+        var beforeDisk = checkRefusals ? disk(root, open: before) : []
+        var refusalsChecked = 0
         for id in 0..<requests {
             let request = generator.request(id: id)
             try raw.send(request + "\n")
@@ -214,13 +277,26 @@ struct RequestFuzzTests {
             }
             guard checkRefusals else { continue }
             let after = try documents(raw, id: -1)
-            if !ok && after != before {
-                problem(
-                    "\(request) was refused and yet changed the open documents: \(Set(before).symmetricDifference(after).sorted())"
-                )
+            let sent = try events(subscriber)
+            let afterDisk = disk(root, open: after)
+            if !ok {
+                refusalsChecked += 1
+                if after != before {
+                    problem(
+                        "\(request) was refused and yet changed the open documents: \(Set(before).symmetricDifference(after).sorted())"
+                    )
+                }
+                if !sent.isEmpty { problem("\(request) was refused and yet sent events: \(sent)") }
+                if after == before, afterDisk != beforeDisk {
+                    problem(
+                        "\(request) was refused and yet changed the disk: \(beforeDisk.symmetricDifference(afterDisk).sorted())"
+                    )
+                }
             }
             before = after
+            beforeDisk = afterDisk
         }
+        if checkRefusals { answered["refusals checked"] = refusalsChecked }
         return answered
     }
 
