@@ -502,7 +502,14 @@ extension DocumentStore {
             lastSave = (path, now)
             if let since { editToDurable.record(Moment.now - since) }
             for waiter in finished { waiter.continuation.resume() }
-            if let temporary = report.temporaryName { ownRenames[path] = temporary }
+            // Kept for the rename's event still to come; one that came during the save
+            // (a save thread's: its directory's fsync outlasts the watcher) is checked
+            // against the disk below, and nothing is kept for it.
+            if let temporary = report.temporaryName, !pendingChecks.contains(path) {
+                ownRenames[path] = temporary
+            } else if !ownRenames.isEmpty {
+                ownRenames.removeValue(forKey: path)
+            }
             let log = log
             let type = entry.contentType
             logsAfterReplies.append {
