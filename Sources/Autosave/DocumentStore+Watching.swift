@@ -524,8 +524,7 @@ extension DocumentStore {
             }
             return (try? FileDescriptor.currentWorkingDirectory.status(of: full + "/" + member)) == nil
         }
-        if let fingerprint, fingerprint.inode == status.inode { return true }
-        return false
+        return fingerprint.map { $0.inode == status.inode } ?? false
     }
 
     private func memberWrapper(_ package: FileWrapper?, _ member: String) -> FileWrapper? {

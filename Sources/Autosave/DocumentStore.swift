@@ -142,6 +142,8 @@ public actor DocumentStore {
     /// handed over everything from before the close (a ``sync()`` barrier), or at the
     /// first event that finds the file changed since.
     var recentlyClosed: [String: ClosedDocument] = [:]
+    /// Numbers the closes, so that a barrier forgets only the memo of its own close.
+    var closeGeneration = 0
     /// The temporary name each document's last save renamed into place, until the
     /// watcher reports that rename: the event of the store's own save, to be passed over
     /// without a look at the disk (the save recorded the file's fingerprint already). One
@@ -149,7 +151,6 @@ public actor DocumentStore {
     var ownRenames: [String: String] = [:]
     /// Log entries of this pass's work, written once its replies are out (``EventLoop/afterReplies``).
     var logsAfterReplies: [() -> Void] = []
-    var closeGeneration = 0
     var externalReloads = 0
     var overflows = 0
     var conflicts = 0

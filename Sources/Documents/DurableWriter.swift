@@ -182,10 +182,10 @@ struct WriteSession {
         var settledKeys: Set<String>?
     }
 
-    static let newFilePermissions = FilePermissions(rawValue: 0o666 & ~CurrentProcess.fileCreationMask.rawValue)
     /// The creation mask, read once (see ``stageRegularFile(_:at:)``; a mode it changes shows in the status after the sync).
     static let creationMask = CurrentProcess.fileCreationMask.rawValue
-    static let newDirectoryPermissions = FilePermissions(rawValue: 0o777 & ~CurrentProcess.fileCreationMask.rawValue)
+    static let newFilePermissions = FilePermissions(rawValue: 0o666 & ~creationMask)
+    static let newDirectoryPermissions = FilePermissions(rawValue: 0o777 & ~creationMask)
 
     let keepsContents: Bool
 
@@ -337,7 +337,7 @@ struct WriteSession {
         }
     }
 
-    /// Creates `.<name>.autosave-XXXXXX` exclusively (0600, no symlink following).
+    /// Creates `.<name>.autosave-XXXXXX` exclusively with `mode` (0600 unless told; no symlink following).
     private func createTemporary(
         in directory: FileDescriptor, directoryPath: String, for name: String,
         mode: FilePermissions = FilePermissions(rawValue: 0o600)
