@@ -55,6 +55,10 @@ public struct DurableWriter: Sendable {
     /// followed, so a directory swapped for a link between a caller's checks and the
     /// write cannot take the write elsewhere. `nil`: none.
     public var confinement: String?
+    /// Called with the destination's path right after a regular file's rename, before
+    /// anything else: where tests stand in for another program that replaces the file in
+    /// that moment.
+    var afterRename: (@Sendable (String) -> Void)?
 
     public init(
         symlinkPolicy: SymlinkPolicy = .follow, packageSwap: PackageSwap = .exchange, keepsWrittenContents: Bool = true,
@@ -83,6 +87,12 @@ public struct DurableWriter: Sendable {
         /// For a regular file: the temporary name (in the destination's directory) it was
         /// written under and renamed from, which the rename's inotify event names.
         public var temporaryName: String?
+        /// For a regular file: the status of the file this write put in place, taken from
+        /// the written file's own descriptor right after the rename (which changes its
+        /// change time). A status looked up by path could be another program's file that
+        /// replaced this one in the meantime, and a caller recording it would take that
+        /// file for its own; `nil` if the status could not be taken.
+        public var placed: FileStatus?
     }
 
     // MARK: Writing
@@ -112,6 +122,7 @@ public struct DurableWriter: Sendable {
         beforeReplacing: ((_ device: UInt64, _ inode: UInt64, _ size: Int64, _ modified: FileTime) -> Void)? = nil
     ) throws -> Report {
         var session = WriteSession(policy: symlinkPolicy, swap: packageSwap, keepsContents: keepsWrittenContents)
+        session.afterRename = afterRename
         defer { session.closeAll() }
         if let confinement { try session.confine(to: confinement) }
         let location = try session.resolve(path, followingLinks: !wrapper.isSymbolicLink)
@@ -121,7 +132,8 @@ public struct DurableWriter: Sendable {
         switch wrapper.node {
         case .regularFile:
             try session.writeRegularFile(
-                wrapper, at: location, syncDirectory: true, expecting: expected, beforeReplacing: beforeReplacing)
+                wrapper, at: location, syncDirectory: true, expecting: expected, reportingPlaced: true,
+                beforeReplacing: beforeReplacing)
         case .symbolicLink(let destination):
             try session.writeSymbolicLink(wrapper, destination: destination, at: location, syncDirectory: true)
         case .directory:
@@ -188,6 +200,8 @@ struct WriteSession {
     static let newDirectoryPermissions = FilePermissions(rawValue: 0o777 & ~creationMask)
 
     let keepsContents: Bool
+    /// See ``DurableWriter/afterRename``.
+    var afterRename: (@Sendable (String) -> Void)?
 
     init(policy: DurableWriter.SymlinkPolicy, swap: DurableWriter.PackageSwap, keepsContents: Bool = true) {
         self.policy = policy
@@ -403,6 +417,10 @@ struct WriteSession {
         var isTree: Bool
         var record: SyncRecord
         var bytes: Int
+        /// A regular file's descriptor, when kept open for its status after the rename
+        /// (``DurableWriter/Report/placed``); ``commit(_:syncDirectory:)`` or
+        /// ``discard(_:)`` closes it.
+        var file: FileDescriptor? = nil
     }
 
     mutating func stage(_ wrapper: FileWrapper, at location: Location, linkBase: String?) throws -> Staged {
@@ -447,6 +465,11 @@ struct WriteSession {
                 } catch {
                     throw DocumentError(operation: .rename, path: location.path, errno: error)
                 }
+                if let file = staged.file {
+                    afterRename?(location.path)
+                    report.placed = try? file.status()
+                    try? file.close()
+                }
             } else {
                 throw DocumentError(
                     operation: .rename, path: location.path, errno: .isDirectory,
@@ -461,15 +484,18 @@ struct WriteSession {
 
     /// Removes a staged node that will not be committed.
     func discard(_ staged: Staged) {
+        try? staged.file?.close()
         TreeRemover.remove(staged.temporary, in: staged.location.directory)
     }
 
+    /// Writes a regular file by the recipe; with `reportingPlaced`, its status after the
+    /// rename goes into the report (``DurableWriter/Report/placed``).
     mutating func writeRegularFile(
         _ wrapper: FileWrapper, at location: Location, syncDirectory: Bool,
-        expecting expected: ExpectedDestination? = nil,
+        expecting expected: ExpectedDestination? = nil, reportingPlaced: Bool = false,
         beforeReplacing: ((UInt64, UInt64, Int64, FileTime) -> Void)? = nil
     ) throws {
-        let staged = try stageRegularFile(wrapper, at: location)
+        let staged = try stageRegularFile(wrapper, at: location, keepingOpen: reportingPlaced)
         do {
             // Looked at again right before the rename: the contents took time to write and sync.
             if let expected {
@@ -531,7 +557,9 @@ struct WriteSession {
         }
     }
 
-    private mutating func stageRegularFile(_ wrapper: FileWrapper, at location: Location) throws -> Staged {
+    private mutating func stageRegularFile(_ wrapper: FileWrapper, at location: Location, keepingOpen: Bool = false)
+        throws -> Staged
+    {
         if location.existing?.kind == .directory {
             throw DocumentError(
                 operation: .rename, path: location.path, errno: .isDirectory,
@@ -557,49 +585,65 @@ struct WriteSession {
             mode: modeAtCreation ? mode : FilePermissions(rawValue: 0o600))
         let temporaryPath = join(location.directoryPath, temporary)
         do {
-            let identity: DiskIdentity = try fd.closeAfter {
-                do throws(Errno) { try fd.writeAll(data) } catch {
-                    throw DocumentError(operation: .write, path: temporaryPath, errno: error)
-                }
-                if ownedAsNew, !modeAtCreation {
-                    do throws(Errno) { try fd.changeMode(mode) } catch {
-                        throw DocumentError(operation: .changeMode, path: temporaryPath, errno: error)
-                    }
-                } else if !ownedAsNew {
-                    try applyOwnership(
-                        to: fd, replacing: location.existing, requested: wrapper.requestedPermissions,
-                        defaultMode: Self.newFilePermissions, path: temporaryPath)
-                }
-                do throws(Errno) { try fd.sync() } catch {
-                    throw DocumentError(operation: .sync, path: temporaryPath, errno: error)
-                }
-                var status: FileStatus
-                do throws(Errno) { status = try fd.status() } catch {
-                    throw DocumentError(operation: .stat, path: temporaryPath, errno: error)
-                }
-                if ownedAsNew,
-                    modeAtCreation && status.permissions != mode
-                        || existing.map({ status.userID != $0.userID || status.groupID != $0.groupID }) == true
-                {
-                    try applyOwnership(
-                        to: fd, replacing: existing, requested: wrapper.requestedPermissions,
-                        defaultMode: Self.newFilePermissions, path: temporaryPath)
-                    do throws(Errno) {
-                        try fd.sync()
-                        status = try fd.status()
-                    } catch {
-                        throw DocumentError(operation: .sync, path: temporaryPath, errno: error)
-                    }
-                }
-                return DiskIdentity(status)
+            let identity: DiskIdentity
+            do {
+                defer { if !keepingOpen { try? fd.close() } }
+                identity = try stageContents(
+                    data, into: fd, path: temporaryPath, wrapper: wrapper, existing: existing, location: location,
+                    mode: mode, ownedAsNew: ownedAsNew, modeAtCreation: modeAtCreation)
+            } catch {
+                if keepingOpen { try? fd.close() }
+                throw error
             }
             return Staged(
                 wrapper: wrapper, location: location, temporary: temporary, isTree: false,
-                record: SyncRecord(path: location.path, identity: identity), bytes: data.count)
+                record: SyncRecord(path: location.path, identity: identity), bytes: data.count,
+                file: keepingOpen ? fd : nil)
         } catch {
             try? location.directory.unlink(temporary)
             throw error
         }
+    }
+
+    /// Writes a regular file's temporary: its bytes, mode and owner, synced; its identity after the sync.
+    private func stageContents(
+        _ data: Data, into fd: FileDescriptor, path temporaryPath: String, wrapper: FileWrapper,
+        existing: FileStatus?, location: Location, mode: FilePermissions, ownedAsNew: Bool, modeAtCreation: Bool
+    ) throws -> DiskIdentity {
+        do throws(Errno) { try fd.writeAll(data) } catch {
+            throw DocumentError(operation: .write, path: temporaryPath, errno: error)
+        }
+        if ownedAsNew, !modeAtCreation {
+            do throws(Errno) { try fd.changeMode(mode) } catch {
+                throw DocumentError(operation: .changeMode, path: temporaryPath, errno: error)
+            }
+        } else if !ownedAsNew {
+            try applyOwnership(
+                to: fd, replacing: location.existing, requested: wrapper.requestedPermissions,
+                defaultMode: Self.newFilePermissions, path: temporaryPath)
+        }
+        do throws(Errno) { try fd.sync() } catch {
+            throw DocumentError(operation: .sync, path: temporaryPath, errno: error)
+        }
+        var status: FileStatus
+        do throws(Errno) { status = try fd.status() } catch {
+            throw DocumentError(operation: .stat, path: temporaryPath, errno: error)
+        }
+        if ownedAsNew,
+            modeAtCreation && status.permissions != mode
+                || existing.map({ status.userID != $0.userID || status.groupID != $0.groupID }) == true
+        {
+            try applyOwnership(
+                to: fd, replacing: existing, requested: wrapper.requestedPermissions,
+                defaultMode: Self.newFilePermissions, path: temporaryPath)
+            do throws(Errno) {
+                try fd.sync()
+                status = try fd.status()
+            } catch {
+                throw DocumentError(operation: .sync, path: temporaryPath, errno: error)
+            }
+        }
+        return DiskIdentity(status)
     }
 
     private mutating func stageSymbolicLink(_ wrapper: FileWrapper, destination: String, at location: Location) throws
