@@ -66,8 +66,8 @@ let package = Package(
         .testTarget(
             name: "AutosaveTests",
             dependencies: [
-                "Autosave", "Control", "Documents", "Logging", "Posix", "Systemd", "TestSupport", "autosaved",
-                "autosavectl", "AutosaveProbe",
+                "Autosave", "Control", "Documents", "Journal", "Logging", "Posix", "Systemd", "TestSupport",
+                "autosaved", "autosavectl", "AutosaveProbe",
             ],
             swiftSettings: strictSettings),
         .testTarget(

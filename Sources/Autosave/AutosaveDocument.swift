@@ -85,6 +85,10 @@ public struct DocumentContentError: Error, Sendable, Equatable, CustomStringConv
 /// whole document with bytes (`set`) and read it back (`get`).
 public protocol AutosaveDocument: FileDocument, Sendable {
     /// Applies `edit`. `existingFile` is the wrapper last read or saved.
+    ///
+    /// An edit that gives the whole document (`setText`, `setJSON`, `setData`) must leave
+    /// the same document whatever it held before: the journal's replay applies a
+    /// document's edits from the last such one on.
     mutating func apply(_ edit: DocumentEdit, existingFile: FileWrapper?) throws
     /// Answers `query`.
     func read(_ query: DocumentQuery, existingFile: FileWrapper?) throws -> QueryResult

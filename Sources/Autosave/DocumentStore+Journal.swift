@@ -94,11 +94,13 @@ extension DocumentStore {
                     "the edit journal failed: \(failure); edits stay in memory and the journal writes them again",
                     ["path": failure.path, "errno_name": failure.errno.name, "message_id": MessageID.journalFailed])
             })
-        var records: [JournalRecord] = []
+        // The records are sorted into their documents' chains as they are read (the chains
+        // keep each edit's bytes, a slice of its segment, undecoded until it is applied).
+        var chains = Chains()
         let report: JournalReplayReport
         do {
             report = try journal.replay { record in
-                records.append(record)
+                chains.add(record)
                 // Pinned until the documents are saved; owners with nothing left to apply are released below.
                 journal.noteReplayed(owner: record.owner, lsn: record.lsn)
             }
@@ -113,71 +115,150 @@ extension DocumentStore {
         replyNeedsSync = configuration.journalMode == .always
         gate.advance(written: report.lastLSN?.rawValue ?? 0, durable: report.lastLSN?.rawValue ?? 0)
         loop.beforeReplies = { [weak self] in self?.isolatedHere { $0.writeJournal() } ?? nil }
-        var summary = replay(records, report: report)
+        var summary = replay(chains, report: report)
         summary.duration = ContinuousClock.now - started
         lastReplay = summary
         return summary
     }
 
-    /// One document's records, in order.
+    /// One record of a document's chain as replay first reads it. An edit stays undecoded
+    /// (its payload, a slice of the segment read) until it is applied; any other record is
+    /// decoded at once, into ``Chain/markers``.
+    private struct ChainRecord {
+        var lsn: LSN
+        /// An edit's change count; 0 for the other records.
+        var token: UInt64
+        /// An edit's kind byte (see ``JournalEntry/peek(_:)``); 0 for the other records.
+        var editKind: UInt8
+        var payload: ArraySlice<UInt8>
+
+        var isEdit: Bool { editKind != 0 }
+
+        /// The edit, decoded.
+        func edit() throws(JournalEntry.DecodingError) -> DocumentEdit {
+            guard case .edit(_, let edit) = try JournalEntry(decoding: payload) else {
+                throw JournalEntry.DecodingError(description: "record \(lsn) is not an edit")
+            }
+            return edit
+        }
+    }
+
+    /// One document's records: their indices in ``Chains/records`` (in order, once
+    /// ``Chains/group()`` has run), and what the records that are not edits say.
     private struct Chain {
         var owner: UInt64
         var path = ""
-        var entries: [(lsn: LSN, entry: JournalEntry)] = []
+        var members: Range<Int> = 0..<0
+        /// The records that are not edits (bases, saves, moves), decoded, with their index
+        /// in ``Chains/records``.
+        var markers: [(index: Int, entry: JournalEntry)] = []
         var undecodable: String?
     }
 
-    private func replay(_ records: [JournalRecord], report: JournalReplayReport) -> JournalReplaySummary {
-        var summary = JournalReplaySummary()
-        summary.records = records.count
-        var chains: [UInt64: Chain] = [:]
-        var order: [UInt64] = []
-        for record in records {
-            nextJournalOwner = max(nextJournalOwner, record.owner &+ 1)
-            if chains[record.owner] == nil {
-                chains[record.owner] = Chain(owner: record.owner)
-                order.append(record.owner)
+    /// The chains of every document the journal holds records of, in the order of their
+    /// first records. The records are kept in one array in the order read, and grouped by
+    /// document once all are read: appended to a list per document as they come (the
+    /// documents' records interleave), each record would touch another document's list,
+    /// and with thousands of documents nearly every such touch misses the cache.
+    private struct Chains {
+        var list: [Chain] = []
+        var index: [UInt64: Int] = [:]
+        var records: [ChainRecord] = []
+        /// For each record, its chain's index in `list`.
+        private var chainOf: [Int32] = []
+        /// The records' indices grouped by chain (see ``Chain/members``).
+        private(set) var grouped: [Int] = []
+        var highestOwner: UInt64?
+        /// Every record delivered, those of undecodable chains included.
+        private(set) var count = 0
+
+        mutating func add(_ record: JournalRecord) {
+            count += 1
+            highestOwner = max(highestOwner ?? 0, record.owner)
+            let at: Int
+            if let known = index[record.owner] {
+                at = known
+            } else {
+                at = list.count
+                index[record.owner] = at
+                list.append(Chain(owner: record.owner))
             }
-            guard chains[record.owner]!.undecodable == nil else { continue }
+            guard list[at].undecodable == nil else { return }
             do {
-                let entry = try JournalEntry(decoding: record.payload)
-                switch entry {
-                case .base(let path, _, _, _), .saving(let path, _, _), .moved(let path):
-                    chains[record.owner]!.path = path
-                default: break
+                switch try JournalEntry.peek(record.payload) {
+                case .edit(let token, let kind):
+                    records.append(ChainRecord(lsn: record.lsn, token: token, editKind: kind, payload: record.payload))
+                case .other(let entry):
+                    switch entry {
+                    case .base(let path, _, _, _), .saving(let path, _, _), .moved(let path):
+                        list[at].path = path
+                    case .edit: break
+                    }
+                    list[at].markers.append((records.count, entry))
+                    let none = record.payload.startIndex..<record.payload.startIndex
+                    records.append(ChainRecord(lsn: record.lsn, token: 0, editKind: 0, payload: record.payload[none]))
                 }
-                chains[record.owner]!.entries.append((record.lsn, entry))
+                chainOf.append(Int32(at))
             } catch {
-                chains[record.owner]!.undecodable = "record \(record.lsn) cannot be read: \(error)"
+                list[at].undecodable = "record \(record.lsn) cannot be read: \(error)"
             }
         }
+
+        /// Groups the records by chain (a counting sort: each chain's in the order read).
+        mutating func group() {
+            var counts = [Int](repeating: 0, count: list.count)
+            for chain in chainOf { counts[Int(chain)] += 1 }
+            var next = 0
+            for at in list.indices {
+                list[at].members = next..<next + counts[at]
+                next += counts[at]
+            }
+            var fill = list.map(\.members.lowerBound)
+            grouped = [Int](repeating: 0, count: chainOf.count)
+            for (record, chain) in chainOf.enumerated() {
+                grouped[fill[Int(chain)]] = record
+                fill[Int(chain)] += 1
+            }
+            chainOf = []
+        }
+    }
+
+    private func replay(_ chains: consuming Chains, report: JournalReplayReport) -> JournalReplaySummary {
+        chains.group()
+        var summary = JournalReplaySummary()
+        summary.records = chains.count
+        if let highest = chains.highestOwner { nextJournalOwner = max(nextJournalOwner, highest &+ 1) }
         for problem in report.problems {
             var text = problem.description
             if case .badRecord(_, let owners) = problem.kind, !owners.isEmpty {
-                let names = owners.map { chains[$0]?.path ?? "document \($0)" }
+                let names = owners.map { owner in
+                    chains.index[owner].map { chains.list[$0].path } ?? "document \(owner)"
+                }
                 text += " (documents affected: \(names.joined(separator: ", ")))"
             }
             summary.problems.append(text)
         }
-        for owner in order {
-            let chain = chains[owner]!
+        for chain in chains.list {
+            let owner = chain.owner
             if let undecodable = chain.undecodable {
                 summary.unapplied.append("\(chain.path.isEmpty ? "document \(owner)" : chain.path): \(undecodable)")
                 log.error(
                     "the journal's edits to \(chain.path) were not replayed: \(undecodable)",
                     ["document": chain.path, "message_id": MessageID.journalReplayed])
-                journal?.release(owner: owner, through: chain.entries.last?.lsn ?? LSN(UInt64.max >> 1))
+                let last = chain.members.last.map { chains.records[chains.grouped[$0]].lsn }
+                journal?.release(owner: owner, through: last ?? LSN(UInt64.max >> 1))
                 continue
             }
-            replay(chain, into: &summary)
+            replay(chain, of: chains, into: &summary)
         }
         return summary
     }
 
     /// Applies one document's journalled edits again.
-    private func replay(_ chain: Chain, into summary: inout JournalReplaySummary) {
+    private func replay(_ chain: Chain, of chains: borrowing Chains, into summary: inout JournalReplaySummary) {
         let owner = chain.owner
-        let lastLSN = chain.entries.last?.lsn ?? .zero
+        let members = chain.members.map { chains.grouped[$0] }
+        let lastLSN = members.last.map { chains.records[$0].lsn } ?? .zero
         let path = chain.path
         func drop(_ why: String?) {
             if let why {
@@ -188,12 +269,11 @@ extension DocumentStore {
             }
             journal?.release(owner: owner, through: lastLSN)
         }
-        let records = chain.entries[...]
-        guard !records.isEmpty else { return drop(nil) }
+        guard !members.isEmpty else { return drop(nil) }
         guard !path.isEmpty else {
             // Its first records (which name the document) are lost: nothing to apply them to.
             return drop(
-                "\(records.count) records whose document is unknown (the records naming it are missing from the journal)"
+                "\(members.count) records whose document is unknown (the records naming it are missing from the journal)"
             )
         }
         do { _ = try DocumentPath.validate(path) } catch { return drop("\(error)") }
@@ -204,32 +284,26 @@ extension DocumentStore {
             current?.isPackage ?? registry.isPackage(PathName.lastComponent(path))
         let onDisk: FileIdentity? = current?.fingerprint.flatMap(FileIdentity.init)
         // The latest record naming a version of the file that is the file now.
-        var baseIndex: Int?
-        for index in records.indices.reversed() {
-            switch records[index].entry {
-            case .base(_, let file, _, _):
-                if isPackage || file == onDisk { baseIndex = index }
-            case .saving(_, _, let file):
-                if !isPackage, file == onDisk { baseIndex = index }
+        var baseToken: UInt64?
+        for marker in chain.markers.reversed() {
+            switch marker.entry {
+            case .base(_, let file, let token, _):
+                if isPackage || file == onDisk { baseToken = token }
+            case .saving(_, let token, let file):
+                if !isPackage, file == onDisk { baseToken = token }
             default: break
             }
-            if baseIndex != nil { break }
+            if baseToken != nil { break }
         }
-        if let baseIndex {
-            let token: UInt64
-            switch records[baseIndex].entry {
-            case .base(_, _, let t, _), .saving(_, let t, _): token = t
-            default: token = 0
-            }
+        if let token = baseToken {
             // Every edit after the base's change count, wherever it lies in the chain (those
             // made while a save ran precede the base that save wrote), and only while the
             // change counts run on without a gap: past a gap (records lost to damage) the
             // edits would apply to a version the journal no longer has.
-            var edits: [(LSN, UInt64, DocumentEdit)] = []
+            var edits: [Int] = []
             var expected = token + 1
-            for item in records {
-                guard case .edit(let t, let edit) = item.entry, t > token else { continue }
-                if t != expected {
+            for index in members where chains.records[index].isEdit && chains.records[index].token > token {
+                if chains.records[index].token != expected {
                     summary.unapplied.append(
                         "\(path): edits from change \(expected) on are missing from the journal; \(edits.count) replayed before them"
                     )
@@ -238,45 +312,71 @@ extension DocumentStore {
                         ["document": path, "message_id": MessageID.journalReplayed])
                     break
                 }
-                edits.append((item.lsn, t, edit))
+                edits.append(index)
                 expected += 1
             }
             // A base naming no file (a new document) with the file still absent: the creation itself.
             let creates = current == nil
             guard !edits.isEmpty || creates else { return drop(nil) }
-            var entry: Entry
+            var start: Entry
             if let current {
-                entry = current
-                entry.changeCount = token
-                entry.savedChangeCount = token
+                start = current
+                start.changeCount = token
+                start.savedChangeCount = token
             } else {
-                do { entry = try newEntry(path) } catch { return drop("\(error)") }
-                entry.changeCount = max(token, 1)
+                do { start = try newEntry(path) } catch { return drop("\(error)") }
+                start.changeCount = max(token, 1)
             }
+            // An edit that gives the whole document supersedes every edit before it: the
+            // edits are applied from the last such one on (the others are replayed by it,
+            // as a rewritten log replays the writes it folds). Should it be refused, they
+            // are applied one by one after all.
+            var first = edits.lastIndex { JournalEntry.editReplacesWholeDocument(chains.records[$0].editKind) } ?? 0
+            var entry = start
             var applied = 0
-            for (lsn, t, edit) in edits {
-                do { try entry.document.apply(edit, existingFile: entry.existingFile) } catch let error
-                    as DocumentContentError where error.kind == .notFound && Self.removesMember(edit)
-                {
-                    // A package saved in place, cut between removing a member and writing the
-                    // rest: the member is gone already, as the edit wants.
-                } catch {
-                    // Never refused when it was made (refused edits are not journalled): keep what came before it.
-                    summary.unapplied.append("\(path): the journalled edit \(lsn) was refused on replay: \(error)")
-                    log.error(
-                        "the journalled edit \(lsn) of \(path) was refused on replay: \(error); the edits after it were not replayed",
-                        ["document": path, "message_id": MessageID.journalReplayed])
-                    break
+            while true {
+                entry = start
+                applied = 0
+                var refused = false
+                for position in edits.indices[first...] {
+                    let record = chains.records[edits[position]]
+                    do {
+                        let edit = try record.edit()
+                        do { try entry.document.apply(edit, existingFile: entry.existingFile) } catch let error
+                            as DocumentContentError where error.kind == .notFound && Self.removesMember(edit)
+                        {
+                            // A package saved in place, cut between removing a member and writing the
+                            // rest: the member is gone already, as the edit wants.
+                        }
+                    } catch {
+                        if position == first, first > 0 {
+                            refused = true
+                            break
+                        }
+                        // Never refused when it was made (refused edits are not journalled): keep what came before it.
+                        summary.unapplied.append(
+                            "\(path): the journalled edit \(record.lsn) was refused on replay: \(error)")
+                        log.error(
+                            "the journalled edit \(record.lsn) of \(path) was refused on replay: \(error); the edits after it were not replayed",
+                            ["document": path, "message_id": MessageID.journalReplayed])
+                        break
+                    }
+                    entry.changeCount = record.token
+                    applied += 1
                 }
-                entry.changeCount = t
-                editCounts.count(edit)
-                applied += 1
+                if !refused { break }
+                first = 0
+            }
+            // The superseded edits count as replayed: the document holds what they led to.
+            let replayed = first + applied
+            for position in edits.indices.prefix(replayed) {
+                editCounts.count(command: JournalEntry.editCommandIndex(chains.records[edits[position]].editKind))
             }
             adopt(&entry, owner: owner, lastLSN: lastLSN, path: path)
             let opened = current == nil
             insert(entry, at: path)
             if opened { emit(.opened(document: path)) }
-            summary.edits += applied
+            summary.edits += replayed
             summary.documents += 1
             saveReplayed(path)
             return
@@ -284,9 +384,9 @@ extension DocumentStore {
         // The file is not a version the journal knows: another program changed (or removed)
         // it while the daemon was down. The edits' version is rebuilt from the last record
         // that gives the whole document, if any, and kept beside the file's by `[Conflicts]`.
-        guard let rebuilt = rebuild(records, path: path) else {
+        guard let rebuilt = rebuild(chain, of: chains, path: path) else {
             return drop(
-                "the file was changed by another program while the daemon was down, and the version the journalled edits apply to is not kept (\(records.count) records)"
+                "the file was changed by another program while the daemon was down, and the version the journalled edits apply to is not kept (\(members.count) records)"
             )
         }
         guard var entry = current else {
@@ -327,10 +427,10 @@ extension DocumentStore {
         return false
     }
 
-    /// The document the journalled `entries` describe, from the last record that gives
-    /// the whole document on: a base with contents, or an edit that replaces everything.
+    /// The document the journalled records of `chain` describe, from the last record that
+    /// gives the whole document on: a base with contents, or an edit that replaces everything.
     private func rebuild(
-        _ entries: ArraySlice<(lsn: LSN, entry: JournalEntry)>, path: String
+        _ chain: Chain, of chains: borrowing Chains, path: String
     ) -> (document: any AutosaveDocument, token: UInt64, edits: Int)? {
         guard
             let registration = registry.registration(forName: PathName.lastComponent(path), isDirectory: false)
@@ -340,40 +440,46 @@ extension DocumentStore {
         var document: (any AutosaveDocument)?
         var token: UInt64 = 0
         var edits = 0
-        for (_, item) in entries {
-            switch item {
-            case .base(_, _, let t, let contents):
-                if let contents {
-                    document = try? registration.documentType.init(
-                        configuration: .init(
-                            contentType: registration.contentType, file: FileWrapper(regularFileWithContents: contents))
-                    )
-                    token = t
-                } else if document == nil {
-                    token = t
-                }
-            case .edit(let t, let edit):
-                if edit.replacesWholeDocument {
-                    var fresh: any AutosaveDocument
-                    do {
-                        fresh = try registration.documentType.init(
+        var markers = chain.markers[...]
+        for index in chain.members.map({ chains.grouped[$0] }) {
+            let record = chains.records[index]
+            guard record.isEdit else {
+                guard let marker = markers.popFirst(), marker.index == index else { continue }
+                if case .base(_, _, let t, let contents) = marker.entry {
+                    if let contents {
+                        document = try? registration.documentType.init(
                             configuration: .init(
                                 contentType: registration.contentType,
-                                file: FileWrapper(regularFileWithContents: Data())))
-                    } catch { continue }
-                    if (try? fresh.apply(edit, existingFile: nil)) != nil {
-                        document = fresh
+                                file: FileWrapper(regularFileWithContents: contents))
+                        )
                         token = t
-                        edits += 1
-                    }
-                } else if var known = document, t > token {
-                    if (try? known.apply(edit, existingFile: nil)) != nil {
-                        document = known
+                    } else if document == nil {
                         token = t
-                        edits += 1
                     }
                 }
-            default: break
+                continue
+            }
+            let t = record.token
+            if JournalEntry.editReplacesWholeDocument(record.editKind) {
+                guard let edit = try? record.edit() else { continue }
+                var fresh: any AutosaveDocument
+                do {
+                    fresh = try registration.documentType.init(
+                        configuration: .init(
+                            contentType: registration.contentType,
+                            file: FileWrapper(regularFileWithContents: Data())))
+                } catch { continue }
+                if (try? fresh.apply(edit, existingFile: nil)) != nil {
+                    document = fresh
+                    token = t
+                    edits += 1
+                }
+            } else if var known = document, t > token, let edit = try? record.edit() {
+                if (try? known.apply(edit, existingFile: nil)) != nil {
+                    document = known
+                    token = t
+                    edits += 1
+                }
             }
         }
         return document.map { ($0, token, edits) }

@@ -631,6 +631,9 @@ struct EditCounts: Sendable {
         case .removeMember: counts[5] += 1
         }
     }
+
+    /// Counts an edit by its index in ``commands``.
+    mutating func count(command index: Int) { counts[index] += 1 }
 }
 
 /// A histogram of durations with fixed buckets (seconds), for the metrics.

@@ -149,6 +149,59 @@ enum JournalEntry: Equatable {
         guard reader.isAtEnd else { throw DecodingError(description: "\(reader.remaining) bytes after the record") }
     }
 
+    /// A record as replay first reads it: an edit's change count and kind, its payload
+    /// checked as ``init(decoding:)`` would check it but not decoded (no string or data is
+    /// made: most edits of a long chain are superseded by a later `set`, and the rest are
+    /// decoded one at a time as they are applied); any other record decoded whole.
+    enum Peeked {
+        case edit(token: UInt64, kind: UInt8)
+        case other(JournalEntry)
+    }
+
+    static func peek(_ payload: ArraySlice<UInt8>) throws(DecodingError) -> Peeked {
+        guard payload.first == Kind.edit.rawValue else { return .other(try JournalEntry(decoding: payload)) }
+        var reader = ByteReader(payload)
+        _ = reader.byte()
+        let token = try reader.integer()
+        guard let raw = reader.byte(), let kind = EditKind(rawValue: raw) else {
+            throw DecodingError(description: "unknown edit kind")
+        }
+        switch kind {
+        case .setText, .append, .setJSON, .mergePatch, .removeMember: try reader.skipString()
+        case .replace:
+            _ = try reader.integer()
+            _ = try reader.integer()
+            try reader.skipString()
+        case .putMember:
+            try reader.skipString()
+            try reader.skipData()
+        case .setData: try reader.skipData()
+        }
+        guard reader.isAtEnd else { throw DecodingError(description: "\(reader.remaining) bytes after the record") }
+        return .edit(token: token, kind: raw)
+    }
+
+    /// Whether an edit of this kind (``Peeked/edit(token:kind:)``) gives the whole document,
+    /// whatever it held before (``DocumentEdit/replacesWholeDocument``).
+    static func editReplacesWholeDocument(_ kind: UInt8) -> Bool {
+        switch EditKind(rawValue: kind) {
+        case .setText, .setJSON, .setData: true
+        default: false
+        }
+    }
+
+    /// The index in ``EditCounts/commands`` of an edit of this kind.
+    static func editCommandIndex(_ kind: UInt8) -> Int {
+        switch EditKind(rawValue: kind) {
+        case .setText, .setJSON, .setData, nil: 0
+        case .append: 1
+        case .replace: 2
+        case .mergePatch: 3
+        case .putMember: 4
+        case .removeMember: 5
+        }
+    }
+
     private static func decodeEdit(_ reader: inout ByteReader) throws(DecodingError) -> DocumentEdit {
         guard let raw = reader.byte(), let kind = EditKind(rawValue: raw) else {
             throw DecodingError(description: "unknown edit kind")
@@ -258,6 +311,34 @@ private struct ByteReader {
             throw JournalEntry.DecodingError(description: "a string is not UTF-8")
         }
         return string
+    }
+
+    /// Passes over a string, checking that it is UTF-8, without making it.
+    mutating func skipString() throws(JournalEntry.DecodingError) {
+        let count = try length()
+        defer { position += count }
+        let slice = bytes[position..<position + count]
+        let ascii = slice.withUnsafeBytes { raw -> Bool in
+            var index = 0
+            var high: UInt64 = 0
+            while index + 8 <= raw.count {
+                high |= raw.loadUnaligned(fromByteOffset: index, as: UInt64.self)
+                index += 8
+            }
+            while index < raw.count {
+                high |= UInt64(raw[index])
+                index += 1
+            }
+            return high & 0x8080_8080_8080_8080 == 0
+        }
+        guard ascii || String(validating: slice, as: UTF8.self) != nil else {
+            throw JournalEntry.DecodingError(description: "a string is not UTF-8")
+        }
+    }
+
+    /// Passes over bytes without copying them.
+    mutating func skipData() throws(JournalEntry.DecodingError) {
+        position += try length()
     }
 
     mutating func data() throws(JournalEntry.DecodingError) -> Data {

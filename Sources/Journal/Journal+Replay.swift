@@ -90,7 +90,10 @@ extension Journal {
             }
         }
 
-        state.withLock { $0.replaying = nil }
+        state.withLock { s in
+            s.replaying = nil
+            s.absorbReplayNotes()
+        }
         try start(after: highest, scans: scans)
         report.duration = ContinuousClock.now - started
         return report

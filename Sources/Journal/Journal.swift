@@ -327,8 +327,12 @@ public final class Journal: Sendable {
     /// segment holding it stays. Call it from the body given to ``replay(_:)``.
     public func noteReplayed(owner: UInt64, lsn: LSN) {
         state.withLock { s in
-            s.owners[owner, default: OwnerLog()].lsns.append(lsn)
-            s.unreleased += 1
+            if s.replaying != nil {
+                s.replayNotes.append((owner, lsn))
+            } else {
+                s.owners[owner, default: OwnerLog()].lsns.append(lsn)
+                s.unreleased += 1
+            }
             // The segment it was read from: its name alone does not say (see SegmentEntry.records).
             if let i = s.replaying ?? s.segmentIndex(of: lsn) {
                 s.segments[i].live += 1

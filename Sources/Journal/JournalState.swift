@@ -111,6 +111,51 @@ struct JournalState {
     /// The segment replay is delivering records from: the one ``Journal/noteReplayed(owner:lsn:)``
     /// attributes them to.
     var replaying: Int?
+    /// The records replay delivered and the caller kept, in the order delivered: made into
+    /// the owners' logs at once when replay ends (``absorbReplayNotes()``). Appended one
+    /// by one, each owner's log would be touched once per record, and with many owners
+    /// every such touch misses the cache.
+    var replayNotes: [(owner: UInt64, lsn: LSN)] = []
+
+    /// Moves ``replayNotes`` into the owners' logs: the notes grouped by owner with a
+    /// counting sort (in the order delivered within each owner), each owner's log then
+    /// made from its run in one piece.
+    mutating func absorbReplayNotes() {
+        guard !replayNotes.isEmpty else { return }
+        var slots: [UInt64: Int] = [:]
+        var owner: [UInt64] = []
+        var slotOfNote: [Int32] = []
+        slotOfNote.reserveCapacity(replayNotes.count)
+        var counts: [Int] = []
+        for note in replayNotes {
+            let slot: Int
+            if let known = slots[note.owner] {
+                slot = known
+            } else {
+                slot = counts.count
+                slots[note.owner] = slot
+                owner.append(note.owner)
+                counts.append(0)
+            }
+            counts[slot] += 1
+            slotOfNote.append(Int32(slot))
+        }
+        var starts = [Int](repeating: 0, count: counts.count + 1)
+        for slot in counts.indices { starts[slot + 1] = starts[slot] + counts[slot] }
+        var grouped = [LSN](repeating: .zero, count: replayNotes.count)
+        var next = starts
+        for (index, note) in replayNotes.enumerated() {
+            let slot = Int(slotOfNote[index])
+            grouped[next[slot]] = note.lsn
+            next[slot] += 1
+        }
+        for slot in owner.indices {
+            let run = grouped[starts[slot]..<starts[slot + 1]]
+            owners[owner[slot], default: OwnerLog()].lsns.append(contentsOf: run)
+        }
+        unreleased += replayNotes.count
+        replayNotes = []
+    }
 
     /// The index of the segment holding the record `lsn` (attributed to it): the last one
     /// whose base is not above it, unless that one's records do not include it (a damaged

@@ -3,6 +3,7 @@ import Control
 import Documents
 import Foundation
 @preconcurrency import Glibc
+import Journal
 import Logging
 import Posix
 import TestSupport
@@ -672,6 +673,103 @@ struct EmbeddedJournalTests {
         #expect(replayed.edits == 3 && replayed.documents == 1)
         #expect(try await second.document("count.tally", as: Tally.self).marks == ["a", "b", "c"])
         #expect(try await second.document("other.tally", as: Tally.self).marks == ["x"])
+        _ = await second.closeJournal()
+    }
+}
+
+@Suite("Replay of long chains: an edit that gives the whole document supersedes the edits before it")
+struct SupersedingReplayTests {
+    static func store(_ directory: TemporaryDirectory) -> DocumentStore {
+        var configuration = Configuration(environment: [:])
+        configuration.root = directory.sub("root")
+        configuration.journalDirectorySetting = directory.sub("journal")
+        configuration.quietPeriod = .seconds(3600)
+        configuration.maxDelay = .seconds(3600)
+        try? FileManager.default.createDirectory(atPath: configuration.root, withIntermediateDirectories: true)
+        return DocumentStore(configuration: configuration, log: Logger(level: .info, handler: CapturedLog()))
+    }
+
+    static func text(_ store: DocumentStore, _ path: String) async throws -> String {
+        try await store.document(path, as: PlainTextDocument.self).text
+    }
+
+    @Test("Sets, appends and patches replay to what they made, and every edit counts as replayed")
+    func setsAmongEdits() async throws {
+        let directory = TemporaryDirectory("journal-superseding")
+        let first = Self.store(directory)
+        await first.openAll()
+        try await first.openJournal()
+        let text: [DocumentEdit] = [
+            .setText("one"), .append(" two"), .setText("three"), .append(" four"), .append(" five"),
+        ]
+        for edit in text { _ = try await first.apply(edit, to: "a.txt", create: true) }
+        let json: [DocumentEdit] = [
+            .setJSON(#"{"a":1}"#), .mergePatch(#"{"b":2}"#), .setJSON(#"{"c":3}"#), .mergePatch(#"{"d":4}"#),
+        ]
+        for edit in json { _ = try await first.apply(edit, to: "j.json", create: true) }
+        for mark in ["x", "y"] { _ = try await first.apply(.append(mark), to: "b.txt", create: true) }
+        #expect(await first.closeJournal().failure == nil)
+
+        let second = Self.store(directory)
+        await second.openAll()
+        let replayed = try #require(try await second.openJournal())
+        #expect(replayed.edits == 11 && replayed.documents == 3 && replayed.unapplied.isEmpty)
+        #expect(try await Self.text(second, "a.txt") == "three four five")
+        #expect(
+            try await second.document("j.json", as: JSONDocument.self).value == JSONValue(parsing: #"{"c":3,"d":4}"#))
+        #expect(try await Self.text(second, "b.txt") == "xy")
+        _ = await second.closeJournal()
+    }
+
+    @Test(
+        "A superseding edit refused on replay: the edits are applied one by one, and the document keeps what came before the refused one"
+    )
+    func refusedSupersedingEdit() async throws {
+        let directory = TemporaryDirectory("journal-superseding-refused")
+        let first = Self.store(directory)
+        await first.openAll()
+        try await first.openJournal()
+        for edit: DocumentEdit in [.setJSON(#"{"a":1}"#), .mergePatch(#"{"b":2}"#)] {
+            _ = try await first.apply(edit, to: "j.json", create: true)
+        }
+        #expect(await first.closeJournal().failure == nil)
+
+        // Two more edits written as the store writes them (JournalEntry's encoding: kind 2,
+        // the change count, the edit's kind, a u32 length and the bytes): a set whose JSON
+        // the document refuses (no request could journal it), then a patch.
+        let journal = try Journal(directory: directory.sub("journal"))
+        var owner: UInt64 = 0
+        var records = 0
+        var token: UInt64 = 0
+        try journal.replay { record in
+            owner = record.owner
+            records += 1
+            // An edit's change count follows its kind byte.
+            let bytes = Array(record.payload)
+            token = (1...8).reduce(0) { $0 | UInt64(bytes[$1]) << (8 * ($1 - 1)) }
+            journal.noteReplayed(owner: record.owner, lsn: record.lsn)
+        }
+        #expect(records == 3)  // the base and the two edits
+        func edit(_ token: UInt64, kind: UInt8, _ text: String) -> [UInt8] {
+            var bytes: [UInt8] = [2]
+            withUnsafeBytes(of: token.littleEndian) { bytes += $0 }
+            bytes.append(kind)
+            withUnsafeBytes(of: UInt32(text.utf8.count).littleEndian) { bytes += $0 }
+            return bytes + Array(text.utf8)
+        }
+        try journal.append(owner: owner, payload: edit(token + 1, kind: 4, "{not json"))
+        try journal.append(owner: owner, payload: edit(token + 2, kind: 5, #"{"c":3}"#))
+        #expect(journal.close() == nil)
+
+        let second = Self.store(directory)
+        await second.openAll()
+        let replayed = try #require(try await second.openJournal())
+        #expect(replayed.edits == 2)
+        #expect(
+            replayed.unapplied.count == 1 && replayed.unapplied[0].contains("was refused on replay"),
+            "\(replayed.unapplied)")
+        #expect(
+            try await second.document("j.json", as: JSONDocument.self).value == JSONValue(parsing: #"{"a":1,"b":2}"#))
         _ = await second.closeJournal()
     }
 }
