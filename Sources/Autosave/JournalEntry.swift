@@ -307,18 +307,19 @@ private struct ByteReader {
     mutating func string() throws(JournalEntry.DecodingError) -> String {
         let count = try length()
         defer { position += count }
-        guard let string = String(validating: bytes[position..<position + count], as: UTF8.self) else {
+        let slice = bytes[position..<position + count]
+        // ASCII (the usual case) is valid UTF-8 as it is: made straight from the bytes,
+        // without the generic validation's look-ups.
+        if Self.isASCII(slice) { return slice.withUnsafeBufferPointer { String(decoding: $0, as: UTF8.self) } }
+        guard let string = String(validating: slice, as: UTF8.self) else {
             throw JournalEntry.DecodingError(description: "a string is not UTF-8")
         }
         return string
     }
 
-    /// Passes over a string, checking that it is UTF-8, without making it.
-    mutating func skipString() throws(JournalEntry.DecodingError) {
-        let count = try length()
-        defer { position += count }
-        let slice = bytes[position..<position + count]
-        let ascii = slice.withUnsafeBytes { raw -> Bool in
+    /// Whether every byte is below 0x80, eight at a time.
+    static func isASCII(_ slice: ArraySlice<UInt8>) -> Bool {
+        slice.withUnsafeBytes { raw -> Bool in
             var index = 0
             var high: UInt64 = 0
             while index + 8 <= raw.count {
@@ -331,7 +332,14 @@ private struct ByteReader {
             }
             return high & 0x8080_8080_8080_8080 == 0
         }
-        guard ascii || String(validating: slice, as: UTF8.self) != nil else {
+    }
+
+    /// Passes over a string, checking that it is UTF-8, without making it.
+    mutating func skipString() throws(JournalEntry.DecodingError) {
+        let count = try length()
+        defer { position += count }
+        let slice = bytes[position..<position + count]
+        guard Self.isASCII(slice) || String(validating: slice, as: UTF8.self) != nil else {
             throw JournalEntry.DecodingError(description: "a string is not UTF-8")
         }
     }

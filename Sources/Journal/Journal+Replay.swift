@@ -123,18 +123,24 @@ extension Journal {
             return try fd.closeAfter { () throws(Errno) -> [UInt8] in
                 let size: Int
                 if let limit { size = limit } else { size = Int(try fd.status().size) }
-                var bytes = [UInt8](repeating: 0, count: size)
-                var filled = 0
-                while filled < size {
-                    let n = try bytes.withUnsafeMutableBytes { b in
-                        Result { () throws(Errno) in
-                            try fd.read(into: UnsafeMutableRawBufferPointer(rebasing: b[filled...]))
+                // Read into uninitialised memory: the read fills it (no pass of zeros first).
+                var failure: Errno?
+                let bytes = [UInt8](unsafeUninitializedCapacity: size) { buffer, initialized in
+                    let raw = UnsafeMutableRawBufferPointer(buffer)
+                    var filled = 0
+                    while filled < size {
+                        do throws(Errno) {
+                            let n = try fd.read(into: UnsafeMutableRawBufferPointer(rebasing: raw[filled...]))
+                            if n == 0 { break }
+                            filled += n
+                        } catch {
+                            failure = error
+                            break
                         }
-                    }.get()
-                    if n == 0 { break }
-                    filled += n
+                    }
+                    initialized = filled
                 }
-                bytes.removeLast(size - filled)
+                if let failure { throw failure }
                 return bytes
             }
         } catch {
