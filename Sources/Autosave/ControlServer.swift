@@ -216,8 +216,8 @@ public final class ControlServer: Sendable {
 
     /// Refuses a document path that is not a clean relative path, or whose existing part
     /// goes through a symbolic link (which could lead out of the root): one `openat2`
-    /// with `RESOLVE_BENEATH | RESOLVE_NO_SYMLINKS` from the root. Returns whether
-    /// something is there.
+    /// with `RESOLVE_BENEATH | RESOLVE_NO_SYMLINKS` from the root, or for a name in the
+    /// root itself one `fstatat` without following it. Returns whether something is there.
     @discardableResult
     func checkBeneathRoot(_ path: String) throws -> Bool {
         let normalized: String
@@ -232,6 +232,13 @@ public final class ControlServer: Sendable {
         while true {
             let held = root.withLock { $0 }
             do {
+                if !normalized.utf8.contains(UInt8(ascii: "/")) {
+                    // A name in the root itself goes through no directory: one status of it,
+                    // not followed, says whether something is there and whether it is a link.
+                    let status = try held.descriptor.status(of: normalized, followSymlinks: false)
+                    if status.kind == .symbolicLink { throw Errno.tooManySymbolicLinks }
+                    return true
+                }
                 // Without O_NOFOLLOW: with O_PATH it would let a symbolic link as the last component through.
                 try FileDescriptor.openBeneath(
                     normalized, relativeTo: held.descriptor, options: [.pathOnly], noSymlinks: true

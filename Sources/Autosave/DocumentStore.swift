@@ -375,11 +375,16 @@ public actor DocumentStore {
     /// files are its members, edited through it; a second document over the same file
     /// would have two owners saving it.
     private func refuseInsidePackage(_ path: String) throws(StoreError) {
-        let components = path.split(separator: "/")
-        for index in components.indices.dropLast() where registry.isPackage(String(components[index])) {
-            let package = components[...index].joined(separator: "/")
-            throw .invalidPath(
-                path, reason: "it lies inside the package document '\(package)', whose files are its members")
+        // Each directory of the path in turn (no array of components: most paths have none).
+        let utf8 = path.utf8
+        var start = utf8.startIndex
+        while let slash = utf8[start...].firstIndex(of: UInt8(ascii: "/")) {
+            if registry.isPackage(String(Substring(utf8[start..<slash]))) {
+                let package = String(Substring(utf8[..<slash]))
+                throw .invalidPath(
+                    path, reason: "it lies inside the package document '\(package)', whose files are its members")
+            }
+            start = utf8.index(after: slash)
         }
     }
 
