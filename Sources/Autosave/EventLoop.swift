@@ -355,12 +355,12 @@ final class EventLoop: SerialExecutor, @unchecked Sendable {
         var flushes: [Connection] = []
         var reads: [Int32] = []
         var handlers: [(handler: any ReadinessHandler, peerClosed: Bool)] = []
-        while !stopping.load(ordering: .relaxed) {
+        // Jobs come for the store (as its serial executor) and for the connections' tasks
+        // (as their preferred task executor). Both run here, one at a time, so a
+        // connection's job may be isolated to the store as well: its next call into the
+        // store needs no hop.
+        func runJobs() {
             jobs.withLock { jobs in swap(&batch, &jobs.queue) }
-            // Jobs come for the store (as its serial executor) and for the connections' tasks
-            // (as their preferred task executor). Both run here, one at a time, so a
-            // connection's job may be isolated to the store as well: its next call into the
-            // store needs no hop.
             for (job, forTask) in batch {
                 if forTask {
                     job.runSynchronously(isolatedTo: executor, taskExecutor: taskExecutor)
@@ -369,6 +369,9 @@ final class EventLoop: SerialExecutor, @unchecked Sendable {
                 }
             }
             batch.removeAll(keepingCapacity: true)
+        }
+        while !stopping.load(ordering: .relaxed) {
+            runJobs()
             let (closures, due): ([@Sendable () -> Void], (@Sendable () -> Void)?) = jobs.withLock { jobs in
                 var taken: [@Sendable () -> Void] = []
                 swap(&taken, &jobs.closures)
@@ -378,6 +381,9 @@ final class EventLoop: SerialExecutor, @unchecked Sendable {
             }
             for closure in closures { closure() }
             due?()
+            // What those resumed (the task of a request waiting for a save that just ended)
+            // runs now, so that its reply goes out in this pass rather than after another poll.
+            if !closures.isEmpty || due != nil { runJobs() }
             jobs.withLock { jobs in swap(&reads, &jobs.reads) }
             if !reads.isEmpty {
                 waiters.withLock { all in

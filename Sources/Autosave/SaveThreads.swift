@@ -25,9 +25,12 @@ final class SaveThreads: @unchecked Sendable {
         condition.lock()
         queue.append(work)
         let start = idle < queue.count
-        if start { started += 1 } else { condition.signal() }
+        if start { started += 1 }
         let number = started
         condition.unlock()
+        // Signalled once unlocked: a thread woken with the lock still held would wake only to
+        // block on it, and be woken again when it is released.
+        if !start { condition.signal() }
         if start {
             let thread = Thread { [self] in run() }
             thread.name = "autosaved-save-\(number)"

@@ -436,9 +436,13 @@ public final class Journal: Sendable {
         }
     }
 
+    /// Wakes the sync thread. `wake` is taken and released first, so that a thread deciding
+    /// to wait (it decides holding `wake`) is either waiting already or will see what changed;
+    /// the broadcast comes after the release, so the woken thread does not wake only to
+    /// block on a lock still held and be woken once more.
     func signalSyncThread() {
         wake.lock()
-        wake.broadcast()
         wake.unlock()
+        wake.broadcast()
     }
 }
