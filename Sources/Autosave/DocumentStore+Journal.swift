@@ -8,7 +8,8 @@ import Synchronization
 
 /// What the last start-up replayed from the journal (for the log, `STATUS=` and `status`).
 public struct JournalReplaySummary: Sendable, Equatable {
-    /// Edits applied again.
+    /// Edits replayed: applied again, or superseded by a later edit that gives the whole
+    /// document and was applied (the document holds what they led to).
     public var edits = 0
     /// Documents they changed (or created).
     public var documents = 0
