@@ -95,8 +95,8 @@ extension DocumentStore {
                     "the edit journal failed: \(failure); edits stay in memory and the journal writes them again",
                     ["path": failure.path, "errno_name": failure.errno.name, "message_id": MessageID.journalFailed])
             })
-        // The records are sorted into their documents' chains as they are read (the chains
-        // keep each edit's bytes, a slice of its segment, undecoded until it is applied).
+        // The records are read into one array, each edit kept as its bytes (a slice of its
+        // segment, undecoded until it is applied), and grouped by document afterwards.
         var chains = Chains()
         let report: JournalReplayReport
         do {
