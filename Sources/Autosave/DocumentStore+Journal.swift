@@ -205,21 +205,11 @@ extension DocumentStore {
             }
         }
 
-        /// Groups the records by chain (a counting sort: each chain's in the order read).
+        /// Groups the records by chain (``Grouping``: each chain's in the order read).
         mutating func group() {
-            var counts = [Int](repeating: 0, count: list.count)
-            for chain in chainOf { counts[Int(chain)] += 1 }
-            var next = 0
-            for at in list.indices {
-                list[at].members = next..<next + counts[at]
-                next += counts[at]
-            }
-            var fill = list.map(\.members.lowerBound)
-            grouped = [Int](repeating: 0, count: chainOf.count)
-            for (record, chain) in chainOf.enumerated() {
-                grouped[fill[Int(chain)]] = record
-                fill[Int(chain)] += 1
-            }
+            let grouping = Grouping(slots: chainOf, slotCount: list.count)
+            for at in list.indices { list[at].members = grouping.starts[at]..<grouping.starts[at + 1] }
+            grouped = grouping.members
             chainOf = []
         }
     }

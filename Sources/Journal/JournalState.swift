@@ -1,3 +1,5 @@
+import Posix
+
 /// A segment file as the journal tracks it.
 struct SegmentEntry {
     var base: LSN
@@ -117,44 +119,33 @@ struct JournalState {
     /// every such touch misses the cache.
     var replayNotes: [(owner: UInt64, lsn: LSN)] = []
 
-    /// Moves ``replayNotes`` into the owners' logs: the notes grouped by owner with a
-    /// counting sort (in the order delivered within each owner), each owner's log then
-    /// made from its run in one piece.
+    /// Moves ``replayNotes`` into the owners' logs: the notes grouped by owner (in the order
+    /// delivered within each owner, ``Grouping``), each owner's log then made from its run
+    /// in one piece.
     mutating func absorbReplayNotes() {
         guard !replayNotes.isEmpty else { return }
-        var slots: [UInt64: Int] = [:]
+        var slots: [UInt64: Int32] = [:]
         var owner: [UInt64] = []
         var slotOfNote: [Int32] = []
         slotOfNote.reserveCapacity(replayNotes.count)
-        var counts: [Int] = []
         for note in replayNotes {
-            let slot: Int
+            let slot: Int32
             if let known = slots[note.owner] {
                 slot = known
             } else {
-                slot = counts.count
+                slot = Int32(owner.count)
                 slots[note.owner] = slot
                 owner.append(note.owner)
-                counts.append(0)
             }
-            counts[slot] += 1
-            slotOfNote.append(Int32(slot))
+            slotOfNote.append(slot)
         }
-        var starts = [Int](repeating: 0, count: counts.count + 1)
-        for slot in counts.indices { starts[slot + 1] = starts[slot] + counts[slot] }
-        var grouped = [LSN](repeating: .zero, count: replayNotes.count)
-        var next = starts
-        for (index, note) in replayNotes.enumerated() {
-            let slot = Int(slotOfNote[index])
-            grouped[next[slot]] = note.lsn
-            next[slot] += 1
-        }
-        for slot in owner.indices {
-            let run = grouped[starts[slot]..<starts[slot + 1]]
-            owners[owner[slot], default: OwnerLog()].lsns.append(contentsOf: run)
-        }
-        unreleased += replayNotes.count
+        let notes = replayNotes
         replayNotes = []
+        let grouping = Grouping(slots: slotOfNote, slotCount: owner.count)
+        for slot in owner.indices {
+            owners[owner[slot], default: OwnerLog()].lsns.append(contentsOf: grouping.group(slot).map { notes[$0].lsn })
+        }
+        unreleased += notes.count
     }
 
     /// The index of the segment holding the record `lsn` (attributed to it): the last one

@@ -679,14 +679,9 @@ struct EmbeddedJournalTests {
 
 @Suite("Replay of long chains: an edit that gives the whole document supersedes the edits before it")
 struct SupersedingReplayTests {
+    /// A store as ``EmbeddedJournalTests`` makes one: nothing saved within the test.
     static func store(_ directory: TemporaryDirectory) -> DocumentStore {
-        var configuration = Configuration(environment: [:])
-        configuration.root = directory.sub("root")
-        configuration.journalDirectorySetting = directory.sub("journal")
-        configuration.quietPeriod = .seconds(3600)
-        configuration.maxDelay = .seconds(3600)
-        try? FileManager.default.createDirectory(atPath: configuration.root, withIntermediateDirectories: true)
-        return DocumentStore(configuration: configuration, log: Logger(level: .info, handler: CapturedLog()))
+        EmbeddedJournalTests.store(directory, log: CapturedLog())
     }
 
     static func text(_ store: DocumentStore, _ path: String) async throws -> String {

@@ -279,3 +279,18 @@ struct PathNameTests {
         #expect(checked == 4 + 16 + 64 + 256 + 1024 + 4096)
     }
 }
+
+@Suite("Grouping: items by a dense slot number, in order within each group")
+struct GroupingTests {
+    @Test("Each slot's items in the order given, empty slots empty, every index once")
+    func groups() {
+        let grouping = Grouping(slots: [2, 0, 2, 1, 0], slotCount: 4)
+        #expect(grouping.starts == [0, 2, 3, 5, 5])
+        #expect(Array(grouping.group(0)) == [1, 4])
+        #expect(Array(grouping.group(1)) == [3])
+        #expect(Array(grouping.group(2)) == [0, 2])
+        #expect(grouping.group(3).isEmpty)
+        #expect(grouping.members.sorted() == Array(0..<5))
+        #expect(Grouping(slots: [], slotCount: 0).members.isEmpty)
+    }
+}
