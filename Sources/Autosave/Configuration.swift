@@ -257,12 +257,14 @@ extension Configuration {
                 section = name
                 continue
             }
-            guard let equals = line.firstIndex(of: "=") else {
+            // By scalars: "=" followed by a combining mark is one Character, not "=".
+            let scalars = line.unicodeScalars
+            guard let equals = scalars.firstIndex(of: "=") else {
                 fail("expected Key=value, found: \(line)")
                 continue
             }
-            let key = line[..<equals].trimmingWhitespace()
-            let value = line[line.index(after: equals)...].trimmingWhitespace()
+            let key = Substring(scalars[..<equals]).trimmingWhitespace()
+            let value = Substring(scalars[scalars.index(after: equals)...]).trimmingWhitespace()
             guard let section else {
                 fail("\(key)= is outside any section (or in an unknown one)")
                 continue

@@ -81,6 +81,18 @@ struct FuzzRegressionTests {
         }
     }
 
+    @Test("A value starting with a combining mark: '=' is found by its scalar, not as a Character (FuzzConfig)")
+    func combiningMarkAfterEquals() throws {
+        let path = directory.sub("combining.conf")
+        // As FuzzConfig found it: the mark after a carriage return, which the value's
+        // trimming removes; rendered as Key=value, '=' and the mark make one Character.
+        for text in ["[Store]\nPackageExtensions=\r\u{59D}osave]\n", "[Store]\nPackageExtensions=\u{59D}osave]\n"] {
+            try Disk.write(text, to: path)
+            let configuration = try Configuration.load(path: path, required: true, environment: [:])
+            #expect(configuration.packageExtensions == ["\u{59D}osave]"])
+        }
+    }
+
     @Test("An ignore file with CRLF line ends has one pattern per line (FuzzIgnore)")
     func ignoreFileCRLF() {
         let patterns = IgnorePattern.parse("*.tmp\r\nkeep\r\n!*.keep.tmp\r\n", file: ".autosavedignore", base: "")
