@@ -144,12 +144,13 @@ extension DocumentStore {
         }
     }
 
-    /// One document's records: their indices in ``Chains/records`` (in order, once
-    /// ``Chains/group()`` has run), and what the records that are not edits say.
+    /// One document's records (their indices in ``Chains/records``) and what the records that
+    /// are not edits say.
     private struct Chain {
         var owner: UInt64
         var path = ""
-        var members: Range<Int> = 0..<0
+        /// Its records' indices in ``Chains/records``, in order (once ``Chains/group()`` has run).
+        var members: ArraySlice<Int> = []
         /// The records that are not edits (bases, saves, moves), decoded, with their index
         /// in ``Chains/records``.
         var markers: [(index: Int, entry: JournalEntry)] = []
@@ -167,8 +168,6 @@ extension DocumentStore {
         var records: [ChainRecord] = []
         /// For each record, its chain's index in `list`.
         private var chainOf: [Int32] = []
-        /// The records' indices grouped by chain (see ``Chain/members``).
-        private(set) var grouped: [Int] = []
         var highestOwner: UInt64?
         /// Every record delivered, those of undecodable chains included.
         private(set) var count = 0
@@ -208,8 +207,7 @@ extension DocumentStore {
         /// Groups the records by chain (``Grouping``: each chain's in the order read).
         mutating func group() {
             let grouping = Grouping(slots: chainOf, slotCount: list.count)
-            for at in list.indices { list[at].members = grouping.starts[at]..<grouping.starts[at + 1] }
-            grouped = grouping.members
+            for at in list.indices { list[at].members = grouping.group(at) }
             chainOf = []
         }
     }
@@ -236,7 +234,7 @@ extension DocumentStore {
                 log.error(
                     "the journal's edits to \(chain.path) were not replayed: \(undecodable)",
                     ["document": chain.path, "message_id": MessageID.journalReplayed])
-                let last = chain.members.last.map { chains.records[chains.grouped[$0]].lsn }
+                let last = chain.members.last.map { chains.records[$0].lsn }
                 journal?.release(owner: owner, through: last ?? LSN(UInt64.max >> 1))
                 continue
             }
@@ -248,7 +246,7 @@ extension DocumentStore {
     /// Applies one document's journalled edits again.
     private func replay(_ chain: Chain, of chains: borrowing Chains, into summary: inout JournalReplaySummary) {
         let owner = chain.owner
-        let members = chain.members.map { chains.grouped[$0] }
+        let members = chain.members
         let lastLSN = members.last.map { chains.records[$0].lsn } ?? .zero
         let path = chain.path
         func drop(_ why: String?) {
@@ -432,7 +430,7 @@ extension DocumentStore {
         var token: UInt64 = 0
         var edits = 0
         var markers = chain.markers[...]
-        for index in chain.members.map({ chains.grouped[$0] }) {
+        for index in chain.members {
             let record = chains.records[index]
             guard record.isEdit else {
                 guard let marker = markers.popFirst(), marker.index == index else { continue }
