@@ -306,7 +306,7 @@ extension Configuration {
             guard !value.isEmpty else { return "the store root must not be empty" }
             root = value
         case ("Store", "PackageExtensions"):
-            let list = value.split(whereSeparator: { $0 == " " || $0 == "," }).map { String($0).lowercased() }
+            let list = Self.list(value).map { $0.lowercased() }
             if let bad = list.first(where: { $0.contains("/") || $0.contains(".") }) {
                 return "'\(bad)' is not a file name extension (give it without the dot)"
             }
@@ -319,7 +319,7 @@ extension Configuration {
             if value.isEmpty {
                 ignore = []
             } else {
-                let patterns = value.split(separator: " ").map(String.init)
+                let patterns = value[...].configurationWords(commas: false)
                 if let bad = patterns.first(where: { IgnorePattern($0, source: "") == nil }) {
                     return "'\(bad)' is not an ignore pattern (a comment, or only a slash)"
                 }
@@ -448,9 +448,8 @@ extension Configuration {
         }
     }
 
-    static func list(_ value: String) -> [String] {
-        value.split(whereSeparator: { $0 == " " || $0 == "," }).map(String.init)
-    }
+    /// The items of a list setting: separated by whitespace or commas.
+    static func list(_ value: String) -> [String] { value[...].configurationWords(commas: true) }
 
     /// `512`, `64K`, `8M`, `1G` (powers of 1024).
     static func byteSize(_ value: String) -> Int? {
@@ -665,15 +664,28 @@ extension Substring {
     /// read) — and carriage returns, as systemd's parser trims them: a value that kept a
     /// final CR would lose it once rendered, where it comes before the line's LF.
     func trimmingWhitespace() -> String {
-        func isWhitespace(_ scalar: Unicode.Scalar) -> Bool {
-            scalar == " " || scalar == "\t" || scalar == "\r"
-                || (scalar.value >= 0x80
-                    && (scalar.properties.generalCategory == .spaceSeparator || scalar.value == 0x200B))
-        }
         let scalars = unicodeScalars
-        guard let first = scalars.firstIndex(where: { !isWhitespace($0) }) else { return "" }
-        let last = scalars.lastIndex(where: { !isWhitespace($0) })!
+        guard let first = scalars.firstIndex(where: { !$0.isConfigurationWhitespace }) else { return "" }
+        let last = scalars.lastIndex(where: { !$0.isConfigurationWhitespace })!
         return String(scalars[first...last])
+    }
+
+    /// The words of a list setting, split at whitespace (the set ``trimmingWhitespace()``
+    /// trims) and, with `commas`, at commas. Split by scalars, not by `Character`s: a
+    /// separator followed by a combining mark is one `Character`, and would otherwise
+    /// stay inside a word; and a word can hold no whitespace that reading its own
+    /// rendering (the words joined by spaces) would trim away.
+    func configurationWords(commas: Bool) -> [String] {
+        unicodeScalars.split(whereSeparator: { $0.isConfigurationWhitespace || (commas && $0 == ",") })
+            .map { String(String.UnicodeScalarView($0)) }
+    }
+}
+
+extension Unicode.Scalar {
+    /// Whitespace in a configuration file: see ``Substring/trimmingWhitespace()``.
+    var isConfigurationWhitespace: Bool {
+        self == " " || self == "\t" || self == "\r"
+            || (value >= 0x80 && (properties.generalCategory == .spaceSeparator || value == 0x200B))
     }
 }
 

@@ -93,6 +93,29 @@ struct FuzzRegressionTests {
         }
     }
 
+    @Test("A list splits at any whitespace (a carriage return, a tab) and reads back as rendered (FuzzConfig)")
+    func listWordsSplitAtWhitespace() throws {
+        let path = directory.sub("lists.conf")
+        // As FuzzConfig found it: the carriage return stayed inside the word, and its
+        // rendering (PackageExtensions=\r…) read back without it.
+        try Disk.write("[Store]\n[Store]\nPackageExtensions=,\r\u{59D}osave]", to: path)
+        var configuration = try Configuration.load(path: path, required: true, environment: [:])
+        #expect(configuration.packageExtensions == ["\u{59D}osave]"])
+        try Disk.write(
+            "[Store]\nPackageExtensions=a\tb,\u{301}c\nIgnore=x\ty \r*.z\n"
+                + "[Control]\nExportDirectories=/e\t/f\n", to: path)
+        configuration = try Configuration.load(path: path, required: true, environment: [:])
+        // A comma followed by a combining mark is one Character, but still a separator.
+        #expect(configuration.packageExtensions == ["a", "b", "\u{301}c"])
+        #expect(configuration.ignore == ["x", "y", "*.z"])
+        #expect(configuration.exportDirectories == ["/e", "/f"])
+        let rendered = directory.sub("rendered.conf")
+        try Disk.write(configuration.rendered, to: rendered)
+        var again = try Configuration.load(path: rendered, required: true, environment: [:])
+        again.sources = configuration.sources
+        #expect(again == configuration)
+    }
+
     @Test("An ignore file with CRLF line ends has one pattern per line (FuzzIgnore)")
     func ignoreFileCRLF() {
         let patterns = IgnorePattern.parse("*.tmp\r\nkeep\r\n!*.keep.tmp\r\n", file: ".autosavedignore", base: "")
