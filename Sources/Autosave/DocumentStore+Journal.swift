@@ -129,11 +129,11 @@ extension DocumentStore {
         var lsn: LSN
         /// An edit's change count; 0 for the other records.
         var token: UInt64
-        /// An edit's kind byte (see ``JournalEntry/peek(_:)``); 0 for the other records.
-        var editKind: UInt8
+        /// An edit's command (see ``JournalEntry/peek(_:)``); `nil` for the other records.
+        var command: EditCommand?
         var payload: ArraySlice<UInt8>
 
-        var isEdit: Bool { editKind != 0 }
+        var isEdit: Bool { command != nil }
 
         /// The edit, decoded.
         func edit() throws(JournalEntry.DecodingError) -> DocumentEdit {
@@ -164,7 +164,8 @@ extension DocumentStore {
     /// and with thousands of documents nearly every such touch misses the cache.
     private struct Chains {
         var list: [Chain] = []
-        var index: [UInt64: Int] = [:]
+        /// Each owner's chain: its number is the chain's index in `list`.
+        var numbering = DenseNumbering<UInt64>()
         var records: [ChainRecord] = []
         /// For each record, its chain's index in `list`.
         private var chainOf: [Int32] = []
@@ -175,19 +176,14 @@ extension DocumentStore {
         mutating func add(_ record: JournalRecord) {
             count += 1
             highestOwner = max(highestOwner ?? 0, record.owner)
-            let at: Int
-            if let known = index[record.owner] {
-                at = known
-            } else {
-                at = list.count
-                index[record.owner] = at
-                list.append(Chain(owner: record.owner))
-            }
+            let at = Int(numbering.number(of: record.owner))
+            if at == list.count { list.append(Chain(owner: record.owner)) }
             guard list[at].undecodable == nil else { return }
             do {
                 switch try JournalEntry.peek(record.payload) {
-                case .edit(let token, let kind):
-                    records.append(ChainRecord(lsn: record.lsn, token: token, editKind: kind, payload: record.payload))
+                case .edit(let token, let command):
+                    records.append(
+                        ChainRecord(lsn: record.lsn, token: token, command: command, payload: record.payload))
                 case .other(let entry):
                     switch entry {
                     case .base(let path, _, _, _), .saving(let path, _, _), .moved(let path):
@@ -196,7 +192,7 @@ extension DocumentStore {
                     }
                     list[at].markers.append((records.count, entry))
                     let none = record.payload.startIndex..<record.payload.startIndex
-                    records.append(ChainRecord(lsn: record.lsn, token: 0, editKind: 0, payload: record.payload[none]))
+                    records.append(ChainRecord(lsn: record.lsn, token: 0, command: nil, payload: record.payload[none]))
                 }
                 chainOf.append(Int32(at))
             } catch {
@@ -221,7 +217,7 @@ extension DocumentStore {
             var text = problem.description
             if case .badRecord(_, let owners) = problem.kind, !owners.isEmpty {
                 let names = owners.map { owner in
-                    chains.index[owner].map { chains.list[$0].path } ?? "document \(owner)"
+                    chains.numbering.existingNumber(of: owner).map { chains.list[Int($0)].path } ?? "document \(owner)"
                 }
                 text += " (documents affected: \(names.joined(separator: ", ")))"
             }
@@ -320,7 +316,7 @@ extension DocumentStore {
             // edits are applied from the last such one on (the others are replayed by it,
             // as a rewritten log replays the writes it folds). Should it be refused, they
             // are applied one by one after all.
-            var first = edits.lastIndex { JournalEntry.editReplacesWholeDocument(chains.records[$0].editKind) } ?? 0
+            var first = edits.lastIndex { chains.records[$0].command?.replacesWholeDocument == true } ?? 0
             var entry = start
             var applied = 0
             while true {
@@ -359,7 +355,7 @@ extension DocumentStore {
             // The superseded edits count as replayed: the document holds what they led to.
             let replayed = first + applied
             for position in edits.indices.prefix(replayed) {
-                editCounts.count(command: JournalEntry.editCommandIndex(chains.records[edits[position]].editKind))
+                chains.records[edits[position]].command.map { editCounts.count($0) }
             }
             adopt(&entry, owner: owner, lastLSN: lastLSN, path: path)
             let opened = current == nil
@@ -449,7 +445,7 @@ extension DocumentStore {
                 continue
             }
             let t = record.token
-            if JournalEntry.editReplacesWholeDocument(record.editKind) {
+            if record.command?.replacesWholeDocument == true {
                 guard let edit = try? record.edit() else { continue }
                 var fresh: any AutosaveDocument
                 do {

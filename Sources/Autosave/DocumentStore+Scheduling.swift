@@ -618,22 +618,9 @@ struct FailedAfterReplacing: Error {
 
 /// Edits applied, by the protocol command that makes each kind, for the metrics.
 struct EditCounts: Sendable {
-    static let commands = ["set", "append", "replace", "patch", "put-member", "remove-member"]
-    private(set) var counts = [Int](repeating: 0, count: commands.count)
+    private(set) var counts = [Int](repeating: 0, count: EditCommand.allCases.count)
 
-    mutating func count(_ edit: DocumentEdit) {
-        switch edit {
-        case .setText, .setJSON, .setData: counts[0] += 1
-        case .append: counts[1] += 1
-        case .replace: counts[2] += 1
-        case .mergePatch: counts[3] += 1
-        case .putMember: counts[4] += 1
-        case .removeMember: counts[5] += 1
-        }
-    }
-
-    /// Counts an edit by its index in ``commands``.
-    mutating func count(command index: Int) { counts[index] += 1 }
+    mutating func count(_ command: EditCommand) { counts[command.rawValue] += 1 }
 }
 
 /// A histogram of durations with fixed buckets (seconds), for the metrics.

@@ -641,7 +641,7 @@ public actor DocumentStore {
             throw Self.storeError(error, path: path)
         }
         entry.changeCount += 1
-        editCounts.count(edit)
+        editCounts.count(edit.command)
         journalEdit(&entry, path: path, edit, baseContents: baseContents)
         insert(entry, at: path)
         emit(.opened(document: path))
@@ -661,7 +661,7 @@ public actor DocumentStore {
     private func apply(
         _ edit: DocumentEdit, at index: [String: Entry].Index, path: String, replyPrefix: Bool
     ) throws(StoreError) -> EditOutcome {
-        editCounts.count(edit)
+        editCounts.count(edit.command)
         let refuse = configuration.refuseEditsWhenSaveFails
         let delays = scheduleDelays
         let now = Moment.now

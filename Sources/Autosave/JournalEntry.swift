@@ -47,6 +47,18 @@ enum JournalEntry: Equatable {
         case putMember = 6
         case removeMember = 7
         case setData = 8
+
+        /// The protocol command that makes an edit of this kind.
+        var command: EditCommand {
+            switch self {
+            case .setText, .setJSON, .setData: .set
+            case .append: .append
+            case .replace: .replace
+            case .mergePatch: .patch
+            case .putMember: .putMember
+            case .removeMember: .removeMember
+            }
+        }
     }
 
     // MARK: Encoding
@@ -149,12 +161,12 @@ enum JournalEntry: Equatable {
         guard reader.isAtEnd else { throw DecodingError(description: "\(reader.remaining) bytes after the record") }
     }
 
-    /// A record as replay first reads it: an edit's change count and kind, its payload
+    /// A record as replay first reads it: an edit's change count and command, its payload
     /// checked as ``init(decoding:)`` would check it but not decoded (no string or data is
     /// made: most edits of a long chain are superseded by a later `set`, and the rest are
     /// decoded one at a time as they are applied); any other record decoded whole.
     enum Peeked {
-        case edit(token: UInt64, kind: UInt8)
+        case edit(token: UInt64, command: EditCommand)
         case other(JournalEntry)
     }
 
@@ -163,7 +175,7 @@ enum JournalEntry: Equatable {
         var reader = ByteReader(payload)
         _ = reader.byte()
         let token = try reader.integer()
-        guard let raw = reader.byte(), let kind = EditKind(rawValue: raw) else {
+        guard let kind = reader.byte().flatMap(EditKind.init(rawValue:)) else {
             throw DecodingError(description: "unknown edit kind")
         }
         switch kind {
@@ -178,28 +190,7 @@ enum JournalEntry: Equatable {
         case .setData: try reader.skipData()
         }
         guard reader.isAtEnd else { throw DecodingError(description: "\(reader.remaining) bytes after the record") }
-        return .edit(token: token, kind: raw)
-    }
-
-    /// Whether an edit of this kind (``Peeked/edit(token:kind:)``) gives the whole document,
-    /// whatever it held before (``DocumentEdit/replacesWholeDocument``).
-    static func editReplacesWholeDocument(_ kind: UInt8) -> Bool {
-        switch EditKind(rawValue: kind) {
-        case .setText, .setJSON, .setData: true
-        default: false
-        }
-    }
-
-    /// The index in ``EditCounts/commands`` of an edit of this kind.
-    static func editCommandIndex(_ kind: UInt8) -> Int {
-        switch EditKind(rawValue: kind) {
-        case .setText, .setJSON, .setData, nil: 0
-        case .append: 1
-        case .replace: 2
-        case .mergePatch: 3
-        case .putMember: 4
-        case .removeMember: 5
-        }
+        return .edit(token: token, command: kind.command)
     }
 
     private static func decodeEdit(_ reader: inout ByteReader) throws(DecodingError) -> DocumentEdit {
@@ -224,14 +215,42 @@ enum JournalEntry: Equatable {
     }
 }
 
-extension DocumentEdit {
-    /// Whether the edit gives the whole document, whatever it held before.
-    var replacesWholeDocument: Bool {
+/// The protocol command that makes an edit: what the metrics count edits by, and what
+/// tells an edit that gives the whole document (`set`) from one that changes it.
+enum EditCommand: Int, CaseIterable, Sendable {
+    case set, append, replace, patch, putMember, removeMember
+
+    /// The command's name in the protocol.
+    var name: String {
         switch self {
-        case .setText, .setJSON, .setData: true
-        default: false
+        case .set: "set"
+        case .append: "append"
+        case .replace: "replace"
+        case .patch: "patch"
+        case .putMember: "put-member"
+        case .removeMember: "remove-member"
         }
     }
+
+    /// Whether its edit gives the whole document, whatever the document held before.
+    var replacesWholeDocument: Bool { self == .set }
+}
+
+extension DocumentEdit {
+    /// The command that makes this edit.
+    var command: EditCommand {
+        switch self {
+        case .setText, .setJSON, .setData: .set
+        case .append: .append
+        case .replace: .replace
+        case .mergePatch: .patch
+        case .putMember: .putMember
+        case .removeMember: .removeMember
+        }
+    }
+
+    /// Whether the edit gives the whole document, whatever it held before.
+    var replacesWholeDocument: Bool { command.replacesWholeDocument }
 }
 
 /// Which version of a file a journal record's edits apply to: its size and the

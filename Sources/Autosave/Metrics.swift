@@ -119,7 +119,7 @@ public final class Metrics: Sendable {
             ])
         text.family(
             "autosaved_edits_total", "counter", "Edits applied, by the command that made them.",
-            zip(EditCounts.commands, edits.counts).map { ("{command=\"\($0)\"}", "\($1)") })
+            zip(EditCommand.allCases, edits.counts).map { ("{command=\"\($0.name)\"}", "\($1)") })
         text.family(
             "autosaved_saves_total", "counter", "Saves that completed (durable on disk).", [("", "\(status.saves)")])
         text.family(

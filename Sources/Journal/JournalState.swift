@@ -124,26 +124,15 @@ struct JournalState {
     /// in one piece.
     mutating func absorbReplayNotes() {
         guard !replayNotes.isEmpty else { return }
-        var slots: [UInt64: Int32] = [:]
-        var owner: [UInt64] = []
+        var numbering = DenseNumbering<UInt64>()
         var slotOfNote: [Int32] = []
         slotOfNote.reserveCapacity(replayNotes.count)
-        for note in replayNotes {
-            let slot: Int32
-            if let known = slots[note.owner] {
-                slot = known
-            } else {
-                slot = Int32(owner.count)
-                slots[note.owner] = slot
-                owner.append(note.owner)
-            }
-            slotOfNote.append(slot)
-        }
+        for note in replayNotes { slotOfNote.append(numbering.number(of: note.owner)) }
         let notes = replayNotes
         replayNotes = []
-        let grouping = Grouping(slots: slotOfNote, slotCount: owner.count)
-        for slot in owner.indices {
-            owners[owner[slot], default: OwnerLog()].lsns.append(contentsOf: grouping.group(slot).map { notes[$0].lsn })
+        let grouping = Grouping(slots: slotOfNote, slotCount: numbering.keys.count)
+        for (slot, owner) in numbering.keys.enumerated() {
+            owners[owner, default: OwnerLog()].lsns.append(contentsOf: grouping.group(slot).map { notes[$0].lsn })
         }
         unreleased += notes.count
     }

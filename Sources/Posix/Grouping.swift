@@ -28,3 +28,25 @@ public struct Grouping {
     /// The members of slot `slot`'s group.
     public func group(_ slot: Int) -> ArraySlice<Int> { members[starts[slot]..<starts[slot + 1]] }
 }
+
+/// Dense numbers for keys, `0, 1, 2, …` in the order the keys are first seen: the slots a
+/// ``Grouping`` groups by, when the items come with keys of any kind.
+public struct DenseNumbering<Key: Hashable> {
+    /// The keys numbered so far; a key's number is its index here.
+    public private(set) var keys: [Key] = []
+    private var numbers: [Key: Int32] = [:]
+
+    public init() {}
+
+    /// The key's number, the next one free if the key is new.
+    public mutating func number(of key: Key) -> Int32 {
+        if let known = numbers[key] { return known }
+        let number = Int32(keys.count)
+        numbers[key] = number
+        keys.append(key)
+        return number
+    }
+
+    /// The key's number, if it has one.
+    public func existingNumber(of key: Key) -> Int32? { numbers[key] }
+}

@@ -293,4 +293,17 @@ struct GroupingTests {
         #expect(grouping.members.sorted() == Array(0..<5))
         #expect(Grouping(slots: [], slotCount: 0).members.isEmpty)
     }
+
+    @Test("Keys are numbered densely in the order first seen; a known key keeps its number")
+    func numbering() {
+        var numbering = DenseNumbering<String>()
+        let numbers = ["b", "a", "b", "c", "a"].map { numbering.number(of: $0) }
+        #expect(numbers == [0, 1, 0, 2, 1])
+        #expect(numbering.keys == ["b", "a", "c"])
+        #expect(numbering.existingNumber(of: "c") == 2)
+        #expect(numbering.existingNumber(of: "d") == nil)
+        let grouping = Grouping(slots: numbers, slotCount: numbering.keys.count)
+        #expect(Array(grouping.group(0)) == [0, 2])
+        #expect(Array(grouping.group(1)) == [1, 4])
+    }
 }
