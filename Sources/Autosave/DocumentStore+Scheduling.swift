@@ -356,7 +356,7 @@ extension DocumentStore {
                         report = try write()
                     }
                 } catch let error as DocumentError where error.operation == .syncDirectory {
-                    throw Self.replacedBeforeFailing(error, path: fullPath, bytes: bytes)
+                    throw Self.replacedBeforeFailing(error, contentHash: hash)
                 }
                 // A file this save put in place, by its own descriptor: a status by path
                 // could be another program's file that replaced it since the rename, taken
@@ -574,13 +574,13 @@ extension DocumentStore {
         }
     }
 
-    /// A regular file's save whose directory sync failed after the rename: if the file
-    /// in place holds the save's bytes, the failure carries its fingerprint.
-    nonisolated static func replacedBeforeFailing(_ error: DocumentError, path: String, bytes: Data?) -> any Error {
-        guard let bytes, let status = try? FileDescriptor.currentWorkingDirectory.status(of: path),
-            status.kind == .regular, FileContents.read(path) == bytes
-        else { return error }
-        return FailedAfterReplacing(error: error, fingerprint: Fingerprint(status, contents: bytes))
+    /// A save whose directory's sync failed after the rename: its file is in place (the
+    /// writer says so with the file's status, from its own descriptor), so the store
+    /// records it as the document's, and neither the retry nor the watcher takes it for
+    /// another program's. A package, or a failure before the rename, is the error as it is.
+    nonisolated static func replacedBeforeFailing(_ error: DocumentError, contentHash: UInt64?) -> any Error {
+        guard let placed = error.placed, placed.kind == .regular, let contentHash else { return error }
+        return FailedAfterReplacing(error: error, fingerprint: Fingerprint(placed, contentHash: contentHash))
     }
 
     private static func didSave<D: AutosaveDocument>(_ document: inout D, snapshot: any AutosaveDocument) {

@@ -35,6 +35,10 @@ public struct DocumentError: Error, Hashable, Sendable, CustomStringConvertible 
     public var errno: Errno
     /// More words when the errno alone would mislead.
     public var detail: String?
+    /// For a directory's sync that failed after a regular file was renamed into it: that
+    /// file's status, from its own descriptor (the file in place is the write's, not yet
+    /// durable; a status by path could be another program's file that replaced it since).
+    public var placed: FileStatus?
 
     public init(operation: Operation, path: String, errno: Errno, detail: String? = nil) {
         self.operation = operation

@@ -475,7 +475,9 @@ struct WriteSession {
                     operation: .rename, path: location.path, errno: .isDirectory,
                     detail: "a directory is in the way")
             }
-            if syncDirectory { try sync(parent, path: location.directoryPath) }
+            if syncDirectory {
+                try sync(parent, path: location.directoryPath, placed: staged.file == nil ? nil : report.placed)
+            }
         }
         record(staged.wrapper, staged.record, name: location.name)
         report.bytesWritten += staged.bytes
@@ -926,9 +928,12 @@ struct WriteSession {
 
     // MARK: Helpers
 
-    func sync(_ directory: FileDescriptor, path: String) throws {
+    /// Syncs a directory; `placed` is the status of the file just renamed into it, for the error.
+    func sync(_ directory: FileDescriptor, path: String, placed: FileStatus? = nil) throws {
         do throws(Errno) { try directory.sync() } catch {
-            throw DocumentError(operation: .syncDirectory, path: path, errno: error)
+            var failure = DocumentError(operation: .syncDirectory, path: path, errno: error)
+            failure.placed = placed
+            throw failure
         }
     }
 }

@@ -5,8 +5,8 @@ import Testing
 
 @testable import Autosave
 
-/// The store's reads of whole files (the watcher's check of a changed file, the check
-/// after a failed directory sync) go through `FileContents`, not Foundation's
+/// The store's reads of whole files (the watcher's check of a changed file, a base for
+/// the journal) go through `FileContents`, not Foundation's
 /// `Data(contentsOf:)`, which leaks a 4 KiB buffer on every read of an empty file.
 @Suite("Reading whole files: the bytes, and no leak on empty files")
 struct FileContentsTests {
