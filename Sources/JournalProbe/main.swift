@@ -160,11 +160,13 @@ do {
         journal.close()
 
     case "bench-append":
-        // bench-append DIR --mode M --clients C --payload N --seconds S: C clients with one
-        // request outstanding each; a client's next request waits for its reply — after the
-        // flush in periodic mode, once durable in always mode. One loop pass appends one
-        // record per ready client and flushes once. Prints acknowledged records per second.
+        // bench-append DIR --mode M --clients C --documents D --payload N --seconds S: C
+        // clients with one request outstanding each; a client's next request waits for its
+        // reply — after the flush in periodic mode, once durable in always mode. Each client
+        // edits D documents (owners) in turn. One loop pass appends one record per ready
+        // client and flushes once. Prints acknowledged records per second.
         let clients = option("--clients", default: 50)
+        let documents = max(1, option("--documents", default: 1))
         let size = option("--payload", default: 100)
         let seconds = Double(option("--milliseconds", default: 3000)) / 1000
         let syncMode = mode()
@@ -188,7 +190,8 @@ do {
         let end = start + .milliseconds(Int(seconds * 1000))
         while ContinuousClock.now < end {
             for client in ready {
-                waiting.append((try journal.append(owner: UInt64(client), payload: data), client))
+                let owner = UInt64(client * documents + passes % documents)
+                waiting.append((try journal.append(owner: owner, payload: data), client))
             }
             ready.removeAll(keepingCapacity: true)
             let written = journal.flush()
@@ -210,7 +213,7 @@ do {
         let rate = Double(acknowledged) / (milliseconds(elapsed) / 1000)
         let perRecord = Double(stats.bytesWritten) / Double(max(1, stats.lastLSN.rawValue))
         say(
-            "\(syncMode) | \(clients) | \(size) B | \(Int(rate.rounded())) | \(stats.syncs) | "
+            "\(syncMode) | \(clients) | \(documents) | \(size) B | \(Int(rate.rounded())) | \(stats.syncs) | "
                 + String(format: "%.1f", Double(acknowledged) / Double(max(1, stats.syncs))) + " | "
                 + String(format: "%.1f", perRecord - Double(size)) + " B")
         _ = passes
