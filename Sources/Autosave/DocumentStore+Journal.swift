@@ -355,7 +355,7 @@ extension DocumentStore {
             // The superseded edits count as replayed: the document holds what they led to.
             let replayed = first + applied
             for position in edits.indices.prefix(replayed) {
-                chains.records[edits[position]].command.map { editCounts.count($0) }
+                if let command = chains.records[edits[position]].command { editCounts.count(command) }
             }
             adopt(&entry, owner: owner, lastLSN: lastLSN, path: path)
             let opened = current == nil

@@ -579,7 +579,7 @@ extension DocumentStore {
     /// records it as the document's, and neither the retry nor the watcher takes it for
     /// another program's. A package, or a failure before the rename, is the error as it is.
     nonisolated static func replacedBeforeFailing(_ error: DocumentError, contentHash: UInt64?) -> any Error {
-        guard let placed = error.placed, placed.kind == .regular, let contentHash else { return error }
+        guard let placed = error.placed, let contentHash else { return error }
         return FailedAfterReplacing(error: error, fingerprint: Fingerprint(placed, contentHash: contentHash))
     }
 
