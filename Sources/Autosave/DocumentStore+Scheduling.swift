@@ -358,13 +358,13 @@ extension DocumentStore {
                 } catch let error as DocumentError where error.operation == .syncDirectory {
                     throw Self.replacedBeforeFailing(error, contentHash: hash)
                 }
-                // A file this save put in place, by its own descriptor: a status by path
-                // could be another program's file that replaced it since the rename, taken
-                // for this save's and then overwritten by the next. (A package's directory
-                // stays where it was, or was swapped in whole; it is looked up by path.)
+                // The file or the package's directory this save put in place, by its own
+                // descriptor: a status by path could be another program's that replaced it
+                // since, taken for this save's and then overwritten by the next. (A
+                // symbolic link has no descriptor of its own; it is looked up by path.)
                 let status =
-                    wrapper.isRegularFile
-                    ? report.placed : try? FileDescriptor.currentWorkingDirectory.status(of: report.path)
+                    wrapper.isSymbolicLink
+                    ? try? FileDescriptor.currentWorkingDirectory.status(of: report.path) : report.placed
                 return SaveOutcome(
                     wrapper: wrapper, report: report, fingerprint: status.map { Fingerprint($0, contentHash: hash) },
                     journalRecord: savingRecord.lsn)

@@ -56,8 +56,9 @@ public struct DurableWriter: Sendable {
     /// write cannot take the write elsewhere. `nil`: none.
     public var confinement: String?
     /// Called with the destination's path right after a regular file's rename, before
-    /// anything else: where tests stand in for another program that replaces the file in
-    /// that moment.
+    /// anything else, and once a package's directory is swapped in or updated in place:
+    /// where tests stand in for another program that replaces the file or the directory
+    /// in that moment.
     var afterRename: (@Sendable (String) -> Void)?
 
     public init(
@@ -87,11 +88,13 @@ public struct DurableWriter: Sendable {
         /// For a regular file: the temporary name (in the destination's directory) it was
         /// written under and renamed from, which the rename's inotify event names.
         public var temporaryName: String?
-        /// For a regular file: the status of the file this write put in place, taken from
-        /// the written file's own descriptor right after the rename (which changes its
-        /// change time). A status looked up by path could be another program's file that
-        /// replaced this one in the meantime, and a caller recording it would take that
-        /// file for its own; `nil` if the status could not be taken.
+        /// The status of what this write put in place, taken from its own descriptor: a
+        /// regular file's right after the rename (which changes its change time), a
+        /// package's directory once every member is written and the directory swapped in
+        /// or updated in place. A status looked up by path could be another program's
+        /// file or directory that replaced this one in the meantime, and a caller
+        /// recording it would take that for its own; `nil` for a symbolic link, or if the
+        /// status could not be taken.
         public var placed: FileStatus?
     }
 
@@ -137,9 +140,10 @@ public struct DurableWriter: Sendable {
         case .symbolicLink(let destination):
             try session.writeSymbolicLink(wrapper, destination: destination, at: location, syncDirectory: true)
         case .directory:
-            try session.writeDirectory(
+            let tree = try session.writeDirectory(
                 wrapper, at: location, atomic: options.contains(.atomic),
                 linkBase: originalContentsPath ?? location.path, syncParent: true)
+            session.report.placed = try? tree.status()
         }
         session.commit(updatingNames: options.contains(.withNameUpdating))
         if options.contains(.withNameUpdating) { wrapper.filename = location.name }
@@ -421,6 +425,8 @@ struct WriteSession {
         /// (``DurableWriter/Report/placed``); ``commit(_:syncDirectory:)`` or
         /// ``discard(_:)`` closes it.
         var file: FileDescriptor? = nil
+        /// A tree's top directory, open (the session closes it, ``closeAll()``).
+        var tree: FileDescriptor? = nil
     }
 
     mutating func stage(_ wrapper: FileWrapper, at location: Location, linkBase: String?) throws -> Staged {
@@ -529,9 +535,13 @@ struct WriteSession {
         }
     }
 
+    /// Writes a directory: in place when one is there and `atomic` is not asked for, else
+    /// as a new tree swapped in. Returns the descriptor of the directory now at the
+    /// destination (the session closes it).
+    @discardableResult
     mutating func writeDirectory(
         _ wrapper: FileWrapper, at location: Location, atomic: Bool, linkBase: String?, syncParent: Bool
-    ) throws {
+    ) throws -> FileDescriptor {
         if !atomic, let existing = location.existing, existing.kind == .directory {
             let directory: FileDescriptor
             do throws(Errno) {
@@ -542,21 +552,26 @@ struct WriteSession {
             }
             opened.append(directory)
             try updateInPlace(wrapper, directory: directory, path: location.path)
-            return
+            afterRename?(location.path)
+            return directory
         }
-        try replaceTree(wrapper, at: location, linkBase: linkBase, syncParent: syncParent)
+        let tree = try replaceTree(wrapper, at: location, linkBase: linkBase, syncParent: syncParent)
+        afterRename?(location.path)
+        return tree
     }
 
+    /// Stages `wrapper` as a new tree and swaps it in; returns the new tree's descriptor
+    /// (the session closes it).
+    @discardableResult
     private mutating func replaceTree(
         _ wrapper: FileWrapper, at location: Location, linkBase: String?, syncParent: Bool
-    )
-        throws
-    {
+    ) throws -> FileDescriptor {
         let staged = try stageTree(wrapper, at: location, linkBase: linkBase)
         do { try commit(staged, syncDirectory: syncParent) } catch {
             discard(staged)
             throw error
         }
+        return staged.tree!
     }
 
     private mutating func stageRegularFile(_ wrapper: FileWrapper, at location: Location, keepingOpen: Bool = false)
@@ -718,7 +733,7 @@ struct WriteSession {
             }
             return Staged(
                 wrapper: wrapper, location: location, temporary: temporary, isTree: true,
-                record: SyncRecord(path: location.path, identity: identity), bytes: bytes)
+                record: SyncRecord(path: location.path, identity: identity), bytes: bytes, tree: newTree)
         } catch {
             TreeRemover.remove(temporary, in: parent)
             throw error

@@ -45,4 +45,39 @@ struct PlacedStatusTests {
         #expect(placed.inode != now.inode)
         #expect(now.size == Int64(theirs.count))
     }
+
+    @Test(
+        "A package's is that of the directory the write left, in place or swapped in, with or without interference",
+        arguments: [false, true])
+    func package(atomic: Bool) throws {
+        let path = directory.sub(atomic ? "atomic.package" : "in-place.package")
+        let options: FileWrapper.WritingOptions = atomic ? [.atomic] : []
+        func package(_ text: String) -> FileWrapper {
+            FileWrapper(directoryWithFileWrappers: ["a.txt": FileWrapper(regularFileWithContents: Data(text.utf8))])
+        }
+        try DurableWriter().write(package("one"), to: path, options: options)
+        let plain = try #require(try DurableWriter().write(package("two"), to: path, options: options).placed)
+        let now = try Disk.status(path)
+        #expect(plain.kind == .directory)
+        #expect(plain.device == now.device && plain.inode == now.inode)
+        #expect(plain.modified == now.modified && plain.changed == now.changed)
+
+        // Another program moves the package aside and puts its own directory there, in
+        // the moment after this write is done with it.
+        let theirs = directory.sub(atomic ? "theirs-atomic" : "theirs-in-place")
+        try FileManager.default.createDirectory(atPath: theirs, withIntermediateDirectories: false)
+        var writer = DurableWriter()
+        writer.afterRename = { destination in
+            _ = rename(destination, destination + ".aside")
+            _ = rename(theirs, destination)
+        }
+        let placed = try #require(try writer.write(package("three"), to: path, options: options).placed)
+        let found = try Disk.status(path)
+        let written = try Disk.status(path + ".aside")
+        #expect(try Disk.bytes(path + ".aside/a.txt") == Data("three".utf8))
+        // Recorded as this write's, their directory would be updated in place by the next
+        // save, unseen; by its own descriptor it is the directory this write left.
+        #expect(placed.inode == written.inode)
+        #expect(placed.inode != found.inode)
+    }
 }
