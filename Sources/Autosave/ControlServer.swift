@@ -36,6 +36,8 @@ public final class ControlServer: Sendable {
         var raw: Int32
         var device: UInt64
         var inode: UInt64
+        /// When the directory at the root's path was last seen to be this one.
+        var confirmedAt = Moment.now
 
         var descriptor: FileDescriptor { FileDescriptor(rawValue: raw) }
 
@@ -264,12 +266,21 @@ public final class ControlServer: Sendable {
     }
 
     /// Opens the root again when the directory at its path is not the one `held` is;
-    /// `true` when it did. One `stat` of the path: the held directory's identity is known.
+    /// `true` when it did. One `stat` of the path (the held directory's identity is known),
+    /// at most once a millisecond: a burst of requests naming documents not there yet (new
+    /// ones) costs one look at the root's path, not one each.
     private func reopenRootIfReplaced(_ held: HeldRoot) -> Bool {
-        guard let now = try? FileDescriptor.currentWorkingDirectory.status(of: configuration.root),
-            now.device != held.device || now.inode != held.inode,
+        let now = Moment.now
+        if now.nanoseconds - held.confirmedAt.nanoseconds < 1_000_000 { return false }
+        guard let status = try? FileDescriptor.currentWorkingDirectory.status(of: configuration.root) else {
+            return false
+        }
+        guard status.device != held.device || status.inode != held.inode,
             let fresh = try? HeldRoot(configuration.root)
-        else { return false }
+        else {
+            root.withLock { if $0.raw == held.raw { $0.confirmedAt = now } }
+            return false
+        }
         root.withLock { $0 = fresh }
         try? held.descriptor.close()
         return true

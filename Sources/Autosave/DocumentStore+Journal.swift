@@ -641,12 +641,12 @@ extension DocumentStore {
         // Enough of the oldest segments to be back at three quarters of the limit.
         for owner in journal.pinningOwners(toFree: bytes - configuration.journalMaxSize * 3 / 4) {
             guard let path = journalOwners[owner], let index = entries.index(forKey: path) else { continue }
-            let (dirty, saving, covered) = entries.values[index].compactionState
+            let (dirty, saving, covered) = entries[index].compactionState
             guard dirty else { continue }
             journalCompactionDocuments.insert(path)
             // Saving already, or already due for a save that covers every edit: it comes anyway.
             if saving || covered { continue }
-            entries.values[index].forcedToken = entries.values[index].changeCount
+            entries[index].forcedToken = entries[index].changeCount
             schedule(path)
             started += 1
         }

@@ -41,26 +41,21 @@ extension Int64 {
     }
 }
 
-/// Documents due for a save, in the order they became due, each once: appending, taking
-/// the first and asking whether one is queued cost O(1) each (an array's `contains` and
-/// `removeFirst` walked it, with thousands of documents due at once).
+/// Documents due for a save, in the order they became due: appending and taking the
+/// first cost O(1) each (an array's `removeFirst` walked it, with thousands of documents
+/// due at once). A document is queued once: its entry's `isReady` says it is in the queue.
 struct ReadyQueue {
     private var order: [String] = []
     private var head = 0
-    private var queued: Set<String> = []
 
     var isEmpty: Bool { head == order.count }
 
-    mutating func append(_ path: String) {
-        guard queued.insert(path).inserted else { return }
-        order.append(path)
-    }
+    mutating func append(_ path: String) { order.append(path) }
 
     mutating func popFirst() -> String? {
         guard head < order.count else { return nil }
         let path = order[head]
         head += 1
-        queued.remove(path)
         if head == order.count {
             order.removeAll(keepingCapacity: true)
             head = 0
@@ -119,7 +114,7 @@ extension DocumentStore {
         noteEdit(path, at: index)
     }
 
-    func noteEdit(_ path: String, at index: [String: Entry].Index) {
+    func noteEdit(_ path: String, at index: EntryTable.Index) {
         let now = Moment.now
         let delays = scheduleDelays
         let decision = modifyEntry(at: index) { entry in Self.recordEdit(&entry, now: now, delays: delays) }
@@ -135,11 +130,10 @@ extension DocumentStore {
         return reschedule(&entry, now: now, delays: delays)
     }
 
-    /// Runs `body` on the entry in place. Reading `entries.values[index].field` would copy
+    /// Runs `body` on the entry in place. Reading `entries[index].field` would copy
     /// the whole entry out first; an `inout` access does not.
-    func modifyEntry<R, E: Error>(at index: [String: Entry].Index, _ body: (inout Entry) throws(E) -> R) throws(E) -> R
-    {
-        try body(&entries.values[index])
+    func modifyEntry<R, E: Error>(at index: EntryTable.Index, _ body: (inout Entry) throws(E) -> R) throws(E) -> R {
+        try body(&entries[index])
     }
 
     /// Sets the deadline of a dirty document and makes sure the heap holds it: the
@@ -150,7 +144,7 @@ extension DocumentStore {
         schedule(path, at: index, now: .now)
     }
 
-    private func schedule(_ path: String, at index: [String: Entry].Index, now: Moment) {
+    private func schedule(_ path: String, at index: EntryTable.Index, now: Moment) {
         let delays = scheduleDelays
         let decision = modifyEntry(at: index) { entry in Self.reschedule(&entry, now: now, delays: delays) }
         if let decision { queue(path, decision) }
@@ -260,26 +254,38 @@ extension DocumentStore {
     func processDue() {
         let now = Moment.now
         while let first = heap.first, first <= now, let (_, path) = heap.pop() {
-            guard let entry = entries[path] else { continue }
-            // A stale entry: the document was queued again for an earlier time.
-            if let queuedAt = entry.queuedAt, queuedAt < first { continue }
-            entries[path]!.queuedAt = nil
-            guard entry.isDirty, let deadline = entry.deadline else { continue }
-            if deadline > now {
-                heap.push(deadline, path)
-                entries[path]!.queuedAt = deadline
-                continue
+            guard let index = entries.index(forKey: path) else { continue }
+            // One access to the entry, in place.
+            let requeue: Moment?
+            let due: Bool
+            (due, requeue) = modifyEntry(at: index) { entry -> (Bool, Moment?) in
+                // A stale entry: the document was queued again for an earlier time.
+                if let queuedAt = entry.queuedAt, queuedAt < first { return (false, nil) }
+                entry.queuedAt = nil
+                guard entry.isDirty, let deadline = entry.deadline else { return (false, nil) }
+                if deadline > now {
+                    entry.queuedAt = deadline
+                    return (false, deadline)
+                }
+                // A save in flight reschedules the document when it finishes.
+                guard entry.savingToken == nil, !entry.isReady else { return (false, nil) }
+                entry.isReady = true
+                return (true, nil)
             }
-            if entry.savingToken != nil { continue }  // rescheduled when that save finishes
-            ready.append(path)
+            if let requeue { heap.push(requeue, path) }
+            if due { ready.append(path) }
         }
         startReadySaves()
     }
 
     func startReadySaves() {
         while savesInFlight < configuration.maxConcurrentSaves, let path = ready.popFirst() {
-            guard let entry = entries[path], entry.isDirty, entry.savingToken == nil else { continue }
-            startSave(path)
+            guard let index = entries.index(forKey: path) else { continue }
+            let startable = modifyEntry(at: index) { entry in
+                entry.isReady = false
+                return entry.isDirty && entry.savingToken == nil
+            }
+            if startable { startSave(path, at: index) }
         }
     }
 
@@ -301,23 +307,25 @@ extension DocumentStore {
         }
     }
 
-    private func startSave(_ path: String) {
-        var entry = entries[path]!
-        let token = entry.changeCount
-        let since = entry.firstUnsavedEdit
-        entry.savingToken = token
-        entry.firstUnsavedEdit = nil
-        entry.deadline = nil
-        entry.savingLSN = entry.lastJournalLSN
-        entries[path] = entry
-        // The journal's record of the file this save puts in place, written right before the rename.
-        let journalSaving = journalSaving(entry, path: path, token: token)
+    private func startSave(_ path: String, at index: EntryTable.Index) {
+        // One access to the entry, in place: what the save needs is taken from it.
+        let (token, since, snapshot, existing, expected, type, journalSaving, onLoop) = modifyEntry(at: index) {
+            entry in
+            let token = entry.changeCount
+            let since = entry.firstUnsavedEdit
+            entry.savingToken = token
+            entry.firstUnsavedEdit = nil
+            entry.deadline = nil
+            entry.savingLSN = entry.lastJournalLSN
+            return (
+                token, since, entry.document, entry.existingFile,
+                // Never replace what was not seen: the file as last read or written, or none.
+                entry.fingerprint?.expectedDestination ?? .absent, entry.contentType,
+                // The journal's record of the file this save puts in place, written right before the rename.
+                self.journalSaving(entry, path: path, token: token), mayRunOnLoop(entry)
+            )
+        }
         savesInFlight += 1
-        let snapshot = entry.document
-        let existing = entry.existingFile
-        // Never replace what was not seen: the file as last read or written, or none.
-        let expected = entry.fingerprint?.expectedDestination ?? .absent
-        let type = entry.contentType
         let fullPath = root + "/" + path
         let root = root
         let writer = writer
@@ -376,7 +384,7 @@ extension DocumentStore {
             store.finishSave(path, token: token, snapshot: snapshot, result: result, duration: duration, since: since)
         }
         let save = DeferredSave(work: work, finish: finish)
-        if mayRunOnLoop(entry) {
+        if onLoop {
             deferredSaves.append(save)
         } else {
             submit(save)

@@ -63,6 +63,8 @@ public actor DocumentStore {
         var deadline: Moment?
         /// The earliest time the heap holds for this document.
         var queuedAt: Moment?
+        /// The document is in the queue of saves due (``ReadyQueue``).
+        var isReady = false
         /// The last save's failure, until a save succeeds.
         var failure: SaveFailure? {
             get { failureBox?.value }
@@ -101,8 +103,8 @@ public actor DocumentStore {
         var isDirty: Bool { changeCount > savedChangeCount }
 
         // The two large values an edit does not touch, each kept behind one reference: an
-        // entry is about a third smaller (the store's table moves entries when it grows,
-        // and an edit reads an entry's first cache lines).
+        // entry is about a third smaller (an edit reads an entry's first cache lines, and
+        // a save copies the entry).
         private(set) var failureBox: Boxed<SaveFailure>? = nil
         private(set) var fingerprintBox: Boxed<Fingerprint>? = nil
     }
@@ -113,7 +115,7 @@ public actor DocumentStore {
         init(_ value: Value) { self.value = value }
     }
 
-    @exclusivity(unchecked) var entries: [String: Entry] = [:]
+    @exclusivity(unchecked) var entries = EntryTable()
     /// How many open documents lie beneath each directory (relative to the root) that
     /// holds one: whether a path is the directory of open documents is one lookup, not a
     /// walk over every document. Kept by ``insert(_:at:)`` and ``remove(_:)``.
@@ -467,8 +469,10 @@ public actor DocumentStore {
     /// Adds a document the store did not hold.
     func insert(_ entry: Entry, at path: String) {
         var entry = entry
-        // The prefix names the path: a document moved here writes it again.
+        // The prefix names the path: a document moved here writes it again. It is in no
+        // queue of saves under this path yet.
         entry.replyPrefix = []
+        entry.isReady = false
         if entries.updateValue(entry, forKey: path) == nil { countDirectories(of: path, by: 1) }
     }
 
@@ -535,9 +539,7 @@ public actor DocumentStore {
     func newEntry(_ path: String) throws(StoreError) -> Entry {
         try refuseInsidePackage(path)
         let name = PathName.lastComponent(path)
-        let registration =
-            registry.registration(forName: name, isDirectory: true)
-            ?? registry.registration(forName: name, isDirectory: false)!
+        let registration = registry.registration(forNewName: name)
         try refuseIgnored(path, isDirectory: registration.isPackage)
         try refuseClash(path)
         let empty: any AutosaveDocument
@@ -571,10 +573,12 @@ public actor DocumentStore {
 
     private static func emptyDocument(_ registration: DocumentTypeRegistry.Registration) throws -> any AutosaveDocument
     {
+        // The built-in types' empty documents directly, without reading an empty file.
+        if registration.documentType == JSONDocument.self { return JSONDocument(value: .object([])) }
+        if registration.documentType == PlainTextDocument.self { return PlainTextDocument(text: "") }
         let file =
             registration.isPackage
             ? FileWrapper(directoryWithFileWrappers: [:]) : FileWrapper(regularFileWithContents: Data())
-        if registration.documentType == JSONDocument.self { return JSONDocument(value: .object([])) }
         return try registration.documentType.init(
             configuration: .init(contentType: registration.contentType, file: file))
     }
@@ -659,7 +663,7 @@ public actor DocumentStore {
     /// Applies `edit` to the entry at `index` and schedules its save: one access to the
     /// entry for the whole edit, the path every edit takes.
     private func apply(
-        _ edit: DocumentEdit, at index: [String: Entry].Index, path: String, replyPrefix: Bool
+        _ edit: DocumentEdit, at index: EntryTable.Index, path: String, replyPrefix: Bool
     ) throws(StoreError) -> EditOutcome {
         editCounts.count(edit.command)
         let refuse = configuration.refuseEditsWhenSaveFails
@@ -879,7 +883,7 @@ public actor DocumentStore {
     // MARK: Reporting
 
     /// The same as `info(path, entries[path]!)`, without copying the entry out.
-    func info(_ path: String, at index: [String: Entry].Index) -> DocumentInfo {
+    func info(_ path: String, at index: EntryTable.Index) -> DocumentInfo {
         modifyEntry(at: index) { entry in info(path, entry) }
     }
 

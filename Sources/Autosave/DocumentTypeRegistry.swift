@@ -13,7 +13,9 @@ public struct DocumentTypeRegistry: Sendable {
         public var isPackage: Bool
     }
 
-    private var registrations: [Registration] = []
+    /// The latest registration for each extension (lowercased), for files and for
+    /// directories: a name's type is one lookup, however many types there are.
+    private var byExtension: [String: (file: Registration?, package: Registration?)] = [:]
 
     /// The built-in types: plain text (every extension of a type conforming to
     /// `public.plain-text`), JSON, packages for `packageExtensions`, and raw data for
@@ -40,22 +42,23 @@ public struct DocumentTypeRegistry: Sendable {
         _ documentType: Document.Type, contentType: UTType, filenameExtensions: [String], isPackage: Bool? = nil
     ) {
         let package = isPackage ?? contentType.conforms(to: .directory)
-        registrations.insert(
-            Registration(
-                contentType: contentType, documentType: documentType,
-                filenameExtensions: filenameExtensions.map { $0.lowercased() }, isPackage: package),
-            at: 0)
+        let registration = Registration(
+            contentType: contentType, documentType: documentType,
+            filenameExtensions: filenameExtensions.map { $0.lowercased() }, isPackage: package)
+        for ext in registration.filenameExtensions {
+            if package {
+                byExtension[ext, default: (nil, nil)].package = registration
+            } else {
+                byExtension[ext, default: (nil, nil)].file = registration
+            }
+        }
     }
 
     /// The registration for a file (or directory) named `name`; `nil` for a directory
     /// that is not a package. A file without a registered extension is raw data.
     public func registration(forName name: String, isDirectory: Bool) -> Registration? {
         let ext = PathName.pathExtension(name).lowercased()
-        if !ext.isEmpty,
-            let found = registrations.first(where: {
-                $0.isPackage == isDirectory && $0.filenameExtensions.contains(ext)
-            })
-        {
+        if !ext.isEmpty, let found = isDirectory ? byExtension[ext]?.package : byExtension[ext]?.file {
             return found
         }
         if isDirectory { return nil }
@@ -66,6 +69,14 @@ public struct DocumentTypeRegistry: Sendable {
         let type = ext.isEmpty ? UTType.data : (UTType(filenameExtension: ext) ?? .data)
         return Registration(
             contentType: type, documentType: DataDocument.self, filenameExtensions: [], isPackage: false)
+    }
+
+    /// The registration for a new document named `name`: a package when its extension is
+    /// a package's, else a file.
+    public func registration(forNewName name: String) -> Registration {
+        let ext = PathName.pathExtension(name).lowercased()
+        if !ext.isEmpty, let package = byExtension[ext]?.package { return package }
+        return registration(forName: name, isDirectory: false)!
     }
 
     /// Whether a directory named `name` is a package document.

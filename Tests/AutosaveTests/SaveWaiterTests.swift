@@ -10,6 +10,8 @@ extension DocumentStore {
     /// How many callers of `save(_:wait:)` wait for the document's edits (internal state,
     /// read so a test knows its caller is waiting before it acts).
     func waitingSaves(_ path: String) -> Int { entries[path]?.waiters.count ?? 0 }
+    /// Whether the document is in the queue of saves due, waiting for a save slot.
+    func isQueuedForSave(_ path: String) -> Bool { entries[path]?.isReady ?? false }
 }
 
 /// A caller of `save(wait: true)` (`autosavectl save --wait`, `close`) waits for a save of
@@ -154,5 +156,23 @@ struct SaveWaiterTests {
         #expect(error?.description.contains("another program removed the file") == true)
         #expect(await store.isOpen("t.txt") == false)
         setup.gate.open(waiting: 1)
+    }
+
+    @Test("Renamed by another program while its save waits for a slot: saved under the new name, and the waiting save answers")
+    func renamedWhileQueued() async throws {
+        let setup = try await setUp()
+        let store = setup.harness.store
+        while await !store.isQueuedForSave("t.txt") {
+            try Task.checkCancellation()
+            await Task.yield()
+        }
+        try FileDescriptor.currentWorkingDirectory.rename(setup.harness.file("t.txt"), to: setup.harness.file("u.txt"))
+        await store.sync()
+        #expect(await store.isOpen("u.txt"))
+        #expect(await store.isOpen("t.txt") == false)
+        setup.gate.open(waiting: 1)
+        #expect(await outcome(setup) == nil, "saved")
+        #expect(try setup.harness.text(onDisk: "u.txt") == "unsaved\n")
+        #expect(try await store.info("u.txt").state == .clean)
     }
 }
