@@ -158,7 +158,7 @@ struct SaveWaiterTests {
         setup.gate.open(waiting: 1)
     }
 
-    @Test("Renamed by another program while its save waits for a slot: saved under the new name, and the waiting save answers")
+    @Test("Renamed by another program while its save waits for a slot: saved under the new name, the waiter answered")
     func renamedWhileQueued() async throws {
         let setup = try await setUp()
         let store = setup.harness.store
