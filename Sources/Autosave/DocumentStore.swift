@@ -467,13 +467,16 @@ public actor DocumentStore {
     }
 
     /// Adds a document the store did not hold.
-    func insert(_ entry: Entry, at path: String) {
+    @discardableResult
+    func insert(_ entry: Entry, at path: String) -> EntryTable.Slot {
         var entry = entry
         // The prefix names the path: a document moved here writes it again. It is in no
         // queue of saves under this path yet.
         entry.replyPrefix = []
         entry.isReady = false
-        if entries.updateValue(entry, forKey: path) == nil { countDirectories(of: path, by: 1) }
+        let (replaced, slot) = entries.insert(entry, forKey: path)
+        if replaced == nil { countDirectories(of: path, by: 1) }
+        return slot
     }
 
     /// Forgets a document; returns what it held. Its journal records are released
@@ -647,12 +650,11 @@ public actor DocumentStore {
         entry.changeCount += 1
         editCounts.count(edit.command)
         journalEdit(&entry, path: path, edit, baseContents: baseContents)
-        insert(entry, at: path)
+        let slot = insert(entry, at: path)
         emit(.opened(document: path))
-        let index = entries.index(forKey: path)!
         let now = Moment.now
         let delays = scheduleDelays
-        let (outcome, decision) = modifyEntry(at: index) { entry in
+        let (outcome, decision) = slot.modify { entry in
             let decision = Self.recordEdit(&entry, now: now, delays: delays)
             return (self.outcome(&entry, path: path, now: now, replyPrefix: replyPrefix), decision)
         }

@@ -57,11 +57,26 @@ public struct DocumentTypeRegistry: Sendable {
     /// The registration for a file (or directory) named `name`; `nil` for a directory
     /// that is not a package. A file without a registered extension is raw data.
     public func registration(forName name: String, isDirectory: Bool) -> Registration? {
-        let ext = PathName.pathExtension(name).lowercased()
+        let ext = Self.lowercasedExtension(name)
         if !ext.isEmpty, let found = isDirectory ? byExtension[ext]?.package : byExtension[ext]?.file {
             return found
         }
-        if isDirectory { return nil }
+        return isDirectory ? nil : unregisteredFile(ext)
+    }
+
+    /// The registration for a new document named `name`: a package when its extension is
+    /// a package's, else a file.
+    public func registration(forNewName name: String) -> Registration {
+        let ext = Self.lowercasedExtension(name)
+        if !ext.isEmpty, let found = byExtension[ext], let registration = found.package ?? found.file {
+            return registration
+        }
+        return unregisteredFile(ext)
+    }
+
+    /// A file whose extension no type is registered for: plain text when its type is one,
+    /// raw data otherwise.
+    private func unregisteredFile(_ ext: String) -> Registration {
         if !ext.isEmpty, let type = UTType(filenameExtension: ext), type.conforms(to: .plainText) {
             return Registration(
                 contentType: type, documentType: PlainTextDocument.self, filenameExtensions: [ext], isPackage: false)
@@ -71,12 +86,13 @@ public struct DocumentTypeRegistry: Sendable {
             contentType: type, documentType: DataDocument.self, filenameExtensions: [], isPackage: false)
     }
 
-    /// The registration for a new document named `name`: a package when its extension is
-    /// a package's, else a file.
-    public func registration(forNewName name: String) -> Registration {
-        let ext = PathName.pathExtension(name).lowercased()
-        if !ext.isEmpty, let package = byExtension[ext]?.package { return package }
-        return registration(forName: name, isDirectory: false)!
+    /// The extension of the last component of `name`, lowercased (copied only when it has
+    /// an upper-case letter).
+    private static func lowercasedExtension(_ name: String) -> String {
+        let ext = PathName.pathExtension(name)
+        return ext.utf8.contains(where: { $0 >= UInt8(ascii: "A") && $0 <= UInt8(ascii: "Z") })
+            || !ext.utf8.allSatisfy { $0 < 0x80 }
+            ? ext.lowercased() : ext
     }
 
     /// Whether a directory named `name` is a package document.

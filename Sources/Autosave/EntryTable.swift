@@ -10,6 +10,9 @@ extension DocumentStore {
         final class Slot {
             @exclusivity(unchecked) var entry: Entry?
             init(_ entry: Entry) { self.entry = entry }
+
+            /// Runs `body` on the entry in place (while it is in the table).
+            func modify<R, E: Error>(_ body: (inout Entry) throws(E) -> R) throws(E) -> R { try body(&entry!) }
         }
 
         typealias Index = [String: Slot].Index
@@ -68,7 +71,14 @@ extension DocumentStore {
         /// Puts `entry` at `path`; returns the entry it replaces.
         @discardableResult
         mutating func updateValue(_ entry: Entry, forKey path: String) -> Entry? {
-            slots.updateValue(Slot(entry), forKey: path)?.entry
+            insert(entry, forKey: path).replaced
+        }
+
+        /// Puts `entry` at `path`; returns the entry it replaces and the slot it is in now,
+        /// through which it can be changed without another lookup.
+        mutating func insert(_ entry: Entry, forKey path: String) -> (replaced: Entry?, slot: Slot) {
+            let slot = Slot(entry)
+            return (slots.updateValue(slot, forKey: path)?.entry, slot)
         }
 
         /// Removes the entry at `path` and returns it.
