@@ -492,26 +492,30 @@ extension DocumentStore {
     ) {
         savesInFlight -= 1
         defer { startReadySaves() }
-        guard entries.index(forKey: path) != nil else { return }
-        entries[path]!.savingToken = nil
+        guard let index = entries.index(forKey: path) else { return }
+        entries[index].savingToken = nil
         switch result {
         case .success(let outcome):
             let report = outcome.report
-            var entry = entries[path]!
-            entry.savedChangeCount = max(entry.savedChangeCount, token)
-            entry.existingFile = outcome.wrapper
-            entry.fingerprint = outcome.fingerprint
-            Self.didSave(&entry.document, snapshot: snapshot)
-            journalSaved(&entry, path: path, savingRecord: outcome.journalRecord)
-            entry.failure = nil
-            entry.retryAt = nil
-            entry.saves += 1
-            entry.lastSaveDuration = duration
             let now = Date()
-            entry.lastSaved = now
-            let finished = entry.waiters.filter { $0.token <= entry.savedChangeCount }
-            entry.waiters.removeAll { $0.token <= entry.savedChangeCount }
-            entries[path] = entry
+            // One access to the entry, in place: no copy of it (or of its document, which
+            // `didSave` may change) to write back.
+            let (finished, type) = modifyEntry(at: index) { entry in
+                entry.savedChangeCount = max(entry.savedChangeCount, token)
+                entry.existingFile = outcome.wrapper
+                entry.fingerprint = outcome.fingerprint
+                Self.didSave(&entry.document, snapshot: snapshot)
+                journalSaved(&entry, path: path, savingRecord: outcome.journalRecord)
+                entry.failure = nil
+                entry.retryAt = nil
+                entry.saves += 1
+                entry.lastSaveDuration = duration
+                entry.lastSaved = now
+                let saved = entry.savedChangeCount
+                let finished = entry.waiters.filter { $0.token <= saved }
+                if !finished.isEmpty { entry.waiters.removeAll { $0.token <= saved } }
+                return (finished, entry.contentType)
+            }
             totalSaves += 1
             lastSave = (path, now)
             if let since { editToDurable.record(Moment.now - since) }
@@ -525,7 +529,6 @@ extension DocumentStore {
                 ownRenames.removeValue(forKey: path)
             }
             let log = log
-            let type = entry.contentType
             logsAfterReplies.append {
                 log.info(
                     "saved \(path)",
@@ -542,24 +545,27 @@ extension DocumentStore {
                 "the save of \(path) found the file changed by another program and replaced nothing: \(error)",
                 ["document": path, "message_id": MessageID.externalChange])
             changeFoundBySave(path)
-        case .failure(var error):
-            var entry = entries[path]!
-            if let replaced = error as? FailedAfterReplacing {
-                // The file in place is this save's: the retry replaces it, and the watcher
-                // does not take it for another program's.
-                entry.fingerprint = replaced.fingerprint
-                error = replaced.error
+        case .failure(let thrown):
+            let replaced = thrown as? FailedAfterReplacing
+            let error = replaced?.error ?? thrown
+            let (failure, failed, backoff, type) = modifyEntry(at: index) {
+                entry -> (SaveFailure, [Entry.Waiter], Duration, UTType) in
+                if let replaced {
+                    // The file in place is this save's: the retry replaces it, and the watcher
+                    // does not take it for another program's.
+                    entry.fingerprint = replaced.fingerprint
+                }
+                let attempts = (entry.failure?.attempts ?? 0) + 1
+                let wait = self.backoff(after: attempts)
+                let retryAt = Moment.now + wait
+                let failure = Self.describe(error, document: path, attempts: attempts, retryAt: date(of: retryAt))
+                entry.failure = failure
+                entry.retryAt = retryAt
+                if entry.firstUnsavedEdit == nil { entry.firstUnsavedEdit = .now }
+                let failed = entry.waiters.filter { $0.token <= token }
+                entry.waiters.removeAll { $0.token <= token }
+                return (failure, failed, wait, entry.contentType)
             }
-            let attempts = (entry.failure?.attempts ?? 0) + 1
-            let backoff = backoff(after: attempts)
-            let retryAt = Moment.now + backoff
-            let failure = Self.describe(error, document: path, attempts: attempts, retryAt: date(of: retryAt))
-            entry.failure = failure
-            entry.retryAt = retryAt
-            if entry.firstUnsavedEdit == nil { entry.firstUnsavedEdit = .now }
-            let failed = entry.waiters.filter { $0.token <= token }
-            entry.waiters.removeAll { $0.token <= token }
-            entries[path] = entry
             lastFailure = failure
             for waiter in failed { waiter.continuation.resume(throwing: StoreError.saveFailed(failure)) }
             log.error(
@@ -567,7 +573,7 @@ extension DocumentStore {
                 [
                     "document": path, "operation": failure.operation, "path": failure.path,
                     "errno": failure.errno.map { "\($0.rawValue)" } ?? "", "errno_name": failure.errno?.name ?? "",
-                    "content_type": entries[path]!.contentType.identifier, "message_id": MessageID.saveFailed,
+                    "content_type": type.identifier, "message_id": MessageID.saveFailed,
                 ])
             emit(.saveFailed(failure))
         }

@@ -71,7 +71,9 @@ public actor DocumentStore {
             set { failureBox = newValue.map(Boxed.init) }
         }
         var retryAt: Moment?
-        var waiters: [(token: UInt64, continuation: CheckedContinuation<Void, any Error>)] = []
+        /// A caller of `save(wait: true)`: the change it waits for, and how it is told.
+        typealias Waiter = (token: UInt64, continuation: CheckedContinuation<Void, any Error>)
+        var waiters: [Waiter] = []
         var saves = 0
         var lastSaved: Date?
         /// How long the last successful save took.
