@@ -256,9 +256,7 @@ extension DocumentStore {
         while let first = heap.first, first <= now, let (_, path) = heap.pop() {
             guard let index = entries.index(forKey: path) else { continue }
             // One access to the entry, in place.
-            let requeue: Moment?
-            let due: Bool
-            (due, requeue) = modifyEntry(at: index) { entry -> (Bool, Moment?) in
+            let (due, requeue) = modifyEntry(at: index) { entry -> (Bool, Moment?) in
                 // A stale entry: the document was queued again for an earlier time.
                 if let queuedAt = entry.queuedAt, queuedAt < first { return (false, nil) }
                 entry.queuedAt = nil

@@ -105,8 +105,7 @@ public actor DocumentStore {
         var isDirty: Bool { changeCount > savedChangeCount }
 
         // The two large values an edit does not touch, each kept behind one reference: an
-        // entry is about a third smaller (an edit reads an entry's first cache lines, and
-        // a save copies the entry).
+        // entry is about a third smaller (an edit reads an entry's first cache lines).
         private(set) var failureBox: Boxed<SaveFailure>? = nil
         private(set) var fingerprintBox: Boxed<Fingerprint>? = nil
     }

@@ -86,13 +86,12 @@ public struct DocumentTypeRegistry: Sendable {
             contentType: type, documentType: DataDocument.self, filenameExtensions: [], isPackage: false)
     }
 
-    /// The extension of the last component of `name`, lowercased (copied only when it has
-    /// an upper-case letter).
+    /// The extension of the last component of `name`, lowercased (copied only when it is
+    /// not lower-case ASCII already).
     private static func lowercasedExtension(_ name: String) -> String {
         let ext = PathName.pathExtension(name)
-        return ext.utf8.contains(where: { $0 >= UInt8(ascii: "A") && $0 <= UInt8(ascii: "Z") })
-            || !ext.utf8.allSatisfy { $0 < 0x80 }
-            ? ext.lowercased() : ext
+        let lowerASCII = ext.utf8.allSatisfy { $0 < 0x80 && !(UInt8(ascii: "A")...UInt8(ascii: "Z")).contains($0) }
+        return lowerASCII ? ext : ext.lowercased()
     }
 
     /// Whether a directory named `name` is a package document.
