@@ -148,6 +148,8 @@ int clinux_fstatfs_type(int fd, int64_t *type) {
     return 0;
 }
 
+int clinux_fallocate(int fd, int64_t length) { return fallocate(fd, 0, 0, (off_t)length); }
+
 int clinux_flock_exclusive_nonblocking(int fd) { return flock(fd, LOCK_EX | LOCK_NB); }
 
 // LeakSanitizer's suppressions, read by its runtime from this hook in a binary built with

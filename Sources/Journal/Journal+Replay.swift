@@ -21,6 +21,9 @@ extension Journal {
         var tornHeader = false
         /// The first bad record, when the segment does not end cleanly.
         var defect: (offset: Int, defect: JournalProblem.RecordDefect)?
+        /// Zeros after the records: space reserved when the segment was made (see
+        /// ``Journal/preallocate(_:)``), not counted in `size`.
+        var reserved = 0
     }
 
     /// Delivers every valid, unreleased record in LSN order, then opens a fresh segment and
@@ -155,11 +158,18 @@ extension Journal {
         bytes.withUnsafeBytes { b in
             if let defect = SegmentFormat.checkHeader(b, expectedBase: scan.base) {
                 scan.header = defect
+                if defect == .zeros, Self.onlyZeros(b) { scan.reserved = b.count }
                 return
             }
             var offset = SegmentFormat.headerSize
             var expected = scan.base
             while offset < b.count {
+                if b[offset] == 0, Self.onlyZeros(UnsafeRawBufferPointer(rebasing: b[offset...])) {
+                    // The segment's reserved space: the records end here.
+                    scan.reserved = b.count - offset
+                    scan.size = offset
+                    break
+                }
                 if let defect = Self.checkRecord(b, at: offset, expected: expected) {
                     scan.defect = (offset, defect)
                     break
@@ -179,6 +189,20 @@ extension Journal {
             }
             scan.validEnd = offset
         }
+    }
+
+    /// Whether every byte is zero: eight at a time, then the rest one by one.
+    static func onlyZeros(_ bytes: UnsafeRawBufferPointer) -> Bool {
+        var index = 0
+        while index + 8 <= bytes.count {
+            if bytes.loadUnaligned(fromByteOffset: index, as: UInt64.self) != 0 { return false }
+            index += 8
+        }
+        while index < bytes.count {
+            if bytes[index] != 0 { return false }
+            index += 1
+        }
+        return true
     }
 
     /// Why the record at `offset` is not the valid record numbered `expected`, or `nil`.
@@ -243,8 +267,13 @@ extension Journal {
         for i in scans.indices {
             let isLast = i == scans.count - 1
             if let defect = scans[i].header {
-                if isLast, defect == .tooShort || (defect == .zeros && scans[i].size < SegmentFormat.headerSize) {
-                    // Created, then the crash came before its header was written.
+                if isLast,
+                    defect == .tooShort
+                        || (defect == .zeros
+                            && (scans[i].size < SegmentFormat.headerSize || scans[i].reserved == scans[i].size))
+                {
+                    // Created, then the crash came before its header was written (a segment
+                    // whose space was reserved is all zeros then): nothing in it was ever synced.
                     if scans[i].size > 0 {
                         report.problems.append(
                             JournalProblem(
@@ -323,16 +352,25 @@ extension Journal {
         if let last = scans.last, last.header == nil, last.records == 0, last.defect == nil,
             last.size == SegmentFormat.headerSize, last.base >= highest.next
         {
-            // The segment the last run started and never wrote to: go on in it.
+            // The segment the last run started and never wrote to: go on in it, right
+            // after its header (its reserved zeros, if any, are written over).
             next = last.base
+            let fd: FileDescriptor
             do {
-                let fd = try FileDescriptor.open(last.name, relativeTo: directoryFD, .writeOnly, options: [.append])
-                current = SegmentEntry(
-                    base: last.base, name: last.name, descriptor: fd.rawValue, size: last.size, syncedSize: 0,
-                    needsDirectorySync: true)
+                fd = try FileDescriptor.open(last.name, relativeTo: directoryFD, .writeOnly)
             } catch {
                 throw JournalFailure(.open, path: path(last.name), errno: error)
             }
+            do throws(Errno) {
+                try fd.seek(to: Int64(last.size))
+            } catch {
+                try? fd.close()
+                throw JournalFailure(.open, path: path(last.name), errno: error)
+            }
+            if last.reserved == 0 { preallocate(fd) }
+            current = SegmentEntry(
+                base: last.base, name: last.name, descriptor: fd.rawValue, size: last.size, syncedSize: 0,
+                needsDirectorySync: true)
         } else {
             current = try createSegment(base: next)
         }

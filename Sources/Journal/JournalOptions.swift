@@ -49,21 +49,30 @@ public struct JournalOptions: Sendable {
     }
 }
 
-/// The two calls that put records on the disk: `write(2)` of a batch and `fdatasync(2)` of
-/// a segment. Everything else (open, rename, directory fsync) goes straight to Posix.
+/// The calls that put records on the disk: `write(2)` of a batch, `fdatasync(2)` of a
+/// segment, and `fallocate(2)` of a new segment's space. Everything else (open, rename,
+/// directory fsync) goes straight to Posix.
 public struct JournalIO: Sendable {
     public var write: @Sendable (FileDescriptor, UnsafeRawBufferPointer) throws(Errno) -> Void
     public var dataSync: @Sendable (FileDescriptor) throws(Errno) -> Void
+    /// Reserves a segment's blocks up to a size, extending the file with zeros. A failure
+    /// (a file system without `fallocate`, no room) only leaves the segment to grow as it
+    /// is written.
+    public var allocate: @Sendable (FileDescriptor, Int64) throws(Errno) -> Void
 
     public init(
         write: @escaping @Sendable (FileDescriptor, UnsafeRawBufferPointer) throws(Errno) -> Void,
-        dataSync: @escaping @Sendable (FileDescriptor) throws(Errno) -> Void
+        dataSync: @escaping @Sendable (FileDescriptor) throws(Errno) -> Void,
+        allocate: @escaping @Sendable (FileDescriptor, Int64) throws(Errno) -> Void = { fd, size throws(Errno) in
+            try fd.allocate(upTo: size)
+        }
     ) {
         self.write = write
         self.dataSync = dataSync
+        self.allocate = allocate
     }
 
-    /// `write(2)` (looping over short writes) and `fdatasync(2)`.
+    /// `write(2)` (looping over short writes), `fdatasync(2)` and `fallocate(2)`.
     public static let system = JournalIO(
         write: { fd, bytes throws(Errno) in try fd.writeAll(bytes) },
         dataSync: { fd throws(Errno) in try fd.dataSync() })

@@ -10,7 +10,9 @@
 /// payload: 16 bytes + the payload). Its CRC-32C covers the 4 length bytes and then
 /// those `length` bytes, so a damaged length is caught like damaged contents. The
 /// records of one segment carry consecutive LSNs starting at the header's base LSN,
-/// which is also the segment's file name (20 decimal digits + `.journal`).
+/// which is also the segment's file name (20 decimal digits + `.journal`). A segment's
+/// space is reserved when it is made (``Journal/preallocate(_:)``): a record length of
+/// zero followed by nothing but zeros is the end of its records.
 enum SegmentFormat {
     static let magic: [UInt8] = Array("ASJOURNL".utf8)
     static let version: UInt32 = 1

@@ -254,6 +254,22 @@ extension FileDescriptor {
     public func truncate(to length: Int64) throws(Errno) {
         try nothingOrErrno { system_ftruncate(rawValue, off_t(length)) }.get()
     }
+
+    /// Allocates the file's blocks up to `length` bytes, extending its size to at least
+    /// that; the new bytes read as zeros. `EOPNOTSUPP` (``Errno/notSupported``) where the
+    /// file system cannot (tmpfs can; NFS before 4.2 and many FUSE file systems cannot).
+    ///
+    /// The corresponding C function is `fallocate` with no flags.
+    public func allocate(upTo length: Int64) throws(Errno) {
+        try nothingOrErrno { system_fallocate(rawValue, length) }.get()
+    }
+
+    /// Moves the file offset, where the next `read` or `write` starts, to `offset`.
+    ///
+    /// The corresponding C function is `lseek` with `SEEK_SET`.
+    public func seek(to offset: Int64) throws(Errno) {
+        try nothingOrErrno { system_lseek_set(rawValue, off_t(offset)) }.get()
+    }
 }
 
 // MARK: Metadata

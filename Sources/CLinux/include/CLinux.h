@@ -20,6 +20,10 @@ static inline long clinux_send(int fd, const void *buffer, size_t count, int fla
     return syscall(SYS_sendto, fd, buffer, count, flags, (void *)0, 0);
 }
 
+/// fallocate(fd, 0, 0, length): reserves the file's blocks up to `length`, extending its
+/// size; -1 with errno (EOPNOTSUPP where the file system cannot) on failure.
+int clinux_fallocate(int fd, int64_t length);
+
 /// The file system type (statfs's f_type) of the file open at `fd` in `type`; -1 with errno on failure.
 int clinux_fstatfs_type(int fd, int64_t *type);
 

@@ -41,6 +41,8 @@ internal func system_fdatasync(_ fd: CInt) -> CInt { Glibc.fdatasync(fd) }
 internal func system_fchmod(_ fd: CInt, _ mode: mode_t) -> CInt { Glibc.fchmod(fd, mode) }
 internal func system_fchown(_ fd: CInt, _ uid: uid_t, _ gid: gid_t) -> CInt { Glibc.fchown(fd, uid, gid) }
 internal func system_ftruncate(_ fd: CInt, _ length: off_t) -> CInt { Glibc.ftruncate(fd, length) }
+internal func system_fallocate(_ fd: CInt, _ length: Int64) -> CInt { clinux_fallocate(fd, length) }
+internal func system_lseek_set(_ fd: CInt, _ offset: off_t) -> off_t { Glibc.lseek(fd, offset, SEEK_SET) }
 internal func system_flock_exclusive_nonblocking(_ fd: CInt) -> CInt { clinux_flock_exclusive_nonblocking(fd) }
 
 internal func system_fstatat(_ dir: CInt, _ path: UnsafePointer<CChar>, _ buf: inout stat, _ flags: CInt) -> CInt {

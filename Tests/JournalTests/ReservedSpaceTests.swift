@@ -1,0 +1,168 @@
+import Foundation
+import Journal
+import Posix
+import TestSupport
+import Testing
+
+/// A segment's space is reserved when it is made (`fallocate`): the file is the segment's
+/// full size from the start, zeros past the records. A clean close gives the space back; a
+/// crash leaves it, and replay takes the zeros for the end of the records.
+@Suite("Journal segments with reserved space")
+final class ReservedSpaceTests {
+    let directory = TemporaryDirectory("journal-reserved")
+    static let first = "00000000000000000001.journal"
+    static let record = 100 + 24
+    static let segmentSize = 64 << 10
+
+    var options: JournalOptions { JournalOptions(segmentSize: Self.segmentSize) }
+
+    /// The segment files as a crash would leave them: copied while the journal is open
+    /// (what `write(2)` put in the page cache, which a killed process leaves behind).
+    func copySegments(from source: String, to destination: String) throws {
+        try FileManager.default.createDirectory(atPath: destination, withIntermediateDirectories: false)
+        for name in try segmentFiles(source) {
+            try Bytes.write(try Bytes.read(source + "/" + name), to: destination + "/" + name)
+        }
+    }
+
+    @Test("A new segment is its full size at once; a clean close cuts it back to its records")
+    func reservedThenGivenBack() throws {
+        let path = directory.sub("sizes")
+        let (journal, _, _) = try openJournal(path, options: options)
+        #expect(try Disk.status(path + "/" + Self.first).size == Int64(Self.segmentSize))
+        for i in 0..<5 { _ = try journal.append(owner: 1, payload: payload(i)) }
+        journal.flush()
+        #expect(try Disk.status(path + "/" + Self.first).size == Int64(Self.segmentSize))
+        #expect(journal.statistics.bytes == 32 + 5 * Self.record, "statistics count records, not reserved space")
+        #expect(journal.close() == nil)
+        #expect(try Disk.status(path + "/" + Self.first).size == Int64(32 + 5 * Self.record))
+    }
+
+    @Test("After a crash the zeros are the end: every record delivered, nothing reported, nothing cut")
+    func crashLeavesZeros() throws {
+        let path = directory.sub("live")
+        let (journal, _, _) = try openJournal(path, options: options)
+        var written: [Replayed] = []
+        for i in 0..<7 {
+            let lsn = try journal.append(owner: UInt64(i % 2 + 1), payload: payload(i))
+            written.append(Replayed(lsn: lsn.rawValue, owner: UInt64(i % 2 + 1), payload: payload(i)))
+            if i % 3 == 2 { journal.flush() }
+        }
+        journal.flush()
+        let crashed = directory.sub("crashed")
+        try copySegments(from: path, to: crashed)
+        journal.close()
+        #expect(try Bytes.read(crashed + "/" + Self.first).count == Self.segmentSize)
+
+        let (again, report, records) = try openJournal(crashed, options: options, pin: true)
+        #expect(records == written)
+        #expect(report.isClean, "\(report)")
+        #expect(report.bytes == 32 + 7 * Self.record, "the report counts records, not reserved space")
+        let next = try again.append(owner: 9, payload: payload(99))
+        #expect(next == LSN(8))
+        again.flush()
+        #expect(again.close() == nil)
+        // The crashed segment was left as it was (not cut); the new record is in a segment of its own.
+        #expect(try Disk.status(crashed + "/" + Self.first).size == Int64(Self.segmentSize))
+        let (third, report3, records3) = try openJournal(crashed, options: options)
+        #expect(records3 == written + [Replayed(lsn: 8, owner: 9, payload: payload(99))])
+        #expect(report3.isClean, "\(report3)")
+        third.close()
+    }
+
+    @Test("A byte that is not zero inside the reserved space is damage: reported and cut, the records before it kept")
+    func nonZeroInsideReservedSpace() throws {
+        let path = directory.sub("stray")
+        let (journal, _, _) = try openJournal(path, options: options)
+        var written: [Replayed] = []
+        for i in 0..<4 {
+            let lsn = try journal.append(owner: 1, payload: payload(i))
+            written.append(Replayed(lsn: lsn.rawValue, owner: 1, payload: payload(i)))
+        }
+        journal.flush()
+        let damaged = directory.sub("damaged")
+        try copySegments(from: path, to: damaged)
+        journal.close()
+        var bytes = try Bytes.read(damaged + "/" + Self.first)
+        let end = 32 + 4 * Self.record
+        bytes[end + 5000] = 0x5A
+        try Bytes.write(bytes, to: damaged + "/" + Self.first)
+
+        let (again, report, records) = try openJournal(damaged, options: options, pin: true)
+        #expect(records == written)
+        #expect(
+            report.problems == [
+                JournalProblem(kind: .tornTail(bytesDropped: Self.segmentSize - end), segment: Self.first, offset: end)
+            ], "\(report)")
+        #expect(try Disk.status(damaged + "/" + Self.first).size == Int64(end), "the tail is cut off")
+        again.close()
+    }
+
+    @Test("A segment made just before a crash, only its header written, is gone on with right after its header")
+    func headerOnlySegmentIsReused() throws {
+        let path = directory.sub("header-only")
+        let (journal, _, _) = try openJournal(path, options: options)
+        let crashed = directory.sub("header-only-crashed")
+        try copySegments(from: path, to: crashed)
+        journal.close()
+        #expect(try Bytes.read(crashed + "/" + Self.first).count == Self.segmentSize)
+
+        let (again, report, records) = try openJournal(crashed, options: options)
+        #expect(records.isEmpty && report.isClean, "\(report)")
+        #expect(try again.append(owner: 3, payload: payload(3)) == LSN(1))
+        again.flush()
+        #expect(again.close() == nil)
+        #expect(try segmentFiles(crashed) == [Self.first])
+        #expect(try Disk.status(crashed + "/" + Self.first).size == Int64(32 + Self.record))
+        let (third, report3, records3) = try openJournal(crashed, options: options)
+        #expect(records3 == [Replayed(lsn: 1, owner: 3, payload: payload(3))])
+        #expect(report3.isClean, "\(report3)")
+        third.close()
+    }
+
+    @Test("A segment whose header never reached the disk before the power went (all zeros) is cut, not reported as bad")
+    func reservedSegmentWithoutHeader() throws {
+        let path = directory.sub("no-header")
+        var written: [Replayed] = []
+        do {
+            let (journal, _, _) = try openJournal(path, options: options)
+            for i in 0..<6 {
+                let lsn = try journal.append(owner: 1, payload: payload(i))
+                written.append(Replayed(lsn: lsn.rawValue, owner: 1, payload: payload(i)))
+            }
+            #expect(journal.close() == nil)
+        }
+        let victim = "00000000000000000007.journal"
+        try Bytes.write([UInt8](repeating: 0, count: Self.segmentSize), to: path + "/" + victim)
+        let (journal, report, records) = try openJournal(path, options: options)
+        #expect(records == written)
+        #expect(
+            report.problems
+                == [JournalProblem(kind: .tornTail(bytesDropped: Self.segmentSize), segment: victim, offset: 0)],
+            "\(report)")
+        #expect(try journal.append(owner: 1, payload: [1]) == LSN(7))
+        journal.close()
+    }
+
+    @Test("Where the file system cannot reserve space, segments grow as they are written")
+    func withoutFallocate() throws {
+        let path = directory.sub("no-fallocate")
+        let refusing = JournalIO(
+            write: { fd, bytes throws(Errno) in try fd.writeAll(bytes) },
+            dataSync: { fd throws(Errno) in try fd.dataSync() },
+            allocate: { _, _ throws(Errno) in throw Errno.notSupported })
+        let options = JournalOptions(segmentSize: Self.segmentSize, io: refusing)
+        let (journal, _, _) = try openJournal(path, options: options)
+        #expect(try Disk.status(path + "/" + Self.first).size == 32)
+        for i in 0..<3 { _ = try journal.append(owner: 1, payload: payload(i)) }
+        journal.flush()
+        #expect(try Disk.status(path + "/" + Self.first).size == Int64(32 + 3 * Self.record))
+        let copy = directory.sub("no-fallocate-crashed")
+        try copySegments(from: path, to: copy)
+        journal.close()
+        let (again, report, records) = try openJournal(copy, options: options)
+        #expect(records.map(\.lsn) == [1, 2, 3])
+        #expect(report.isClean, "\(report)")
+        again.close()
+    }
+}
