@@ -27,6 +27,9 @@ public final class Journal: Sendable {
     public let directory: String
     public let options: JournalOptions
     let directoryDescriptor: CInt
+    /// Whether new segments get their space reserved (see ``preallocate(_:)``): not on a
+    /// file system kept in memory, where reserving costs memory and a sync costs nothing.
+    let reservesSpace: Bool
     let state: Lock<JournalState>
     let wake = NSCondition()
     let onDurable: @Sendable (LSN) -> Void
@@ -91,6 +94,7 @@ public final class Journal: Sendable {
             }
         }
         directoryDescriptor = fd.rawValue
+        reservesSpace = (try? fd.fileSystemType()).map { !Self.memoryFileSystems.contains($0) } ?? true
         var initial = JournalState()
         initial.retryDelay = options.retryDelay
         initial.statistics.mode = options.mode.description
@@ -105,6 +109,9 @@ public final class Journal: Sendable {
     }
 
     var directoryFD: FileDescriptor { FileDescriptor(rawValue: directoryDescriptor) }
+
+    /// tmpfs and ramfs (statfs magic numbers): their files live in memory.
+    static let memoryFileSystems: Set<Int64> = [0x0102_1994, 0x8584_58F6]
 
     func path(_ name: String) -> String { directory + "/" + name }
 
@@ -243,8 +250,11 @@ public final class Journal: Sendable {
     /// but zeros for the end of the records). A record then overwrites allocated space, and
     /// a sync has no size change to commit: `fdatasync` after a small write measured about
     /// 30 % faster on ext4 than in a file growing with each write. Where the file system
-    /// cannot (`EOPNOTSUPP`), or has no room, the segment grows as it is written.
+    /// cannot (`EOPNOTSUPP`), or has no room, the segment grows as it is written; on tmpfs
+    /// nothing is reserved (it would take the whole segment's memory at once, for no
+    /// faster sync).
     func preallocate(_ fd: FileDescriptor) {
+        guard reservesSpace else { return }
         try? options.io.allocate(fd, Int64(options.segmentSize))
     }
 

@@ -144,6 +144,27 @@ final class ReservedSpaceTests {
         journal.close()
     }
 
+    @Test("On tmpfs nothing is reserved: the segment is as long as its records", .enabled(if: Self.hasShm))
+    func notOnTmpfs() throws {
+        var template = Array("/dev/shm/journal-tmpfs-XXXXXX".utf8CString)
+        let made = template.withUnsafeMutableBufferPointer { mkdtemp($0.baseAddress!).map { String(cString: $0) } }
+        let shm = try #require(made)
+        let path = shm + "/journal"
+        defer { try? FileManager.default.removeItem(atPath: shm) }
+        let (journal, _, _) = try openJournal(path, options: options)
+        #expect(try Disk.status(path + "/" + Self.first).size == 32)
+        _ = try journal.append(owner: 1, payload: payload(1))
+        journal.flush()
+        #expect(try Disk.status(path + "/" + Self.first).size == Int64(32 + Self.record))
+        #expect(journal.close() == nil)
+    }
+
+    static let hasShm =
+        (try? FileDescriptor.open("/dev/shm", options: [.directory]))
+        .map { fd in
+            fd.closeAfter { (try? fd.fileSystemType()) == 0x0102_1994 }
+        } ?? false
+
     @Test("Where the file system cannot reserve space, segments grow as they are written")
     func withoutFallocate() throws {
         let path = directory.sub("no-fallocate")
