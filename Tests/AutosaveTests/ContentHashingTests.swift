@@ -1,0 +1,60 @@
+import Control
+import Foundation
+import Posix
+import TestSupport
+import Testing
+
+@testable import Autosave
+
+/// The hash of a file's bytes that fingerprints and the journal's `saving` records carry.
+@Suite("The content hash of a save")
+struct ContentHashingTests {
+    /// Bytes 0…255 repeated 4,096 times, then "xyz": 1,048,579 bytes.
+    static let megabyte = Data((0..<(256 * 4096)).map { UInt8(truncatingIfNeeded: $0) } + Array("xyz".utf8))
+
+    @Test("StableHash is xxHash64 with seed 0: the values any other implementation gives")
+    func xxHash64() {
+        // From the python `xxhash` package: xxhash.xxh64(bytes, seed=0).intdigest().
+        #expect(StableHash.of(Data()) == 0xEF46_DB37_51D8_E999)
+        #expect(StableHash.of(Data("abc".utf8)) == 0x44BC_2CF5_AD77_0999)
+        #expect(StableHash.of(Self.megabyte) == 0x4529_1252_403C_9B64)
+    }
+
+    @Test(
+        "Hashed at once or beside the write, the hash is the same",
+        arguments: [0, 1, 4096, ContentHashing.besideWriteThreshold - 1, ContentHashing.besideWriteThreshold, 1 << 20]
+    )
+    func besideTheWrite(size: Int) {
+        let bytes = Self.megabyte.prefix(size)
+        #expect(ContentHashing(Data(bytes)).value == StableHash.of(Data(bytes)))
+    }
+
+    @Test("A save's journal record names the file it puts in place: size and hash of its bytes, small and large")
+    func savingRecords() async throws {
+        let rig = try JournalRig()
+        try await rig.start()
+        let pieces = ContentHashing.besideWriteThreshold / 16 * 2
+        let large = String(repeating: "0123456789abcdef", count: pieces) + "end\n"
+        for (doc, text) in [("small.txt", "a small document\n"), ("large.txt", large)] {
+            try rig.ok(["cmd": "set", "doc": .string(doc), "text": .string(text)])
+            try rig.ok(["cmd": "save", "doc": .string(doc), "wait": true])
+        }
+        rig.kill()
+        var saved: [String: FileIdentity] = [:]
+        for segment in rig.segments {
+            let bytes = [UInt8](try Disk.bytes(rig.journal + "/" + segment))
+            var offset = 32
+            while offset + 8 <= bytes.count {
+                let length = (0..<4).reduce(0) { $0 | Int(bytes[offset + $1]) << (8 * $1) }
+                guard length >= 16, offset + 8 + length <= bytes.count else { break }
+                let payload = bytes[(offset + 24)..<(offset + 8 + length)]
+                if case .saving(let path, _, let file)? = try? JournalEntry(decoding: payload) { saved[path] = file }
+                offset += 8 + length
+            }
+        }
+        for doc in ["small.txt", "large.txt"] {
+            let contents = try Disk.bytes(rig.root + "/" + doc)
+            #expect(saved[doc] == FileIdentity(size: Int64(contents.count), hash: StableHash.of(contents)), "\(doc)")
+        }
+    }
+}
