@@ -385,6 +385,13 @@ extension Journal {
         }
         current.syncedSize = current.size
         current.needsDirectorySync = false
+        // The space a crash left reserved in segments no longer written to goes back:
+        // otherwise every restart while records stay pinned would keep a segment's size.
+        for scan in scans where scan.reserved > 0 && scan.header == nil && scan.name != current.name {
+            guard let file = try? FileDescriptor.open(scan.name, relativeTo: directoryFD, .writeOnly) else { continue }
+            try? file.truncate(to: Int64(scan.size))
+            try? file.close()
+        }
         state.withLock { s in
             s.segments.removeAll { $0.base == current.base }
             s.segments.append(current)
