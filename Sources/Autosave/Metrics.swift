@@ -130,7 +130,7 @@ public final class Metrics: Sendable {
                 sum: editToDurable.sum))
         if let journal = await store.journalSummary {
             text.family(
-                "autosaved_journal_bytes", "gauge", "Bytes in the edit journal's segment files.",
+                "autosaved_journal_bytes", "gauge", "Bytes of the records in the edit journal's segments.",
                 [("", "\(journal.bytes)")])
             text.family(
                 "autosaved_journal_segments", "gauge", "The edit journal's segment files.",
