@@ -153,15 +153,21 @@ final class ControlSession: Sendable {
             switch request.command {
             case .set(let document, let contents):
                 let document = try document.get()
-                let edit: (Bool) -> DocumentEdit
+                // Each closure is passed where it is written: kept in a variable, its
+                // context would be allocated on the heap for every request.
                 switch try contents.get() {
                 case .json(let json):
                     let text = json.serialized() + "\n"
-                    edit = { _ in .setJSON(text) }
-                case .text(let text): edit = { isJSON in isJSON ? .setJSON(text) : .setText(text) }
-                case .data(let data): edit = { _ in .setData(data) }
+                    applyEdit(
+                        id: id, document: document, { _ in .setJSON(text) }, create: true, memo: &memo, store: store)
+                case .text(let text):
+                    applyEdit(
+                        id: id, document: document, { isJSON in isJSON ? .setJSON(text) : .setText(text) },
+                        create: true, memo: &memo, store: store)
+                case .data(let data):
+                    applyEdit(
+                        id: id, document: document, { _ in .setData(data) }, create: true, memo: &memo, store: store)
                 }
-                applyEdit(id: id, document: document, edit, create: true, memo: &memo, store: store)
             case .append(let document, let text):
                 let document = try document.get()
                 let text = try text.get()

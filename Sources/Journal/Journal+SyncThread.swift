@@ -76,7 +76,11 @@ extension Journal {
                 return (.sync, nil)
             case .periodic(let interval):
                 let due = s.lastSyncMark + interval
-                if s.closing || s.syncRequested > s.durableThrough || due <= now { return (.sync, nil) }
+                if s.closing || s.syncRequested > s.durableThrough || due <= now
+                    || s.unsyncedBytes >= options.unsyncedBytesLimit
+                {
+                    return (.sync, nil)
+                }
                 deadline = due
             }
         }
@@ -161,7 +165,9 @@ extension Journal {
             }
         }
         let end = ContinuousClock.now
-        let (outcome, signal) = state.withLock { s -> (Outcome, Bool) in
+        // The buffers of synced batches that are not kept for reuse come out of the lock,
+        // and are freed there, not while the loop may be waiting for it.
+        let (outcome, signal, _) = state.withLock { s -> (Outcome, Bool, [[UInt8]]) in
             s.syncing = false
             s.statistics.lastSync = end
             s.statistics.lastSyncDuration = end - start
@@ -172,7 +178,7 @@ extension Journal {
             }
             if let failure {
                 s.statistics.syncFailures += 1
-                return (enterRecovery(&s, failure), limit != nil)
+                return (enterRecovery(&s, failure), limit != nil, [])
             }
             s.statistics.syncs += 1
             for item in snapshot.items {
@@ -187,7 +193,7 @@ extension Journal {
             }
             s.durableThrough = max(s.durableThrough, snapshot.target)
             let durable = s.durableThrough
-            s.unsynced.removeAll { $0.last <= durable }
+            let freed = s.dropSynced(through: durable, keepingUpTo: options.unsyncedBytesLimit)
             for i in s.segments.indices.dropLast() {
                 if let fd = s.segments[i].descriptor, s.segments[i].syncedSize >= s.segments[i].size {
                     try? FileDescriptor(rawValue: fd).close()
@@ -195,7 +201,7 @@ extension Journal {
                 }
             }
             if s.oldestIsObsolete { s.housekeeping = true }
-            return (Outcome(durable: durable, waiters: s.takeWaiters(through: durable)), left(s))
+            return (Outcome(durable: durable, waiters: s.takeWaiters(through: durable)), left(s), freed)
         }
         outcome.deliver(self)
         if signal { signalSyncThread() }
@@ -212,6 +218,7 @@ extension Journal {
             if let first = s.pendingFirst {
                 s.attributePending(toSegment: s.segments.count - 1, lsns: first...s.nextLSN.previous)
                 s.unsynced.append(Batch(bytes: s.pending, first: first, last: s.nextLSN.previous))
+                s.unsyncedBytes += s.pending.count
                 s.pending = []
                 s.pendingFirst = nil
             }
@@ -294,6 +301,7 @@ extension Journal {
                 s.durableThrough = max(s.durableThrough, last)
             }
             s.unsynced.removeAll()
+            s.unsyncedBytes = 0
             s.recount()
             s.recovering = false
             s.failure = nil

@@ -191,12 +191,12 @@ public final class Journal: Sendable {
                 }
             }
             let batch = Batch(bytes: s.pending, first: first, last: s.nextLSN.previous)
-            s.pending = []
-            s.pending.reserveCapacity(batch.bytes.count)
+            s.pending = s.takeBuffer(expected: batch.bytes.count)
             s.pendingFirst = nil
             s.attributePending(toSegment: s.segments.count - 1, lsns: batch.first...batch.last)
             let current = s.segments.count - 1
             s.unsynced.append(batch)
+            s.unsyncedBytes += batch.bytes.count
             let fd = FileDescriptor(rawValue: s.segments[current].descriptor!)
             do throws(Errno) {
                 try options.io.write(fd, contentsOf: batch.bytes)
@@ -211,6 +211,7 @@ public final class Journal: Sendable {
             s.statistics.bytesWritten += batch.bytes.count
             let wanted =
                 options.mode == .always || s.syncRequested > s.durableThrough || s.syncThreadWaitsForSignal
+                || s.unsyncedBytes >= options.unsyncedBytesLimit
             if wanted, deferringSync {
                 s.syncDeferred = true
                 return (s.writtenThrough, Outcome(), false)

@@ -5,7 +5,8 @@ public struct JournalOptions: Sendable {
     /// When written records are made durable with `fdatasync`.
     public enum SyncMode: Sendable, Hashable, CustomStringConvertible {
         /// Sync what has been written once per interval (and early when asked through
-        /// ``Journal/requestSync(through:)`` or ``Journal/whenDurable(_:_:)``).
+        /// ``Journal/requestSync(through:)`` or ``Journal/whenDurable(_:_:)``, or once
+        /// ``JournalOptions/unsyncedBytesLimit`` bytes wait for a sync).
         case periodic(Duration)
         /// Sync as soon as anything has been written: group commits back to back, each
         /// covering every batch written while the previous sync ran.
@@ -25,6 +26,12 @@ public struct JournalOptions: Sendable {
     /// The largest payload ``Journal/append(owner:payload:)`` takes; replay treats a longer
     /// record length as damage.
     public var maxPayloadSize: Int
+    /// In `periodic` mode, a sync starts before its interval is over once this many bytes
+    /// of records have been written since the last one. Records not proven durable are
+    /// kept in memory (to be written again elsewhere if the sync fails): this bounds that
+    /// memory under a heavy load, and the buffers are reused rather than new memory
+    /// touched page by page.
+    public var unsyncedBytesLimit: Int
     /// The wait before the first retry after a failed write or sync; it doubles up to
     /// `maxRetryDelay` while the failures go on.
     public var retryDelay: Duration
@@ -36,6 +43,7 @@ public struct JournalOptions: Sendable {
         mode: SyncMode = .periodic(.seconds(1)),
         segmentSize: Int = 16 << 20,
         maxPayloadSize: Int = 16 << 20,
+        unsyncedBytesLimit: Int = 8 << 20,
         retryDelay: Duration = .milliseconds(100),
         maxRetryDelay: Duration = .seconds(5),
         io: JournalIO = .system
@@ -43,6 +51,7 @@ public struct JournalOptions: Sendable {
         self.mode = mode
         self.segmentSize = segmentSize
         self.maxPayloadSize = maxPayloadSize
+        self.unsyncedBytesLimit = unsyncedBytesLimit
         self.retryDelay = retryDelay
         self.maxRetryDelay = maxRetryDelay
         self.io = io

@@ -73,11 +73,19 @@ struct JournalState {
     /// flush says which.
     var pendingRecords = 0
 
+    /// Buffers of batches proven durable, emptied and kept for the next batches: a batch
+    /// is kept until its sync (a second's worth in `periodic` mode), and a new buffer for
+    /// each would be memory touched for the first time, page by page.
+    var spareBuffers: [[UInt8]] = []
+    var spareBytes = 0
+
     var owners: [UInt64: OwnerLog] = [:]
     var unreleased = 0
     /// Sorted by base LSN; while running, the last one is the segment being written.
     var segments: [SegmentEntry] = []
     var unsynced: [Batch] = []
+    /// The bytes of the batches in ``unsynced``.
+    var unsyncedBytes = 0
 
     var writtenThrough = LSN.zero
     var durableThrough = LSN.zero
@@ -153,6 +161,49 @@ struct JournalState {
             index -= 1
         }
         return nil
+    }
+
+    /// The largest buffer kept for reuse.
+    static let spareBufferLimit = 1 << 20
+
+    /// An empty buffer for the next batch, with room for about `expected` bytes.
+    mutating func takeBuffer(expected: Int) -> [UInt8] {
+        guard var buffer = spareBuffers.popLast() else {
+            var fresh: [UInt8] = []
+            fresh.reserveCapacity(expected)
+            return fresh
+        }
+        spareBytes -= buffer.capacity
+        if buffer.capacity < expected { buffer.reserveCapacity(expected) }
+        return buffer
+    }
+
+    /// Removes the batches through `durable` from ``unsynced``, keeping their buffers for
+    /// reuse (up to `limit` bytes of them, none larger than ``spareBufferLimit``); returns
+    /// the buffers not kept, for the caller to free outside the lock.
+    mutating func dropSynced(through durable: LSN, keepingUpTo limit: Int) -> [[UInt8]] {
+        var batches: [Batch] = []
+        swap(&batches, &unsynced)
+        var freed: [[UInt8]] = []
+        for i in batches.indices {
+            guard batches[i].last <= durable else {
+                unsynced.append(batches[i])
+                continue
+            }
+            unsyncedBytes -= batches[i].bytes.count
+            // Swapped out, so that the buffer is referenced once and is emptied in place.
+            var bytes: [UInt8] = []
+            swap(&bytes, &batches[i].bytes)
+            let capacity = bytes.capacity
+            if capacity <= Self.spareBufferLimit, spareBytes + capacity <= limit {
+                bytes.removeAll(keepingCapacity: true)
+                spareBuffers.append(bytes)
+                spareBytes += capacity
+            } else {
+                freed.append(bytes)
+            }
+        }
+        return freed
     }
 
     /// Counts the batch's records as the segment's at `index`, where the batch goes.

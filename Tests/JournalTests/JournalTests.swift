@@ -156,6 +156,35 @@ final class JournalTests {
         journal.close()
     }
 
+    @Test("Periodic mode with a long interval syncs early once unsyncedBytesLimit bytes wait, and again for the next")
+    func syncAfterBytes() throws {
+        let reports = Reports()
+        // Records of 124 bytes (100 of payload), ten per flush: 1,240 bytes a batch.
+        let options = JournalOptions(mode: .periodic(.seconds(3600)), unsyncedBytesLimit: 10_000)
+        let (journal, _, _) = try openJournal(path, options: options, reports: reports)
+        func batch(_ n: Int) throws -> LSN {
+            var last = LSN.zero
+            for i in 0..<10 { last = try journal.append(owner: 1, payload: payload(n * 10 + i)) }
+            journal.flush()
+            return last
+        }
+        for n in 0..<8 { _ = try batch(n) }
+        usleep(50_000)
+        #expect(reports.durable == .zero, "9,920 bytes wait: below the limit, nothing syncs before the interval")
+        #expect(journal.statistics.syncs == 0)
+        let crossing = try batch(8)
+        #expect(eventually { reports.durable == crossing }, "11,160 bytes: synced without waiting for the hour")
+        #expect(journal.statistics.syncs == 1)
+        // Counted again from the sync: eight more batches stay below the limit, the ninth crosses it.
+        for n in 9..<17 { _ = try batch(n) }
+        usleep(50_000)
+        #expect(reports.durable == crossing)
+        let second = try batch(17)
+        #expect(eventually { reports.durable == second })
+        #expect(journal.statistics.syncs == 2)
+        journal.close()
+    }
+
     @Test("Rollover: segments named by their first LSN; replay reads them all in order")
     func rollover() throws {
         var written: [Replayed] = []
