@@ -25,7 +25,10 @@
 // with nothing. Values are VALUE_BYTES (default 16) of 'v'.
 //
 // Prints one line: requests, seconds, requests per second, the p50/p99 latency of a
-// batch in microseconds, the number of append resets, and with -f the finishing time.
+// batch in microseconds, the number of append resets, the share of the machine's CPU
+// time the hypervisor gave to others during the run ("steal", from /proc/stat: on a
+// virtual machine whose host is busy, every server's rate falls with it), and with -f
+// the finishing time.
 #define _GNU_SOURCE
 #include <errno.h>
 #include <fcntl.h>
@@ -73,6 +76,20 @@ static double now(void) {
     struct timespec t;
     clock_gettime(CLOCK_MONOTONIC, &t);
     return t.tv_sec + t.tv_nsec / 1e9;
+}
+
+// The machine's CPU ticks so far, all of them and those stolen (/proc/stat's "cpu" line).
+static void cpu_ticks(unsigned long long *total, unsigned long long *steal) {
+    unsigned long long v[8] = {0};
+    *total = *steal = 0;
+    FILE *f = fopen("/proc/stat", "r");
+    if (!f) return;
+    if (fscanf(f, "cpu %llu %llu %llu %llu %llu %llu %llu %llu", &v[0], &v[1], &v[2], &v[3], &v[4], &v[5], &v[6],
+               &v[7]) == 8) {
+        for (int i = 0; i < 8; i++) *total += v[i];
+        *steal = v[7];
+    }
+    fclose(f);
 }
 
 static int compare(const void *a, const void *b) {
@@ -364,15 +381,20 @@ int main(int argc, char **argv) {
     size_t capacity = 1 << 22;
     double *latencies = malloc(capacity * sizeof(double));
     size_t count = 0;
+    unsigned long long total0, steal0, total1, steal1;
+    cpu_ticks(&total0, &steal0);
     double start = now();
     long answered = drive(epfd, all, clients, 0, start + seconds, latencies, capacity, &count);
     if (answered < 0) return 1;
     double elapsed = now() - start;
+    cpu_ticks(&total1, &steal1);
+    double steal = total1 > total0 ? 100.0 * (double)(steal1 - steal0) / (double)(total1 - total0) : 0;
     size_t sample = count < capacity ? count : capacity;
     qsort(latencies, sample, sizeof(double), compare);
     printf("%s %d clients: %ld requests in %.2f s = %.0f requests/s, p50 %.0f us, p99 %.0f us, resets %ld",
            argv[optind], clients, answered, elapsed, answered / elapsed, sample ? latencies[sample / 2] : 0,
            sample ? latencies[(size_t)(sample * 0.99)] : 0, resets);
+    printf(", steal %.1f %%", steal);
     if (finish_after) {
         double took = finish(path);
         if (took < 0) return 1;
