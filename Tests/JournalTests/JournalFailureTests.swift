@@ -137,6 +137,42 @@ final class JournalFailureTests {
         again.close()
     }
 
+    @Test("Early syncs at unsyncedBytesLimit reuse synced batches' buffers; a failed one rewrites every record intact")
+    func failingEarlySyncWithReusedBuffers() throws {
+        let disk = FaultyDisk()
+        let reports = Reports()
+        // Batches of five 124-byte records (620 bytes): a sync every fifth batch, with no
+        // interval to wait for. Each batch after the first syncs is written from a buffer
+        // a synced batch had.
+        let options = JournalOptions(
+            mode: .periodic(.seconds(3600)), unsyncedBytesLimit: 3_000, retryDelay: .milliseconds(10), io: disk.io)
+        let (journal, _, _) = try openJournal(path, options: options, reports: reports)
+        var last = LSN.zero
+        for batch in 0..<60 {
+            if batch == 30 { disk.counts.withLock { $0.failingSyncs = 1 } }
+            for i in 0..<5 { last = try journal.append(owner: UInt64(batch % 7), payload: payload(batch * 5 + i)) }
+            journal.flush()
+            if batch % 5 == 4 {
+                // Each fifth batch crosses the limit: its sync comes before the next batch,
+                // so that the next ones go into buffers the synced ones gave back.
+                let through = last
+                #expect(eventually { reports.durable >= through || !reports.failures.isEmpty })
+            }
+        }
+        let answered = Lock<[JournalFailure?]>([])
+        journal.whenDurable(last) { failure in answered.withLock { $0.append(failure) } }
+        #expect(eventually { reports.durable == last })
+        #expect(reports.failures.map(\.operation) == [.fdatasync], "the one injected failure")
+        #expect(journal.statistics.rewrites == 1)
+        #expect(journal.statistics.syncs >= 6, "an early sync at each of the six crossings before the failure")
+        #expect(journal.close() == nil)
+        let (again, report, records) = try openJournal(path)
+        #expect(records.map(\.lsn) == Array(1...300))
+        #expect(records.map(\.payload) == (0..<300).map { payload($0) }, "every record's bytes, rewritten or not")
+        #expect(report.isClean, "\(report)")
+        again.close()
+    }
+
     @Test("While syncs keep failing, close says which records are not durable")
     func closeWhileFailing() throws {
         let disk = FaultyDisk()
