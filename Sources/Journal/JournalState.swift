@@ -168,13 +168,9 @@ struct JournalState {
 
     /// An empty buffer for the next batch, with room for about `expected` bytes.
     mutating func takeBuffer(expected: Int) -> [UInt8] {
-        guard var buffer = spareBuffers.popLast() else {
-            var fresh: [UInt8] = []
-            fresh.reserveCapacity(expected)
-            return fresh
-        }
+        var buffer = spareBuffers.popLast() ?? []
         spareBytes -= buffer.capacity
-        if buffer.capacity < expected { buffer.reserveCapacity(expected) }
+        buffer.reserveCapacity(expected)
         return buffer
     }
 
