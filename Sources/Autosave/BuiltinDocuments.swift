@@ -37,7 +37,7 @@ public struct PlainTextDocument: AutosaveDocument {
     }
 
     public func fileWrapper(configuration: WriteConfiguration) throws -> FileWrapper {
-        FileWrapper(regularFileWithContents: Data(text.utf8))
+        FileWrapper(regularFileWithText: text)
     }
 
     public mutating func apply(_ edit: DocumentEdit, existingFile: FileWrapper?) throws {
@@ -107,7 +107,7 @@ public struct JSONDocument: AutosaveDocument {
     public var text: String { source ?? value.serialized() + "\n" }
 
     public func fileWrapper(configuration: WriteConfiguration) throws -> FileWrapper {
-        FileWrapper(regularFileWithContents: Data(text.utf8))
+        FileWrapper(regularFileWithText: text)
     }
 
     public mutating func apply(_ edit: DocumentEdit, existingFile: FileWrapper?) throws {

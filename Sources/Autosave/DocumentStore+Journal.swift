@@ -575,10 +575,14 @@ extension DocumentStore {
 
     /// Writes the records appended in this pass (the loop calls it right before the
     /// pass's replies go out), and starts saving the documents that pin the oldest
-    /// segment once the journal is past `MaxSize=`.
+    /// segment once the journal is past `MaxSize=`. A pass whose records are all written
+    /// already (its only new records, if any, are the journal's marks of released
+    /// records, which no reply acknowledges) writes nothing here: the marks go out after
+    /// the replies (``writeJournalAfterReplies()``), and a client waiting for a save is
+    /// answered one `write(2)` sooner.
     @discardableResult
     func writeJournal() -> UInt64? {
-        guard let journal else { return nil }
+        guard let journal, lastJournalLSN > journalFlushedThrough else { return nil }
         // The sync the records call for starts when the loop polls (``startJournalSync(loopWillSleep:)``).
         let before = journalFlushedThrough
         let written = journal.flush(deferringSync: true).rawValue
@@ -602,6 +606,17 @@ extension DocumentStore {
             compactIfNeeded(journal)
         }
         return wait
+    }
+
+    /// Writes what the pass left in the journal's batch after its replies went out: the
+    /// marks of the records its saves released (see ``writeJournal()``).
+    func writeJournalAfterReplies() {
+        guard let journal else { return }
+        let written = journal.flush(deferringSync: true).rawValue
+        if written > journalFlushedThrough {
+            journalFlushedThrough = written
+            journalSyncPending = true
+        }
     }
 
     /// Starts the group commit of the records the loop's passes wrote, once a pass wrote

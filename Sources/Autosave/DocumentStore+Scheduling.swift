@@ -336,10 +336,9 @@ extension DocumentStore {
             let start = clock.now
             let result = Result { () throws -> SaveOutcome in
                 let wrapper = try snapshot.fileWrapper(configuration: .init(contentType: type, existingFile: existing))
-                let bytes = wrapper.isRegularFile ? wrapper.regularFileContents : nil
                 // Hashed once, for the fingerprint and for the journal's record of the save;
                 // a large file while it is written and synced.
-                let hashing = bytes.map(ContentHashing.init)
+                let hashing = ContentHashing(wrapper)
                 let report: DurableWriter.Report
                 let savingRecord = SavingRecord()
                 let write = {
@@ -680,34 +679,53 @@ final class SavingRecord: @unchecked Sendable {
 /// hashed on another thread while the save writes and syncs them (the hash is first needed
 /// right before the rename, for the journal's record): a megabyte takes about 0.1 ms to
 /// hash, which a CPU left idle by the `fsync` hides. Smaller ones are hashed at once, on
-/// the save's thread, as a hand-off would cost more than the hash.
-final class ContentHashing: @unchecked Sendable {
+/// the save's thread, as a hand-off would cost more than the hash (and so would the
+/// condition variable it needs, which a small save never makes).
+struct ContentHashing: Sendable {
     static let besideWriteThreshold = 256 << 10
 
-    // `result` is written once, under `condition`, and read under it.
-    private let condition = NSCondition()
-    private var result: UInt64?
+    private let hashed: UInt64?
+    private let beside: Beside?
 
-    init(_ bytes: Data) {
-        if bytes.count < Self.besideWriteThreshold {
-            result = StableHash.of(bytes)
+    /// A hash computed on another thread: `result` is written once, under `condition`,
+    /// and read under it.
+    private final class Beside: @unchecked Sendable {
+        let condition = NSCondition()
+        var result: UInt64?
+    }
+
+    /// The hash of a regular-file wrapper's bytes, read from the wrapper as it holds them
+    /// (text from its string, with no `Data` made of it); `nil` for other kinds, or a file
+    /// read lazily that can no longer be read.
+    init?(_ file: FileWrapper) {
+        guard file.isRegularFile else { return nil }
+        guard let count = file.contentsCount, count >= Self.besideWriteThreshold else {
+            guard let hash = try? file.withContents(StableHash.of) else { return nil }
+            hashed = hash
+            beside = nil
             return
         }
-        DispatchQueue.global(qos: .userInitiated).async { [self] in
-            let hash = StableHash.of(bytes)
-            condition.lock()
-            result = hash
-            condition.broadcast()
-            condition.unlock()
+        let beside = Beside()
+        hashed = nil
+        self.beside = beside
+        DispatchQueue.global(qos: .userInitiated).async {
+            // In memory (its count is known): it cannot fail.
+            let hash = (try? file.withContents(StableHash.of)) ?? 0
+            beside.condition.lock()
+            beside.result = hash
+            beside.condition.broadcast()
+            beside.condition.unlock()
         }
     }
 
     /// The hash, once computed (waits for it).
     var value: UInt64 {
-        condition.lock()
-        defer { condition.unlock() }
-        while result == nil { condition.wait() }
-        return result!
+        if let hashed { return hashed }
+        let beside = beside!
+        beside.condition.lock()
+        defer { beside.condition.unlock() }
+        while beside.result == nil { beside.condition.wait() }
+        return beside.result!
     }
 }
 

@@ -234,7 +234,10 @@ public actor DocumentStore {
                 self?.isolatedHere { $0.loopWillPoll(willSleep: willSleep) } ?? false
             }
             loop.afterReplies = { [weak self] in
-                self?.isolatedHere { $0.writeLogsAfterReplies() }
+                self?.isolatedHere { store in
+                    store.writeJournalAfterReplies()
+                    store.writeLogsAfterReplies()
+                }
             }
         }
     }

@@ -328,12 +328,18 @@ struct WriteSession {
             detail: "more than 40 symbolic links")
     }
 
+    /// The directory and the name of `path`, on its bytes (`/` is never part of a
+    /// multi-byte character): `"a/b/"` → `("a", "b")`, `"b"` → `(".", "b")`, `"/b"` → `("/", "b")`.
     private func split(_ path: String) -> (String, String) {
-        var trimmed = Substring(path)
-        while trimmed.count > 1 && trimmed.hasSuffix("/") { trimmed = trimmed.dropLast() }
-        guard let slash = trimmed.lastIndex(of: "/") else { return (".", String(trimmed)) }
-        let directory = trimmed[..<slash]
-        return (directory.isEmpty ? "/" : String(directory), String(trimmed[trimmed.index(after: slash)...]))
+        let slash = UInt8(ascii: "/")
+        var trimmed = path[...].utf8
+        while trimmed.count > 1, trimmed.last == slash { trimmed = trimmed.dropLast() }
+        guard let separator = trimmed.lastIndex(of: slash) else { return (".", String(Substring(trimmed))) }
+        let directory = trimmed[..<separator]
+        return (
+            directory.isEmpty ? "/" : String(Substring(directory)),
+            String(Substring(trimmed[trimmed.index(after: separator)...]))
+        )
     }
 
     func stat(_ name: String, in directory: FileDescriptor, path: String) throws -> FileStatus? {
@@ -344,12 +350,35 @@ struct WriteSession {
 
     // MARK: Regular files
 
-    private func contents(of wrapper: FileWrapper, path: String) throws -> Data {
+    /// A regular file's bytes as the wrapper holds them: text is written from the
+    /// string's own storage, with no copy made to write it.
+    enum FileBytes {
+        case data(Data)
+        case text(String)
+
+        var count: Int {
+            switch self {
+            case .data(let data): data.count
+            case .text(let text): text.utf8.count
+            }
+        }
+
+        func write(to fd: FileDescriptor) throws(Errno) {
+            switch self {
+            case .data(let data): try fd.writeAll(data)
+            case .text(let text): try fd.writeAll(text.utf8)
+            }
+        }
+    }
+
+    private func contents(of wrapper: FileWrapper, path: String) throws -> FileBytes {
         switch wrapper.node {
         case .regularFile(.loaded(let data)):
-            return data
+            return .data(data)
+        case .regularFile(.text(let text)):
+            return .text(text)
         case .regularFile(.onDisk(let source, let identity)):
-            return try DiskReader.readContents(at: source, expecting: identity)
+            return .data(try DiskReader.readContents(at: source, expecting: identity))
         default:
             preconditionFailure("not a regular file wrapper")
         }
@@ -624,10 +653,10 @@ struct WriteSession {
 
     /// Writes a regular file's temporary: its bytes, mode and owner, synced; its identity after the sync.
     private func stageContents(
-        _ data: Data, into fd: FileDescriptor, path temporaryPath: String, wrapper: FileWrapper,
+        _ data: FileBytes, into fd: FileDescriptor, path temporaryPath: String, wrapper: FileWrapper,
         existing: FileStatus?, location: Location, mode: FilePermissions, ownedAsNew: Bool, modeAtCreation: Bool
     ) throws -> DiskIdentity {
-        do throws(Errno) { try fd.writeAll(data) } catch {
+        do throws(Errno) { try data.write(to: fd) } catch {
             throw DocumentError(operation: .write, path: temporaryPath, errno: error)
         }
         if ownedAsNew, !modeAtCreation {
@@ -789,7 +818,7 @@ struct WriteSession {
                 }
                 let identity: DiskIdentity
                 do {
-                    do throws(Errno) { try fd.writeAll(data) } catch {
+                    do throws(Errno) { try data.write(to: fd) } catch {
                         throw DocumentError(operation: .write, path: childBuildPath, errno: error)
                     }
                     let previous = try? linkSource?.status(of: key)

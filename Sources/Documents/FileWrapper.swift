@@ -40,8 +40,16 @@ public final class FileWrapper: @unchecked Sendable {
 
     enum Contents {
         case loaded(Data)
+        /// Text, kept as the string it was given as: a save writes the string's own
+        /// UTF-8 bytes, and `Data` of it is made only when asked for.
+        case text(String)
         /// Not read yet: `path` with `identity` is read on first access.
         case onDisk(path: String, identity: DiskIdentity)
+
+        var isOnDisk: Bool {
+            if case .onDisk = self { return true }
+            return false
+        }
     }
 
     enum Node {
@@ -82,6 +90,15 @@ public final class FileWrapper: @unchecked Sendable {
     /// A regular-file wrapper holding `contents`.
     public convenience init(regularFileWithContents contents: Data) {
         self.init(node: .regularFile(.loaded(contents)))
+    }
+
+    /// A regular-file wrapper holding `text` in UTF-8: the same file as
+    /// `init(regularFileWithContents: Data(text.utf8))`, without that copy of the text. A
+    /// save writes the string's own bytes (a document of a hundred megabytes needs no
+    /// second hundred to be saved); ``regularFileContents`` makes the `Data` when asked.
+    /// An addition to Apple's API.
+    public convenience init(regularFileWithText text: String) {
+        self.init(node: .regularFile(.text(text)))
     }
 
     /// A directory wrapper whose children are `childrenByPreferredName`; each child's
@@ -222,6 +239,12 @@ public final class FileWrapper: @unchecked Sendable {
         }
         let (loaded, name): (Data?, String?) = state.withLock {
             if case .regularFile(.loaded(let data)) = $0.node { return (data, $0.filename) }
+            if case .regularFile(.text(let text)) = $0.node {
+                // Made once, and kept: whoever asks for `Data` holds it anyway.
+                let data = Data(text.utf8)
+                $0.node = .regularFile(.loaded(data))
+                return (data, $0.filename)
+            }
             return (nil, $0.filename)
         }
         guard let loaded else {
@@ -229,6 +252,29 @@ public final class FileWrapper: @unchecked Sendable {
                 operation: .read, path: name ?? "", errno: .invalidArgument, detail: "not a regular-file wrapper")
         }
         return loaded
+    }
+
+    /// Calls `body` with a regular file's bytes (read now if they were read lazily) without
+    /// making `Data` of text the wrapper holds as a string. Not in Apple's API.
+    public func withContents<R>(_ body: (UnsafeRawBufferPointer) throws -> R) throws -> R {
+        let text: String? = state.withLock {
+            if case .regularFile(.text(let text)) = $0.node { return text }
+            return nil
+        }
+        guard var text else { return try contents().withUnsafeBytes(body) }
+        return try text.withUTF8 { try body(UnsafeRawBufferPointer($0)) }
+    }
+
+    /// The size of a regular file's contents in memory (`nil` for other kinds, and for a
+    /// file read lazily and not accessed yet). Not in Apple's API.
+    public var contentsCount: Int? {
+        state.withLock {
+            switch $0.node {
+            case .regularFile(.loaded(let data)): data.count
+            case .regularFile(.text(let text)): text.utf8.count
+            default: nil
+            }
+        }
     }
 
     /// Whether a regular file's contents are in memory (`false` until a lazily read one is accessed).
@@ -247,7 +293,7 @@ public final class FileWrapper: @unchecked Sendable {
     public func releaseContents() {
         let children: [FileWrapper] = state.withLock { state in
             switch state.node {
-            case .regularFile(.loaded):
+            case .regularFile(.loaded), .regularFile(.text):
                 // Contents never change after creation, so loaded bytes with a sync record
                 // are the bytes of the file that record describes.
                 if let sync = state.sync {
@@ -421,7 +467,7 @@ extension FileWrapper {
     func settle(_ record: SyncRecord, keys: Set<String>?, releasingContents: Bool = false) {
         state.withLock { state in
             state.sync = record
-            if releasingContents, case .regularFile(.loaded) = state.node {
+            if releasingContents, case .regularFile(let contents) = state.node, !contents.isOnDisk {
                 state.node = .regularFile(.onDisk(path: record.path, identity: record.identity))
             }
             guard case .directory = state.node else { return }

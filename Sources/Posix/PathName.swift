@@ -56,13 +56,25 @@ public enum PathName {
     }
 
     /// `path` relative to `root` when it lies beneath it (`"."` for the root itself), by
-    /// the strings alone; `nil` otherwise. `root` may end with a slash.
+    /// the strings' bytes alone (no Unicode equivalence: a file system compares names as
+    /// bytes); `nil` otherwise. `root` may end with a slash. Every save asks, so it walks
+    /// the bytes once, with no intermediate strings.
     public static func relative(_ path: String, to root: String) -> String? {
-        var base = Substring(root)
-        while base.count > 1, base.hasSuffix("/") { base = base.dropLast() }
-        if path == base { return "." }
-        let prefix = base == "/" ? "/" : base + "/"
-        guard path.hasPrefix(prefix), path.count > prefix.count else { return nil }
-        return String(path.dropFirst(prefix.count))
+        let base = trimmedEnd(root[...].utf8)
+        let bytes = path.utf8
+        var index = bytes.startIndex
+        for byte in base {
+            guard index < bytes.endIndex, bytes[index] == byte else { return nil }
+            index = bytes.index(after: index)
+        }
+        if index == bytes.endIndex { return "." }
+        // Beneath the root: a slash follows it (the root "/" ends with its own).
+        let rootIsSlash = base.count == 1 && base.first == slash
+        if !rootIsSlash {
+            guard bytes[index] == slash else { return nil }
+            index = bytes.index(after: index)
+        }
+        guard index < bytes.endIndex else { return nil }
+        return String(Substring(bytes[index...]))
     }
 }

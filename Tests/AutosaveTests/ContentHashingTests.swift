@@ -1,4 +1,5 @@
 import Control
+import Documents
 import Foundation
 import Posix
 import TestSupport
@@ -24,9 +25,16 @@ struct ContentHashingTests {
         "Hashed at once or beside the write, the hash is the same",
         arguments: [0, 1, 4096, ContentHashing.besideWriteThreshold - 1, ContentHashing.besideWriteThreshold, 1 << 20]
     )
-    func besideTheWrite(size: Int) {
+    func besideTheWrite(size: Int) throws {
         let bytes = Self.megabyte.prefix(size)
-        #expect(ContentHashing(Data(bytes)).value == StableHash.of(Data(bytes)))
+        let expected = StableHash.of(Data(bytes))
+        #expect(try #require(ContentHashing(FileWrapper(regularFileWithContents: Data(bytes)))).value == expected)
+        // Text held as a string: hashed from the string's own bytes.
+        let text = String(repeating: "x", count: size)
+        #expect(
+            try #require(ContentHashing(FileWrapper(regularFileWithText: text))).value
+                == StableHash.of(Data(text.utf8)))
+        #expect(ContentHashing(FileWrapper(directoryWithFileWrappers: [:])) == nil)
     }
 
     @Test("A save's journal record names the file it puts in place: size and hash of its bytes, small and large")

@@ -28,6 +28,32 @@ struct FileWrapperTests {
         #expect(file.preferredFilename == "f")
     }
 
+    @Test(
+        "Text held as a string is the file Data of its UTF-8 makes: written, read back, and as a package member; released to disk once written"
+    )
+    func text() throws {
+        let text = "naïve ✓\n" + String(repeating: "line of text\n", count: 40_000)
+        let file = FileWrapper(regularFileWithText: text)
+        #expect(file.isRegularFile && file.contentsCount == text.utf8.count)
+        #expect(try file.withContents { Data($0) } == Data(text.utf8))
+        let path = directory.sub("text.txt")
+        let writer = DurableWriter(keepsWrittenContents: false)
+        let report = try writer.write(file, to: path)
+        #expect(report.bytesWritten == text.utf8.count)
+        #expect(try Disk.bytes(path) == Data(text.utf8))
+        // Written and not kept: read back from the file on access, checked against it.
+        #expect(!file.isContentsLoaded && file.contentsCount == nil)
+        #expect(file.regularFileContents == Data(text.utf8))
+
+        let package = FileWrapper(directoryWithFileWrappers: ["m.txt": FileWrapper(regularFileWithText: "member é\n")])
+        try writer.write(package, to: directory.sub("p.package"), options: .atomic)
+        #expect(try Disk.bytes(directory.sub("p.package/m.txt")) == Data("member é\n".utf8))
+
+        // Data asked for is made once from the string.
+        let kept = FileWrapper(regularFileWithText: "abc")
+        #expect(kept.regularFileContents == Data("abc".utf8) && kept.regularFileContents == Data("abc".utf8))
+    }
+
     @Test("A taken name is made unique the way Apple does, and the key used is returned")
     func uniqueKeys() {
         let folder = FileWrapper(directoryWithFileWrappers: [:])

@@ -245,7 +245,9 @@ struct PathNameTests {
         #expect(PathName.pathExtension("x/.y") == "")
         let relatives: [(path: String, root: String, relative: String?)] = [
             ("/r/a/b", "/r", "a/b"), ("/r/a", "/r/", "a"), ("/r", "/r", "."), ("/r", "/r/", "."), ("/ra/b", "/r", nil),
-            ("/x/a", "/r", nil), ("/a", "/", "a"), ("/", "/", "."), ("r/a", "r", "a"),
+            ("/x/a", "/r", nil), ("/a", "/", "a"), ("/", "/", "."), ("r/a", "r", "a"), ("/r/", "/r", nil),
+            ("/r//", "/r", "/"), ("/é/ü/x", "/é", "ü/x"), ("/é/ü", "/é/", "ü"), ("/é", "/e\u{301}", nil),
+            ("/r", "/r/a", nil), ("", "", "."), ("/a", "", "a"),
         ]
         for (path, root, relative) in relatives {
             #expect(PathName.relative(path, to: root) == relative, "\(path) under \(root)")
