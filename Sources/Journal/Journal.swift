@@ -158,7 +158,7 @@ public final class Journal: Sendable {
             s.nextLSN = lsn.next
             SegmentFormat.appendRecord(to: &s.pending, lsn: lsn, owner: owner, payload: payload)
             if s.pendingFirst == nil { s.pendingFirst = lsn }
-            s.owners[owner, default: OwnerLog()].lsns.append(lsn)
+            s.recentRecords.append((owner, lsn))
             s.pendingRecords += 1
             s.unreleased += 1
             return lsn
@@ -194,6 +194,7 @@ public final class Journal: Sendable {
             s.pending = s.takeBuffer(expected: batch.bytes.count)
             s.pendingFirst = nil
             s.attributePending(toSegment: s.segments.count - 1, lsns: batch.first...batch.last)
+            s.absorbRecentRecords()
             let current = s.segments.count - 1
             s.unsynced.append(batch)
             s.unsyncedBytes += batch.bytes.count
@@ -307,6 +308,7 @@ public final class Journal: Sendable {
     /// released are deleted by the sync thread.
     public func release(owner: UInt64, through lsn: LSN) {
         let signal = state.withLock { s -> Bool in
+            s.absorbRecentRecords()
             guard var log = s.owners[owner] else { return false }
             var released = 0
             while log.head < log.lsns.count, log.lsns[log.head] <= lsn {
@@ -352,6 +354,7 @@ public final class Journal: Sendable {
             if s.replaying != nil {
                 s.replayNotes.append((owner, lsn))
             } else {
+                s.absorbRecentRecords()
                 s.owners[owner, default: OwnerLog()].lsns.append(lsn)
                 s.unreleased += 1
             }
@@ -371,6 +374,7 @@ public final class Journal: Sendable {
     public func pinningOwners() -> [UInt64] {
         state.withLock { s in
             guard !s.segments.isEmpty else { return [] }
+            s.absorbRecentRecords()
             let boundary = s.segments.count > 1 ? s.segments[1].base : s.nextLSN
             return s.owners(before: boundary).sorted()
         }
@@ -381,6 +385,7 @@ public final class Journal: Sendable {
     /// documents frees that much once the segments are deleted. In no particular order.
     public func pinningOwners(toFree bytes: Int) -> [UInt64] {
         state.withLock { s in
+            s.absorbRecentRecords()
             // The oldest segments, up to the one being written, until they hold `bytes`:
             // the owners with a record before the first segment not taken.
             var freed = 0

@@ -80,6 +80,13 @@ struct JournalState {
     var spareBytes = 0
 
     var owners: [UInt64: OwnerLog] = [:]
+    /// Records appended since the owners' logs were last brought up to date, in LSN
+    /// order. An append writes here, to memory the last append touched; filed at once
+    /// into the owners' logs (``absorbRecentRecords()``) at each flush, and before
+    /// anything reads the logs. With thousands of owners, a log appended to directly is
+    /// memory not touched since that owner's last record — cache misses on the path of
+    /// every request — where a pass's records filed together overlap theirs.
+    var recentRecords: [(owner: UInt64, lsn: LSN)] = []
     var unreleased = 0
     /// Sorted by base LSN; while running, the last one is the segment being written.
     var segments: [SegmentEntry] = []
@@ -126,6 +133,13 @@ struct JournalState {
     /// by one, each owner's log would be touched once per record, and with many owners
     /// every such touch misses the cache.
     var replayNotes: [(owner: UInt64, lsn: LSN)] = []
+
+    /// Files ``recentRecords`` into their owners' logs.
+    mutating func absorbRecentRecords() {
+        guard !recentRecords.isEmpty else { return }
+        for (owner, lsn) in recentRecords { owners[owner, default: OwnerLog()].lsns.append(lsn) }
+        recentRecords.removeAll(keepingCapacity: true)
+    }
 
     /// Moves ``replayNotes`` into the owners' logs: the notes grouped by owner (in the order
     /// delivered within each owner, ``Grouping``), each owner's log then made from its run
@@ -211,6 +225,7 @@ struct JournalState {
 
     /// Attributes the records still pinned to the segments they are in, from scratch.
     mutating func recount() {
+        absorbRecentRecords()
         for i in segments.indices { segments[i].live = 0 }
         for log in owners.values {
             for lsn in log.lsns[log.head...] {

@@ -246,6 +246,29 @@ final class JournalTests {
         journal.close()
     }
 
+    @Test("Records released before the flush that writes them: counted out at once, the rest pinned and replayed")
+    func releaseBeforeFlush() throws {
+        do {
+            let (journal, _, _) = try openJournal(path)
+            let first = try journal.append(owner: 5, payload: payload(1))
+            try journal.append(owner: 5, payload: payload(2))
+            try journal.append(owner: 6, payload: payload(3))
+            journal.release(owner: 5, through: first)
+            #expect(journal.statistics.unreleasedRecords == 2)
+            // Not written yet: nothing pins a segment.
+            #expect(journal.pinningOwners().isEmpty)
+            journal.flush()
+            #expect(journal.pinningOwners() == [5, 6])
+            journal.release(owner: 6, through: journal.statistics.lastLSN)
+            #expect(journal.pinningOwners() == [5])
+            #expect(journal.statistics.unreleasedRecords == 1)
+            journal.close()
+        }
+        let (journal, report, records) = try openJournal(path)
+        #expect(records.map(\.owner) == [5] && records.map { Array($0.payload) } == [payload(2)], "\(report)")
+        journal.close()
+    }
+
     @Test("Replayed records stay pinned through noteReplayed until released; then their segments go")
     func replayPins() throws {
         let options = JournalOptions(segmentSize: 2048)
