@@ -137,7 +137,9 @@ struct JournalState {
     /// Files ``recentRecords`` into their owners' logs.
     mutating func absorbRecentRecords() {
         guard !recentRecords.isEmpty else { return }
-        for (owner, lsn) in recentRecords { owners[owner, default: OwnerLog()].lsns.append(lsn) }
+        recentRecords.withUnsafeBufferPointer { recent in
+            for record in recent { owners[record.owner, default: OwnerLog()].lsns.append(record.lsn) }
+        }
         recentRecords.removeAll(keepingCapacity: true)
     }
 
