@@ -86,15 +86,10 @@ enum SegmentFormat {
     static func appendRecord(to buffer: inout [UInt8], lsn: LSN, owner: UInt64, payload: UnsafeRawBufferPointer) {
         let start = buffer.count
         let length = UInt32(recordFixedSize + payload.count)
-        // The header in one piece (the checksum filled in below): one append for it and
-        // one for the payload, each a check of the buffer's capacity and uniqueness.
-        withUnsafeTemporaryAllocation(byteCount: recordOverhead, alignment: 8) { header in
-            header.storeBytes(of: length.littleEndian, toByteOffset: 0, as: UInt32.self)
-            header.storeBytes(of: 0, toByteOffset: 4, as: UInt32.self)
-            header.storeBytes(of: lsn.rawValue.littleEndian, toByteOffset: 8, as: UInt64.self)
-            header.storeBytes(of: owner.littleEndian, toByteOffset: 16, as: UInt64.self)
-            buffer.append(contentsOf: UnsafeRawBufferPointer(header))
-        }
+        buffer.appendLittleEndian(length)
+        buffer.appendLittleEndian(UInt32(0))
+        buffer.appendLittleEndian(lsn.rawValue)
+        buffer.appendLittleEndian(owner)
         buffer.append(contentsOf: payload)
         buffer.withUnsafeMutableBytes { all in
             let lengthBytes = UnsafeRawBufferPointer(rebasing: all[start..<start + 4])
