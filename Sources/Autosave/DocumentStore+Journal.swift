@@ -101,9 +101,9 @@ extension DocumentStore {
         let report: JournalReplayReport
         do {
             report = try journal.replay { record in
-                chains.add(record)
+                let at = chains.add(record)
                 // Pinned until the documents are saved; owners with nothing left to apply are released below.
-                journal.noteReplayed(owner: record.owner, lsn: record.lsn)
+                journal.noteReplayed(owner: record.owner, lsn: record.lsn, log: &chains.list[at].log)
             }
         } catch let error as JournalFailure {
             journal.close()
@@ -148,6 +148,8 @@ extension DocumentStore {
     /// are not edits say.
     private struct Chain {
         var owner: UInt64
+        /// Its records as the journal counts them: the entry's ``Entry/journalLog`` once replayed.
+        var log = JournalOwnerLog()
         var path = ""
         /// Its records' indices in ``Chains/records``, in order (once ``Chains/group()`` has run).
         var members: ArraySlice<Int> = []
@@ -173,12 +175,13 @@ extension DocumentStore {
         /// Every record delivered, those of undecodable chains included.
         private(set) var count = 0
 
-        mutating func add(_ record: JournalRecord) {
+        /// Adds a record to its chain; returns the chain's index in `list`.
+        mutating func add(_ record: JournalRecord) -> Int {
             count += 1
             highestOwner = max(highestOwner ?? 0, record.owner)
             let at = Int(numbering.number(of: record.owner))
             if at == list.count { list.append(Chain(owner: record.owner)) }
-            guard list[at].undecodable == nil else { return }
+            guard list[at].undecodable == nil else { return at }
             do {
                 switch try JournalEntry.peek(record.payload) {
                 case .edit(let token, let command):
@@ -198,6 +201,7 @@ extension DocumentStore {
             } catch {
                 list[at].undecodable = "record \(record.lsn) cannot be read: \(error)"
             }
+            return at
         }
 
         /// Groups the records by chain (``Grouping``: each chain's in the order read).
@@ -223,7 +227,7 @@ extension DocumentStore {
             }
             summary.problems.append(text)
         }
-        for chain in chains.list {
+        for var chain in chains.list {
             let owner = chain.owner
             if let undecodable = chain.undecodable {
                 summary.unapplied.append("\(chain.path.isEmpty ? "document \(owner)" : chain.path): \(undecodable)")
@@ -231,7 +235,7 @@ extension DocumentStore {
                     "the journal's edits to \(chain.path) were not replayed: \(undecodable)",
                     ["document": chain.path, "message_id": MessageID.journalReplayed])
                 let last = chain.members.last.map { chains.records[$0].lsn }
-                journal?.release(owner: owner, through: last ?? LSN(UInt64.max >> 1))
+                journal?.release(owner: owner, through: last ?? LSN(UInt64.max >> 1), log: &chain.log)
                 continue
             }
             replay(chain, of: chains, into: &summary)
@@ -245,6 +249,7 @@ extension DocumentStore {
         let members = chain.members
         let lastLSN = members.last.map { chains.records[$0].lsn } ?? .zero
         let path = chain.path
+        var journalLog = chain.log
         func drop(_ why: String?) {
             if let why {
                 summary.unapplied.append("\(path): \(why)")
@@ -252,7 +257,7 @@ extension DocumentStore {
                     "the journal's edits to \(path) were not replayed: \(why)",
                     ["document": path, "message_id": MessageID.journalReplayed])
             }
-            journal?.release(owner: owner, through: lastLSN)
+            journal?.release(owner: owner, through: lastLSN, log: &journalLog)
         }
         guard !members.isEmpty else { return drop(nil) }
         guard !path.isEmpty else {
@@ -357,7 +362,7 @@ extension DocumentStore {
             for position in edits.indices.prefix(replayed) {
                 if let command = chains.records[edits[position]].command { editCounts.count(command) }
             }
-            adopt(&entry, owner: owner, lastLSN: lastLSN, path: path)
+            adopt(&entry, owner: owner, log: journalLog, path: path)
             let opened = current == nil
             insert(entry, at: path)
             if opened { emit(.opened(document: path)) }
@@ -380,7 +385,7 @@ extension DocumentStore {
             do { fresh = try newEntry(path) } catch { return drop("\(error)") }
             fresh.document = rebuilt.document
             fresh.changeCount = max(rebuilt.token, 1)
-            adopt(&fresh, owner: owner, lastLSN: lastLSN, path: path)
+            adopt(&fresh, owner: owner, log: journalLog, path: path)
             insert(fresh, at: path)
             emit(.opened(document: path))
             summary.edits += rebuilt.edits
@@ -398,7 +403,7 @@ extension DocumentStore {
         }
         entry.document = rebuilt.document
         entry.changeCount = max(entry.changeCount, rebuilt.token) + 1
-        adopt(&entry, owner: owner, lastLSN: lastLSN, path: path)
+        adopt(&entry, owner: owner, log: journalLog, path: path)
         entries[path] = entry
         summary.edits += rebuilt.edits
         summary.documents += 1
@@ -472,10 +477,11 @@ extension DocumentStore {
 
     /// Makes a replayed document's records its own again: its owner, and that the journal
     /// holds what its next edit applies to.
-    private func adopt(_ entry: inout Entry, owner: UInt64, lastLSN: LSN, path: String) {
+    private func adopt(_ entry: inout Entry, owner: UInt64, log: JournalOwnerLog, path: String) {
         entry.journalOwner = owner
         entry.journalHasBase = true
-        entry.lastJournalLSN = lastLSN.rawValue
+        entry.journalLog = log
+        entry.lastJournalLSN = log.last.rawValue
         journalOwners[owner] = path
     }
 
@@ -529,7 +535,8 @@ extension DocumentStore {
     @inline(__always)
     private func append(_ journal: Journal, _ entry: inout Entry) -> Bool {
         do {
-            let lsn = try journal.append(owner: entry.journalOwner, payload: journalBuffer).rawValue
+            let lsn = try journal.append(owner: entry.journalOwner, payload: journalBuffer, log: &entry.journalLog)
+                .rawValue
             journalBytesSinceCheck &+= journalBuffer.count + 24
             entry.lastJournalLSN = lsn
             lastJournalLSN = lsn
@@ -694,7 +701,9 @@ extension DocumentStore {
         return { file in
             var bytes: [UInt8] = []
             JournalEntry.saving(path: path, token: token, file: file).encode(into: &bytes)
-            guard let lsn = try? journal.append(owner: owner, payload: bytes) else { return 0 }
+            // Taken into the document's log when the save is done (``journalSaved``); until
+            // then the document's older records keep its segment.
+            guard let lsn = try? journal.appendUnattached(owner: owner, payload: bytes) else { return 0 }
             journal.flush()
             if waits {
                 // With Mode=always the record is durable before the file it names is in place.
@@ -713,10 +722,11 @@ extension DocumentStore {
         guard let journal, entry.journalOwner != 0 else { return }
         let owner = entry.journalOwner
         entry.lastJournalLSN = max(entry.lastJournalLSN, savingRecord)
+        if savingRecord != 0 { journal.adopt(LSN(savingRecord), owner: owner, into: &entry.journalLog) }
         if entry.journalBroken {
             if entry.isDirty {
                 // Edits since the unjournalled one are not in the journal: protected again from the next save on.
-                journal.release(owner: owner, through: LSN(entry.lastJournalLSN))
+                journal.release(owner: owner, through: LSN(entry.lastJournalLSN), log: &entry.journalLog)
                 entry.journalHasBase = false
                 return
             }
@@ -727,11 +737,11 @@ extension DocumentStore {
             JournalEntry.base(path: path, file: file, token: entry.savedChangeCount, contents: nil)
                 .encode(into: &journalBuffer)
             if append(journal, &entry) {
-                journal.release(owner: owner, through: LSN(entry.savingLSN))
+                journal.release(owner: owner, through: LSN(entry.savingLSN), log: &entry.journalLog)
                 entry.journalHasBase = true
             }
         } else {
-            journal.release(owner: owner, through: LSN(entry.lastJournalLSN))
+            journal.release(owner: owner, through: LSN(entry.lastJournalLSN), log: &entry.journalLog)
             entry.journalHasBase = false
         }
     }
@@ -740,7 +750,7 @@ extension DocumentStore {
     /// records are released, and its next edit starts a new chain.
     func journalDiscard(_ entry: inout Entry, closing: Bool = false) {
         guard let journal, entry.journalOwner != 0 else { return }
-        journal.release(owner: entry.journalOwner, through: LSN(entry.lastJournalLSN))
+        journal.release(owner: entry.journalOwner, through: LSN(entry.lastJournalLSN), log: &entry.journalLog)
         entry.journalHasBase = false
         entry.journalBroken = false
         if closing { journalOwners[entry.journalOwner] = nil }

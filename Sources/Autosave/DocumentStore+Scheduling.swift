@@ -1,6 +1,7 @@
 import Dispatch
 import Documents
 import Foundation
+import Journal
 import Logging
 import Posix
 
@@ -315,6 +316,8 @@ extension DocumentStore {
             entry.firstUnsavedEdit = nil
             entry.deadline = nil
             entry.savingLSN = entry.lastJournalLSN
+            // Its release will be through what it covers, while later edits are appended.
+            entry.journalLog.checkpoint()
             return (
                 token, since, entry.document, entry.existingFile,
                 // Never replace what was not seen: the file as last read or written, or none.

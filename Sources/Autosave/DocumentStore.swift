@@ -101,6 +101,8 @@ public actor DocumentStore {
         var lastJournalLSN: UInt64 = 0
         /// The LSN of the latest record the save in flight covers.
         var savingLSN: UInt64 = 0
+        /// The document's unreleased records, as the journal counts them (see ``JournalOwnerLog``).
+        var journalLog = JournalOwnerLog()
 
         var isDirty: Bool { changeCount > savedChangeCount }
 
@@ -776,6 +778,7 @@ public actor DocumentStore {
         entry.lastSaved = old.lastSaved
         entry.journalOwner = old.journalOwner
         entry.lastJournalLSN = old.lastJournalLSN
+        entry.journalLog = old.journalLog
         journalDiscard(&entry)
         entries[path] = entry
         if !old.waiters.isEmpty { failWaiters(old, .superseded(path, message: reason())) }

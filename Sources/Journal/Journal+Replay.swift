@@ -95,7 +95,6 @@ extension Journal {
 
         state.withLock { s in
             s.replaying = nil
-            s.absorbReplayNotes()
         }
         try start(after: highest, scans: scans)
         report.duration = ContinuousClock.now - started
@@ -400,7 +399,7 @@ extension Journal {
             s.durableThrough = next.previous
             s.phase = .running
             s.lastSyncMark = .now
-            s.housekeeping = s.oldestIsObsolete
+            s.housekeeping = s.oldestIsObsolete()
         }
         performHousekeeping()
         startSyncThread()

@@ -200,7 +200,7 @@ extension Journal {
                     s.segments[i].descriptor = nil
                 }
             }
-            if s.oldestIsObsolete { s.housekeeping = true }
+            if s.oldestIsObsolete() { s.housekeeping = true }
             return (Outcome(durable: durable, waiters: s.takeWaiters(through: durable)), left(s), freed)
         }
         outcome.deliver(self)
@@ -216,7 +216,7 @@ extension Journal {
     private func performRecovery() {
         let plan = state.withLock { s -> (base: LSN, batches: [Batch]) in
             if let first = s.pendingFirst {
-                s.attributePending(toSegment: s.segments.count - 1, lsns: first...s.nextLSN.previous)
+                s.segments[s.segments.count - 1].attribute(first...s.nextLSN.previous)
                 s.unsynced.append(Batch(bytes: s.pending, first: first, last: s.nextLSN.previous))
                 s.unsyncedBytes += s.pending.count
                 s.pending = []
@@ -302,7 +302,6 @@ extension Journal {
             }
             s.unsynced.removeAll()
             s.unsyncedBytes = 0
-            s.recount()
             s.recovering = false
             s.failure = nil
             s.retryAt = nil
@@ -310,7 +309,7 @@ extension Journal {
             s.statistics.rewrites += 1
             s.statistics.writes += 1
             s.statistics.bytesWritten += bytes.count
-            if s.oldestIsObsolete { s.housekeeping = true }
+            if s.oldestIsObsolete() { s.housekeeping = true }
             return (Outcome(durable: s.durableThrough, waiters: s.takeWaiters(through: s.durableThrough)), stale)
         }
         for name in stale { try? directoryFD.unlink(name) }
@@ -326,7 +325,7 @@ extension Journal {
             s.housekeeping = false
             guard !s.recovering else { return [] }
             var victims: [SegmentEntry] = []
-            while s.oldestIsObsolete { victims.append(s.segments.removeFirst()) }
+            while s.oldestIsObsolete() { victims.append(s.segments.removeFirst()) }
             s.statistics.segmentsDeleted += victims.count
             return victims
         }

@@ -151,18 +151,60 @@ public final class Journal: Sendable {
         return payload.withUnsafeBytes { append(owner, $0) }
     }
 
+    /// ``append(owner:payload:)`` for an owner whose ``JournalOwnerLog`` the caller keeps:
+    /// the record is counted in `log` (and pins its segment when it is the owner's only
+    /// unreleased one) instead of in the journal's own table of owners, which the append
+    /// does not touch. Release the owner's records with ``release(owner:through:log:)``.
+    @discardableResult
+    public func append(owner: UInt64, payload: [UInt8], log: inout JournalOwnerLog) throws(JournalRecordTooLarge)
+        -> LSN
+    {
+        precondition(owner != Self.reservedOwner, "the owner value UInt64.max is reserved")
+        guard payload.count <= options.maxPayloadSize else {
+            throw JournalRecordTooLarge(size: payload.count, limit: options.maxPayloadSize)
+        }
+        return payload.withUnsafeBytes { bytes in
+            state.withLock { s in
+                let lsn = append(&s, owner, bytes)
+                s.note(lsn, owner: owner, in: &log)
+                return lsn
+            }
+        }
+    }
+
+    /// Appends a record that no log counts yet: it is not unreleased and pins nothing until
+    /// ``adopt(_:owner:into:)`` takes it into its owner's log. For a record appended where
+    /// the log is out of reach (another thread), while the owner's older records keep its
+    /// segment.
+    @discardableResult
+    public func appendUnattached(owner: UInt64, payload: [UInt8]) throws(JournalRecordTooLarge) -> LSN {
+        precondition(owner != Self.reservedOwner, "the owner value UInt64.max is reserved")
+        guard payload.count <= options.maxPayloadSize else {
+            throw JournalRecordTooLarge(size: payload.count, limit: options.maxPayloadSize)
+        }
+        return payload.withUnsafeBytes { bytes in state.withLock { s in append(&s, owner, bytes) } }
+    }
+
+    /// Counts a record appended with ``appendUnattached(owner:payload:)`` in its owner's log.
+    public func adopt(_ lsn: LSN, owner: UInt64, into log: inout JournalOwnerLog) {
+        state.withLock { s in s.note(lsn, owner: owner, in: &log) }
+    }
+
     private func append(_ owner: UInt64, _ payload: UnsafeRawBufferPointer) -> LSN {
         state.withLock { s in
-            precondition(s.phase == .running, "Journal.append before replay(_:) or after close()")
-            let lsn = s.nextLSN
-            s.nextLSN = lsn.next
-            SegmentFormat.appendRecord(to: &s.pending, lsn: lsn, owner: owner, payload: payload)
-            if s.pendingFirst == nil { s.pendingFirst = lsn }
-            s.recentRecords.append((owner, lsn))
-            s.pendingRecords += 1
-            s.unreleased += 1
+            let lsn = append(&s, owner, payload)
+            s.noteOwnLog(lsn, owner: owner)
             return lsn
         }
+    }
+
+    private func append(_ s: inout JournalState, _ owner: UInt64, _ payload: UnsafeRawBufferPointer) -> LSN {
+        precondition(s.phase == .running, "Journal.append before replay(_:) or after close()")
+        let lsn = s.nextLSN
+        s.nextLSN = lsn.next
+        SegmentFormat.appendRecord(to: &s.pending, lsn: lsn, owner: owner, payload: payload)
+        if s.pendingFirst == nil { s.pendingFirst = lsn }
+        return lsn
     }
 
     /// Writes the batch appended since the last flush to the current segment with one
@@ -193,8 +235,7 @@ public final class Journal: Sendable {
             let batch = Batch(bytes: s.pending, first: first, last: s.nextLSN.previous)
             s.pending = s.takeBuffer(expected: batch.bytes.count)
             s.pendingFirst = nil
-            s.attributePending(toSegment: s.segments.count - 1, lsns: batch.first...batch.last)
-            s.absorbRecentRecords()
+            s.segments[s.segments.count - 1].attribute(batch.first...batch.last)
             let current = s.segments.count - 1
             s.unsynced.append(batch)
             s.unsyncedBytes += batch.bytes.count
@@ -305,65 +346,66 @@ public final class Journal: Sendable {
     /// Marks `owner`'s records through `lsn` obsolete (a durable save covers them). The
     /// mark itself is journalled (as a record of ``reservedOwner``), so replay never
     /// delivers released records again; the oldest segments whose records are all
-    /// released are deleted by the sync thread.
+    /// released are deleted by the sync thread. For records appended with
+    /// ``append(owner:payload:)``; see ``JournalOwnerLog`` for which releases it counts.
     public func release(owner: UInt64, through lsn: LSN) {
         let signal = state.withLock { s -> Bool in
-            s.absorbRecentRecords()
-            guard var log = s.owners[owner] else { return false }
-            var released = 0
-            while log.head < log.lsns.count, log.lsns[log.head] <= lsn {
-                let record = log.lsns[log.head]
-                log.head += 1
-                released += 1
-                if let first = s.pendingFirst, record >= first {
-                    // Rare: a record released before the flush that writes it.
-                    s.pendingRecords -= 1
-                } else if let i = s.segmentIndex(of: record) {
-                    s.segments[i].live -= 1
-                }
-            }
-            guard released > 0 else { return false }
-            log.compactIfWasteful()
-            s.owners[owner] = log.isEmpty ? nil : log
-            s.unreleased -= released
-            if s.phase == .running {
-                var mark: [UInt8] = []
-                mark.appendLittleEndian(owner)
-                // Never past the records there are: replay takes a mark to cover only what precedes it.
-                mark.appendLittleEndian(min(lsn, s.nextLSN.previous).rawValue)
-                let markLSN = s.nextLSN
-                s.nextLSN = markLSN.next
-                mark.withUnsafeBytes { bytes in
-                    SegmentFormat.appendRecord(to: &s.pending, lsn: markLSN, owner: Self.reservedOwner, payload: bytes)
-                }
-                if s.pendingFirst == nil { s.pendingFirst = markLSN }
-            }
-            if s.oldestIsObsolete && !s.housekeeping {
-                s.housekeeping = true
-                return s.syncThreadIdle
-            }
-            return false
+            guard var log = s.owners.removeValue(forKey: owner) else { return false }
+            defer { if !log.isEmpty { s.owners[owner] = log } }
+            return release(&s, owner: owner, through: lsn, log: &log)
         }
         if signal { signalSyncThread() }
     }
 
-    /// Counts a record that replay delivered as pinned by `owner` until released, so the
-    /// segment holding it stays. Call it from the body given to ``replay(_:)``.
+    /// ``release(owner:through:)`` for records appended with ``append(owner:payload:log:)``.
+    public func release(owner: UInt64, through lsn: LSN, log: inout JournalOwnerLog) {
+        let signal = state.withLock { s in release(&s, owner: owner, through: lsn, log: &log) }
+        if signal { signalSyncThread() }
+    }
+
+    /// Returns whether the sync thread is to be woken (for housekeeping).
+    private func release(_ s: inout JournalState, owner: UInt64, through lsn: LSN, log: inout JournalOwnerLog) -> Bool {
+        guard s.release(owner: owner, through: lsn, in: &log) else { return false }
+        if s.phase == .running {
+            var mark: [UInt8] = []
+            mark.appendLittleEndian(owner)
+            // Never past the records there are: replay takes a mark to cover only what precedes it.
+            mark.appendLittleEndian(min(lsn, s.nextLSN.previous).rawValue)
+            let markLSN = s.nextLSN
+            s.nextLSN = markLSN.next
+            mark.withUnsafeBytes { bytes in
+                SegmentFormat.appendRecord(to: &s.pending, lsn: markLSN, owner: Self.reservedOwner, payload: bytes)
+            }
+            if s.pendingFirst == nil { s.pendingFirst = markLSN }
+        }
+        if !s.housekeeping && s.oldestIsObsolete() {
+            s.housekeeping = true
+            return s.syncThreadIdle
+        }
+        return false
+    }
+
+    /// Counts a record that replay delivered as unreleased (pinned, when it is its owner's
+    /// first) until released, so the segment holding it stays. Call it from the body given
+    /// to ``replay(_:)``.
     public func noteReplayed(owner: UInt64, lsn: LSN) {
         state.withLock { s in
-            if s.replaying != nil {
-                s.replayNotes.append((owner, lsn))
-            } else {
-                s.absorbRecentRecords()
-                s.owners[owner, default: OwnerLog()].lsns.append(lsn)
-                s.unreleased += 1
-            }
-            // The segment it was read from: its name alone does not say (see SegmentEntry.records).
-            if let i = s.replaying ?? s.segmentIndex(of: lsn) {
-                s.segments[i].live += 1
-                s.segments[i].attribute(lsn...lsn)
-            }
+            s.noteOwnLog(lsn, owner: owner)
+            attributeReplayed(&s, lsn)
         }
+    }
+
+    /// ``noteReplayed(owner:lsn:)`` for an owner whose ``JournalOwnerLog`` the caller keeps.
+    public func noteReplayed(owner: UInt64, lsn: LSN, log: inout JournalOwnerLog) {
+        state.withLock { s in
+            s.note(lsn, owner: owner, in: &log)
+            attributeReplayed(&s, lsn)
+        }
+    }
+
+    /// The segment it was read from: its name alone does not say (see SegmentEntry.records).
+    private func attributeReplayed(_ s: inout JournalState, _ lsn: LSN) {
+        if let i = s.replaying ?? s.segmentIndex(of: lsn) { s.segments[i].attribute(lsn...lsn) }
     }
 
     // MARK: Queries
@@ -374,7 +416,6 @@ public final class Journal: Sendable {
     public func pinningOwners() -> [UInt64] {
         state.withLock { s in
             guard !s.segments.isEmpty else { return [] }
-            s.absorbRecentRecords()
             let boundary = s.segments.count > 1 ? s.segments[1].base : s.nextLSN
             return s.owners(before: boundary).sorted()
         }
@@ -385,7 +426,6 @@ public final class Journal: Sendable {
     /// documents frees that much once the segments are deleted. In no particular order.
     public func pinningOwners(toFree bytes: Int) -> [UInt64] {
         state.withLock { s in
-            s.absorbRecentRecords()
             // The oldest segments, up to the one being written, until they hold `bytes`:
             // the owners with a record before the first segment not taken.
             var freed = 0

@@ -12,10 +12,6 @@ struct SegmentEntry {
     var syncedSize: Int
     /// The file was created since the directory was last synced.
     var needsDirectorySync: Bool
-    /// Records attributed to this segment that are not released yet. Which owners they
-    /// belong to is not kept per segment: the owners' logs say it when asked
-    /// (``JournalState/owners(before:)``), so a record costs no per-segment bookkeeping.
-    var live = 0
     /// Replay found it damaged: it is set aside rather than deleted.
     var damaged = false
     /// The LSNs of the records attributed to it: delivered from it by replay (and kept,
@@ -37,24 +33,6 @@ struct Batch {
     var last: LSN
 }
 
-/// The LSNs of one owner's records that are not released yet, oldest first.
-struct OwnerLog {
-    var lsns: [LSN] = []
-    var head = 0
-
-    var isEmpty: Bool { head == lsns.count }
-
-    mutating func compactIfWasteful() {
-        if head > 1024 && head * 2 > lsns.count {
-            lsns.removeFirst(head)
-            head = 0
-        } else if head == lsns.count {
-            lsns.removeAll(keepingCapacity: true)
-            head = 0
-        }
-    }
-}
-
 /// Everything that changes, behind the journal's one lock.
 struct JournalState {
     enum Phase {
@@ -69,9 +47,6 @@ struct JournalState {
     /// Framed records appended since the last flush.
     var pending: [UInt8] = []
     var pendingFirst: LSN?
-    /// Owners' records in the batch not released yet: attributed to no segment until the
-    /// flush says which.
-    var pendingRecords = 0
 
     /// Buffers of batches proven durable, emptied and kept for the next batches: a batch
     /// is kept until its sync (a second's worth in `periodic` mode), and a new buffer for
@@ -79,14 +54,16 @@ struct JournalState {
     var spareBuffers: [[UInt8]] = []
     var spareBytes = 0
 
-    var owners: [UInt64: OwnerLog] = [:]
-    /// Records appended since the owners' logs were last brought up to date, in LSN
-    /// order. An append writes here, to memory the last append touched; filed at once
-    /// into the owners' logs (``absorbRecentRecords()``) at each flush, and before
-    /// anything reads the logs. With thousands of owners, a log appended to directly is
-    /// memory not touched since that owner's last record — cache misses on the path of
-    /// every request — where a pass's records filed together overlap theirs.
-    var recentRecords: [(owner: UInt64, lsn: LSN)] = []
+    /// The logs of the owners whose records came without one of the caller's
+    /// (``Journal/append(owner:payload:)``, ``Journal/noteReplayed(owner:lsn:)``).
+    var owners: [UInt64: JournalOwnerLog] = [:]
+    /// The oldest unreleased record of each owner that has one (its LSN, and the owner):
+    /// the segment holding it, and every later one, stay. One entry per owner, made when
+    /// the owner's first unreleased record is appended and moved when a release leaves an
+    /// older one: nothing per record.
+    var pins: [LSN: UInt64] = [:]
+    /// The keys of ``pins`` (and some removed since), smallest first: a binary heap.
+    var pinHeap: [LSN] = []
     var unreleased = 0
     /// Sorted by base LSN; while running, the last one is the segment being written.
     var segments: [SegmentEntry] = []
@@ -128,37 +105,68 @@ struct JournalState {
     /// The segment replay is delivering records from: the one ``Journal/noteReplayed(owner:lsn:)``
     /// attributes them to.
     var replaying: Int?
-    /// The records replay delivered and the caller kept, in the order delivered: made into
-    /// the owners' logs at once when replay ends (``absorbReplayNotes()``). Appended one
-    /// by one, each owner's log would be touched once per record, and with many owners
-    /// every such touch misses the cache.
-    var replayNotes: [(owner: UInt64, lsn: LSN)] = []
 
-    /// Files ``recentRecords`` into their owners' logs.
-    mutating func absorbRecentRecords() {
-        guard !recentRecords.isEmpty else { return }
-        recentRecords.withUnsafeBufferPointer { recent in
-            for record in recent { owners[record.owner, default: OwnerLog()].lsns.append(record.lsn) }
+    /// Pins `lsn`, `owner`'s oldest unreleased record.
+    mutating func pin(_ lsn: LSN, owner: UInt64) {
+        guard pins.updateValue(owner, forKey: lsn) == nil else { return }
+        pinHeap.append(lsn)
+        var child = pinHeap.count - 1
+        while child > 0 {
+            let parent = (child - 1) / 2
+            guard pinHeap[child] < pinHeap[parent] else { break }
+            pinHeap.swapAt(child, parent)
+            child = parent
         }
-        recentRecords.removeAll(keepingCapacity: true)
     }
 
-    /// Moves ``replayNotes`` into the owners' logs: the notes grouped by owner (in the order
-    /// delivered within each owner, ``Grouping``), each owner's log then made from its run
-    /// in one piece.
-    mutating func absorbReplayNotes() {
-        guard !replayNotes.isEmpty else { return }
-        var numbering = DenseNumbering<UInt64>()
-        var slotOfNote: [Int32] = []
-        slotOfNote.reserveCapacity(replayNotes.count)
-        for note in replayNotes { slotOfNote.append(numbering.number(of: note.owner)) }
-        let notes = replayNotes
-        replayNotes = []
-        let grouping = Grouping(slots: slotOfNote, slotCount: numbering.keys.count)
-        for (slot, owner) in numbering.keys.enumerated() {
-            owners[owner, default: OwnerLog()].lsns.append(contentsOf: grouping.group(slot).map { notes[$0].lsn })
+    mutating func unpin(_ lsn: LSN) { pins[lsn] = nil }
+
+    /// The oldest pinned record (the heap's removed entries dropped on the way).
+    mutating func oldestPin() -> LSN? {
+        while let top = pinHeap.first, pins[top] == nil {
+            let last = pinHeap.removeLast()
+            guard !pinHeap.isEmpty else { break }
+            pinHeap[0] = last
+            var parent = 0
+            while true {
+                let left = 2 * parent + 1
+                guard left < pinHeap.count else { break }
+                let right = left + 1
+                let child = right < pinHeap.count && pinHeap[right] < pinHeap[left] ? right : left
+                guard pinHeap[child] < pinHeap[parent] else { break }
+                pinHeap.swapAt(child, parent)
+                parent = child
+            }
         }
-        unreleased += notes.count
+        return pinHeap.first
+    }
+
+    /// Counts `lsn` as a record of the owner `log` describes, pinning it when it is the
+    /// owner's only unreleased one.
+    mutating func note(_ lsn: LSN, owner: UInt64, in log: inout JournalOwnerLog) {
+        if log.note(lsn) { pin(lsn, owner: owner) }
+        unreleased += 1
+    }
+
+    /// ``note(_:owner:in:)`` in the journal's own table of owners.
+    mutating func noteOwnLog(_ lsn: LSN, owner: UInt64) {
+        if owners[owner, default: JournalOwnerLog()].note(lsn) { pin(lsn, owner: owner) }
+        unreleased += 1
+    }
+
+    /// Releases `owner`'s records through `lsn` from `log`: the count, and the pin moved to
+    /// the oldest record left. Returns whether anything was released.
+    mutating func release(owner: UInt64, through lsn: LSN, in log: inout JournalOwnerLog) -> Bool {
+        guard let (released, first) = log.afterRelease(through: lsn) else { return false }
+        if first != log.first {
+            if let old = log.first { unpin(old) }
+            if let first { pin(first, owner: owner) }
+        }
+        log.first = first
+        log.count -= released
+        unreleased -= released
+        if first == nil || released > 0 { log.clearCheckpoint() }
+        return true
     }
 
     /// The index of the segment holding the record `lsn` (attributed to it): the last one
@@ -218,36 +226,11 @@ struct JournalState {
         return freed
     }
 
-    /// Counts the batch's records as the segment's at `index`, where the batch goes.
-    mutating func attributePending(toSegment index: Int, lsns: ClosedRange<LSN>) {
-        segments[index].live += pendingRecords
-        segments[index].attribute(lsns)
-        pendingRecords = 0
-    }
-
-    /// Attributes the records still pinned to the segments they are in, from scratch.
-    mutating func recount() {
-        absorbRecentRecords()
-        for i in segments.indices { segments[i].live = 0 }
-        for log in owners.values {
-            for lsn in log.lsns[log.head...] {
-                if let first = pendingFirst, lsn >= first { continue }
-                guard let i = segmentIndex(of: lsn) else { continue }
-                segments[i].live += 1
-            }
-        }
-    }
-
-    /// The owners with an unreleased record written before `boundary` (records not flushed
-    /// yet are in no segment and do not count). An owner's log is in LSN order, so its
-    /// oldest unreleased record decides.
+    /// The owners with a pinned record (their oldest unreleased) written before `boundary`
+    /// (records not flushed yet are in no segment and do not count).
     func owners(before boundary: LSN) -> [UInt64] {
         let boundary = pendingFirst.map { min($0, boundary) } ?? boundary
-        var found: [UInt64] = []
-        for (owner, log) in owners where log.head < log.lsns.count && log.lsns[log.head] < boundary {
-            found.append(owner)
-        }
-        return found
+        return pins.compactMap { lsn, owner in lsn < boundary ? owner : nil }
     }
 
     /// The waiters whose LSN is durable now, removed from the list.
@@ -264,9 +247,12 @@ struct JournalState {
         return ready
     }
 
-    /// The oldest segment can go: it holds nothing pinned, is closed, and is not the one being written.
-    var oldestIsObsolete: Bool {
-        guard segments.count > 1, let oldest = segments.first else { return false }
-        return oldest.live == 0 && oldest.descriptor == nil
+    /// The oldest segment can go: it is closed, it is not the one being written, and no
+    /// pinned record is in it — none at or below the last LSN attributed to it (a damaged
+    /// segment's range may overlap a later one's: a pin there keeps it, to be safe).
+    mutating func oldestIsObsolete() -> Bool {
+        guard segments.count > 1, segments[0].descriptor == nil else { return false }
+        guard let pin = oldestPin(), let records = segments[0].records else { return true }
+        return pin > records.upperBound
     }
 }

@@ -250,11 +250,15 @@ final class JournalTests {
     func releaseBeforeFlush() throws {
         do {
             let (journal, _, _) = try openJournal(path)
-            let first = try journal.append(owner: 5, payload: payload(1))
-            try journal.append(owner: 5, payload: payload(2))
+            var five = JournalOwnerLog()
+            let first = try journal.append(owner: 5, payload: payload(1), log: &five)
+            // A save starting: its release will be through what the log holds now.
+            five.checkpoint()
+            let second = try journal.append(owner: 5, payload: payload(2), log: &five)
             try journal.append(owner: 6, payload: payload(3))
-            journal.release(owner: 5, through: first)
+            journal.release(owner: 5, through: first, log: &five)
             #expect(journal.statistics.unreleasedRecords == 2)
+            #expect(five.count == 1 && five.first == second)
             // Not written yet: nothing pins a segment.
             #expect(journal.pinningOwners().isEmpty)
             journal.flush()
@@ -266,6 +270,98 @@ final class JournalTests {
         }
         let (journal, report, records) = try openJournal(path)
         #expect(records.map(\.owner) == [5] && records.map { Array($0.payload) } == [payload(2)], "\(report)")
+        journal.close()
+    }
+
+    @Test(
+        "A release through fewer than all of an owner's records, at no checkpoint: the mark is written, the records stay counted and pinned until a release covers them"
+    )
+    func partialReleaseWithoutCheckpoint() throws {
+        let options = JournalOptions(segmentSize: 2048)
+        do {
+            let (journal, _, _) = try openJournal(path, options: options)
+            var log = JournalOwnerLog()
+            let first = try journal.append(owner: 5, payload: payload(0), log: &log)
+            for i in 1...60 {
+                try journal.append(owner: 5, payload: payload(i), log: &log)
+                if i % 5 == 0 { journal.flush() }
+            }
+            journal.flush()
+            #expect(journal.statistics.segments > 2)
+            journal.release(owner: 5, through: first, log: &log)
+            journal.flush()
+            #expect(log.count == 61 && log.first == first)
+            #expect(journal.statistics.unreleasedRecords == 61)
+            #expect(journal.pinningOwners() == [5])
+            usleep(100_000)
+            #expect(journal.statistics.segmentsDeleted == 0, "the oldest record is still counted as pinning")
+            journal.release(owner: 5, through: log.last, log: &log)
+            journal.flush()
+            #expect(log.isEmpty && log.first == nil)
+            #expect(journal.statistics.unreleasedRecords == 0)
+            #expect(eventually { journal.statistics.segments == 1 }, "\(journal.statistics.segments) left")
+            journal.close()
+        }
+        let (journal, report, records) = try openJournal(path, options: options)
+        #expect(records.isEmpty, "\(report)")
+        journal.close()
+    }
+
+    @Test("A save's release through its checkpoint: the segments before the records appended since go, theirs stay and replay")
+    func checkpointReleaseKeepsLaterRecords() throws {
+        let options = JournalOptions(segmentSize: 2048)
+        var kept: [[UInt8]] = []
+        do {
+            let (journal, _, _) = try openJournal(path, options: options)
+            var log = JournalOwnerLog()
+            for i in 0..<60 {
+                try journal.append(owner: 1, payload: payload(i), log: &log)
+                if i % 5 == 4 { journal.flush() }
+            }
+            let covered = log.last
+            log.checkpoint()
+            journal.flush()
+            let before = journal.statistics.segments
+            for i in 60..<120 {
+                try journal.append(owner: 1, payload: payload(i), log: &log)
+                kept.append(payload(i))
+                if i % 5 == 4 { journal.flush() }
+            }
+            journal.flush()
+            #expect(journal.statistics.segments > before)
+            journal.release(owner: 1, through: covered, log: &log)
+            journal.flush()
+            #expect(log.count == 60 && journal.statistics.unreleasedRecords == 60)
+            #expect(eventually { journal.statistics.segmentsDeleted >= before - 1 }, "\(journal.statistics)")
+            journal.close()
+        }
+        let (journal, report, records) = try openJournal(path, options: options)
+        #expect(records.map { Array($0.payload) } == kept, "\(report)")
+        journal.close()
+    }
+
+    @Test("A record appended unattached pins nothing until adopted; adopted, it is released with the owner's log")
+    func unattachedRecords() throws {
+        let options = JournalOptions(segmentSize: 2048)
+        let (journal, _, _) = try openJournal(path, options: options)
+        var log = JournalOwnerLog()
+        try journal.append(owner: 1, payload: payload(0), log: &log)
+        log.checkpoint()
+        let saving = try journal.appendUnattached(owner: 1, payload: payload(1))
+        #expect(journal.statistics.unreleasedRecords == 1)
+        let after = try journal.append(owner: 1, payload: payload(2), log: &log)
+        journal.adopt(saving, owner: 1, into: &log)
+        #expect(journal.statistics.unreleasedRecords == 3 && log.count == 3)
+        // The release a save does: through what it covered; what came after stays, the oldest of it pinned.
+        journal.release(owner: 1, through: LSN(saving.rawValue - 1), log: &log)
+        #expect(log.count == 2 && log.first == saving && log.last == after)
+        #expect(journal.statistics.unreleasedRecords == 2)
+        journal.flush()
+        #expect(journal.pinningOwners() == [1])
+        journal.release(owner: 1, through: after, log: &log)
+        #expect(log.isEmpty && journal.statistics.unreleasedRecords == 0)
+        journal.flush()
+        #expect(journal.pinningOwners().isEmpty)
         journal.close()
     }
 
