@@ -183,6 +183,8 @@ do {
         try journal.replay { _ in }
         let data = [UInt8](repeating: 0x61, count: size)
         var waiting: [(lsn: LSN, client: Int)] = []
+        // Each document's log kept by the caller, as the engine keeps it in the document's entry.
+        var logs = [JournalOwnerLog](repeating: JournalOwnerLog(), count: clients * documents)
         var ready = Array(0..<clients)
         var acknowledged = 0
         var passes = 0
@@ -191,7 +193,7 @@ do {
         while ContinuousClock.now < end {
             for client in ready {
                 let owner = UInt64(client * documents + passes % documents)
-                waiting.append((try journal.append(owner: owner, payload: data), client))
+                waiting.append((try journal.append(owner: owner, payload: data, log: &logs[Int(owner)]), client))
             }
             ready.removeAll(keepingCapacity: true)
             let written = journal.flush()
