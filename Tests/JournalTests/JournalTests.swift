@@ -307,7 +307,9 @@ final class JournalTests {
         journal.close()
     }
 
-    @Test("A save's release through its checkpoint: the segments before the records appended since go, theirs stay and replay")
+    @Test(
+        "A save's release through its checkpoint: the segments before the records appended since go, theirs stay and replay"
+    )
     func checkpointReleaseKeepsLaterRecords() throws {
         let options = JournalOptions(segmentSize: 2048)
         var kept: [[UInt8]] = []
