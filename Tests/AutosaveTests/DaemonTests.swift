@@ -85,9 +85,35 @@ final class DaemonProcess: Sendable {
             waiter.cancel()
         }
         Issue.record(
-            "no line containing '\(text)' within \(timeout); output:\n\(output.joined(separator: "\n"))",
+            "no line containing '\(text)' within \(timeout); output:\n\(output.joined(separator: "\n"))\n\(state)",
             sourceLocation: sourceLocation)
         return nil
+    }
+
+    /// What the process is doing, for a failure's message: whether it runs, and each of its
+    /// threads' name, scheduler state and the kernel function it waits in (`wchan`), or how
+    /// it ended.
+    var state: String {
+        guard process.isRunning else {
+            return
+                "the process ended: \(process.terminationReason == .exit ? "exit" : "signal") \(process.terminationStatus)"
+        }
+        let pid = process.processIdentifier
+        let command =
+            (try? String(contentsOfFile: "/proc/\(pid)/cmdline", encoding: .utf8))?
+            .replacingOccurrences(of: "\0", with: " ") ?? "?"
+        var text = "the process \(pid) runs: \(command)"
+        let tasks = (try? FileManager.default.contentsOfDirectory(atPath: "/proc/\(pid)/task")) ?? []
+        for task in tasks.sorted() {
+            func read(_ name: String) -> String {
+                ((try? String(contentsOfFile: "/proc/\(pid)/task/\(task)/\(name)", encoding: .utf8)) ?? "?")
+                    .trimmingCharacters(in: .whitespacesAndNewlines)
+            }
+            let stat = read("stat")
+            let state = stat.split(separator: ")").last?.split(separator: " ").first.map(String.init) ?? "?"
+            text += "\n  thread \(task) \(read("comm")): state \(state), waiting in \(read("wchan"))"
+        }
+        return text
     }
 
     func signal(_ number: Int32) { kill(process.processIdentifier, number) }
@@ -100,6 +126,21 @@ final class DaemonProcess: Sendable {
                 continuation.resume(returning: self.process.terminationStatus)
             }
         }
+    }
+}
+
+@Suite("The test harness's daemon process")
+struct DaemonProcessTests {
+    @Test("A process that prints nothing is described by its threads' states, and one that ended by how")
+    func describesItsState() async throws {
+        let sleeper = try DaemonProcess("/bin/sleep", ["30"])
+        try await Task.sleep(for: .milliseconds(200))
+        let running = sleeper.state
+        #expect(running.contains("runs: /bin/sleep 30"), "\(running)")
+        #expect(running.contains("thread \(sleeper.process.processIdentifier) sleep: state S"), "\(running)")
+        sleeper.signal(SIGKILL)
+        _ = await sleeper.exitStatus()
+        #expect(sleeper.state == "the process ended: signal 9", "\(sleeper.state)")
     }
 }
 
