@@ -62,7 +62,8 @@ struct JournalState {
     /// the owner's first unreleased record is appended and moved when a release leaves an
     /// older one: nothing per record.
     var pins: [LSN: UInt64] = [:]
-    /// The keys of ``pins`` (and some removed since), smallest first: a binary heap.
+    /// The keys of ``pins`` (and some removed since, at most about as many), smallest
+    /// first: a binary heap.
     var pinHeap: [LSN] = []
     var unreleased = 0
     /// Sorted by base LSN; while running, the last one is the segment being written.
@@ -119,7 +120,13 @@ struct JournalState {
         }
     }
 
-    mutating func unpin(_ lsn: LSN) { pins[lsn] = nil }
+    /// Removes the pin at `lsn`. The heap keeps its entry until it comes to the top; when
+    /// such entries outnumber the pins (a pin held for long keeps those behind it), the heap
+    /// is made again from the pins (a sorted array is a heap).
+    mutating func unpin(_ lsn: LSN) {
+        pins[lsn] = nil
+        if pinHeap.count > 2 * pins.count + 1024 { pinHeap = pins.keys.sorted() }
+    }
 
     /// The oldest pinned record (the heap's removed entries dropped on the way).
     mutating func oldestPin() -> LSN? {

@@ -556,7 +556,10 @@ struct FaultInjectionMoreTests {
         let linked = try client.call(["cmd": "set", "doc": "evil/x.txt", "text": "no"])
         #expect(linked["error"]?["code"]?.stringValue == "invalid-path", "\(linked)")
         #expect(!FileManager.default.fileExists(atPath: "/etc/x.txt"))
-        try Disk.write("already here\n", to: rig.root + "/here.txt")
+        // Put in place whole (written beside the root, renamed in): a file written in place
+        // may be read by the watcher between its creation and its write, as any program's.
+        try Disk.write("already here\n", to: rig.directory.sub("here.txt"))
+        try FileManager.default.moveItem(atPath: rig.directory.sub("here.txt"), toPath: rig.root + "/here.txt")
         #expect(try client.call(["cmd": "append", "doc": "here.txt", "text": "and more\n"])["ok"] == true)
         #expect(try client.call(["cmd": "get", "doc": "here.txt"])["text"]?.stringValue == "already here\nand more\n")
         #expect(Disk.temporaries(under: rig.root).isEmpty)
