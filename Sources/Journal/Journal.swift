@@ -129,11 +129,7 @@ public final class Journal: Sendable {
     public func append<Payload: Collection<UInt8>>(owner: UInt64, payload: Payload) throws(JournalRecordTooLarge)
         -> LSN
     {
-        precondition(owner != Self.reservedOwner, "the owner value UInt64.max is reserved")
-        let count = payload.count
-        guard count <= options.maxPayloadSize else {
-            throw JournalRecordTooLarge(size: count, limit: options.maxPayloadSize)
-        }
+        try check(owner: owner, size: payload.count)
         if let lsn = payload.withContiguousStorageIfAvailable({ append(owner, UnsafeRawBufferPointer($0)) }) {
             return lsn
         }
@@ -144,10 +140,7 @@ public final class Journal: Sendable {
     /// the generic entry point's indirection.
     @discardableResult
     public func append(owner: UInt64, payload: [UInt8]) throws(JournalRecordTooLarge) -> LSN {
-        precondition(owner != Self.reservedOwner, "the owner value UInt64.max is reserved")
-        guard payload.count <= options.maxPayloadSize else {
-            throw JournalRecordTooLarge(size: payload.count, limit: options.maxPayloadSize)
-        }
+        try check(owner: owner, size: payload.count)
         return payload.withUnsafeBytes { append(owner, $0) }
     }
 
@@ -159,10 +152,7 @@ public final class Journal: Sendable {
     public func append(owner: UInt64, payload: [UInt8], log: inout JournalOwnerLog) throws(JournalRecordTooLarge)
         -> LSN
     {
-        precondition(owner != Self.reservedOwner, "the owner value UInt64.max is reserved")
-        guard payload.count <= options.maxPayloadSize else {
-            throw JournalRecordTooLarge(size: payload.count, limit: options.maxPayloadSize)
-        }
+        try check(owner: owner, size: payload.count)
         return payload.withUnsafeBytes { bytes in
             state.withLock { s in
                 let lsn = append(&s, owner, bytes)
@@ -178,16 +168,21 @@ public final class Journal: Sendable {
     /// segment.
     @discardableResult
     public func appendUnattached(owner: UInt64, payload: [UInt8]) throws(JournalRecordTooLarge) -> LSN {
-        precondition(owner != Self.reservedOwner, "the owner value UInt64.max is reserved")
-        guard payload.count <= options.maxPayloadSize else {
-            throw JournalRecordTooLarge(size: payload.count, limit: options.maxPayloadSize)
-        }
+        try check(owner: owner, size: payload.count)
         return payload.withUnsafeBytes { bytes in state.withLock { s in append(&s, owner, bytes) } }
     }
 
     /// Counts a record appended with ``appendUnattached(owner:payload:)`` in its owner's log.
     public func adopt(_ lsn: LSN, owner: UInt64, into log: inout JournalOwnerLog) {
         state.withLock { s in s.note(lsn, owner: owner, in: &log) }
+    }
+
+    /// What every append checks first: the owner is not the journal's own, the payload not too large.
+    private func check(owner: UInt64, size: Int) throws(JournalRecordTooLarge) {
+        precondition(owner != Self.reservedOwner, "the owner value UInt64.max is reserved")
+        guard size <= options.maxPayloadSize else {
+            throw JournalRecordTooLarge(size: size, limit: options.maxPayloadSize)
+        }
     }
 
     private func append(_ owner: UInt64, _ payload: UnsafeRawBufferPointer) -> LSN {
