@@ -315,6 +315,10 @@ extension Journal {
         for name in stale { try? directoryFD.unlink(name) }
         if !stale.isEmpty { try? directoryFD.sync() }
         outcome.deliver(self)
+        // Records appended while the rewrite ran were left in the batch (``flush(deferringSync:)``
+        // writes nothing while recovering); they are written now, not at the caller's next
+        // flush, which may never come.
+        if state.withLock({ s in s.pendingFirst != nil }) { flush() }
     }
 
     /// Deletes the oldest segments while everything in them is released, oldest first (a

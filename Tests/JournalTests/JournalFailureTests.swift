@@ -173,6 +173,41 @@ final class JournalFailureTests {
         again.close()
     }
 
+    @Test("Records appended while a rewrite is retried are written and synced once it succeeds, unflushed")
+    func appendedDuringRecovery() throws {
+        let disk = FaultyDisk()
+        let reports = Reports()
+        let options = JournalOptions(mode: .periodic(.seconds(3600)), retryDelay: .milliseconds(10), io: disk.io)
+        let (journal, _, _) = try openJournal(path, options: options, reports: reports)
+        disk.counts.withLock { $0.failingSyncs = 1_000_000 }
+        for i in 0..<3 { try journal.append(owner: 1, payload: payload(i)) }
+        journal.flush()
+        journal.requestSync(through: LSN(3))
+        // The first sync fails, and so does each retry of the rewrite: the journal is recovering.
+        #expect(eventually { reports.failures.count >= 2 })
+        // The next retry is held in its fdatasync: it has taken the records to rewrite.
+        disk.counts.withLock { c in
+            c.gateClosed = true
+            c.failingSyncs = 0
+        }
+        #expect(eventually { disk.counts.withLock { $0.syncsInFlight } == 1 })
+        for i in 3..<6 { try journal.append(owner: 2, payload: payload(i)) }
+        #expect(journal.flush() < LSN(6), "nothing is written while the journal is recovering")
+        let answered = Lock<[JournalFailure?]>([])
+        journal.whenDurable(LSN(6)) { failure in answered.withLock { $0.append(failure) } }
+        disk.counts.withLock { $0.gateClosed = false }
+        // The caller never flushes again: the journal writes the batch itself after the rewrite.
+        #expect(eventually { reports.durable == LSN(6) })
+        #expect(eventually { answered.withLock { $0.last } == .some(nil) }, "the handler is answered with success")
+        #expect(journal.statistics.writtenThrough == LSN(6))
+        #expect(journal.close() == nil)
+        let (again, report, records) = try openJournal(path)
+        #expect(records.map(\.lsn) == Array(1...6))
+        #expect(records.map(\.payload) == (0..<6).map { payload($0) })
+        #expect(report.isClean, "\(report)")
+        again.close()
+    }
+
     @Test("While syncs keep failing, close says which records are not durable")
     func closeWhileFailing() throws {
         let disk = FaultyDisk()
