@@ -429,6 +429,8 @@ final class ControlSession: Sendable {
         let watch = store.watchSummary
         let connections = server.connectionCount
         let root = store.root
+        let allocator = Allocator.usage()
+        let resident = MemoryTrimmer.residentBytes()
         sendSuccess(id) { writer in
             writer.key("version")
             writer.string(Daemon.version)
@@ -448,6 +450,15 @@ final class ControlSession: Sendable {
             writer.number(Date().timeIntervalSince(status.startedAt).rounded())
             writer.key("connections")
             writer.integer(connections)
+            writer.key("memory")
+            writer.beginObject()
+            writer.key("resident_bytes")
+            writer.integer(resident)
+            writer.key("allocated_bytes")
+            writer.integer(allocator.used + allocator.mapped)
+            writer.key("allocator_free_bytes")
+            writer.integer(allocator.free)
+            writer.endObject()
             writer.key("last_save")
             if let last = status.lastSave {
                 writer.beginObject()
@@ -738,6 +749,8 @@ final class ControlSession: Sendable {
         writer.integer(journal.bytes)
         writer.key("segments")
         writer.integer(journal.segments)
+        writer.key("memory_bytes")
+        writer.integer(journal.memoryBytes)
         writer.key("unsaved_records")
         writer.integer(journal.unsavedRecords)
         writer.key("written_lsn")

@@ -45,6 +45,8 @@ public struct JournalSummary: Sendable, Equatable {
     public var directory: String
     public var bytes: Int
     public var segments: Int
+    /// Memory the journal holds for its records (see ``JournalStatistics/memoryBytes``).
+    public var memoryBytes: Int
     /// Records not yet covered by a durable save.
     public var unsavedRecords: Int
     public var writtenThrough: UInt64
@@ -782,7 +784,7 @@ extension DocumentStore {
         let figures = journal.statistics
         return JournalSummary(
             mode: configuration.journalMode.rawValue, directory: journal.directory, bytes: figures.bytes,
-            segments: figures.segments, unsavedRecords: figures.unreleasedRecords,
+            segments: figures.segments, memoryBytes: figures.memoryBytes, unsavedRecords: figures.unreleasedRecords,
             writtenThrough: figures.writtenThrough.rawValue, durableThrough: figures.durableThrough.rawValue,
             syncs: figures.syncs, lastSyncAgo: figures.lastSync.map { ContinuousClock.now - $0 },
             failure: figures.failure?.description, unjournalledEdits: unjournalledEdits,

@@ -72,7 +72,7 @@ package final class MemoryTrimmer: Sendable {
     /// One check, and a trim when the free memory is worth it; whether it trimmed.
     @discardableResult
     package func trimIfWorthIt() -> Bool {
-        let (free, used) = Allocator.usage()
+        let (free, used, _) = Allocator.usage()
         guard free >= minimumFree, free >= used / 4 else { return false }
         let before = Self.residentBytes()
         var start = timespec()

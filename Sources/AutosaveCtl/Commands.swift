@@ -41,7 +41,7 @@ enum Catalog {
     static let subcommands: [Subcommand] = [
         Subcommand(
             name: "status",
-            abstract: "Show the daemon's counters: documents, unsaved, saving, failed, last save and failure.",
+            abstract: "Show the daemon's counters: documents, unsaved, saving, failed, memory, last save and failure.",
             usage: "[options]"),
         Subcommand(
             name: "list", abstract: "List the open documents and their save state.", usage: "[--names] [options]",

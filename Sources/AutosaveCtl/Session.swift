@@ -206,6 +206,12 @@ final class Session {
         say(line)
     }
 
+    /// Bytes as MiB with one decimal.
+    static func mebibytes(_ bytes: Int) -> String {
+        let tenths = (bytes * 10 + (1 << 19)) >> 20
+        return "\(tenths / 10).\(tenths % 10) MiB"
+    }
+
     private func printStatus(_ reply: JSONValue) {
         let int = { (key: String) in reply[key]?.intValue ?? 0 }
         say(
@@ -214,6 +220,12 @@ final class Session {
         say(
             "documents: \(int("documents")), unsaved: \(int("unsaved")), saving: \(int("saving")), failed: \(int("failed")), saves: \(int("saves"))"
         )
+        if let memory = reply["memory"], !memory.isNull {
+            let mib = { (key: String) in Self.mebibytes(memory[key]?.intValue ?? 0) }
+            say(
+                "memory: \(mib("resident_bytes")) resident, \(mib("allocated_bytes")) allocated, \(mib("allocator_free_bytes")) free in the allocator"
+            )
+        }
         if let last = reply["last_save"], !last.isNull {
             say(
                 "last save: \((last["doc"]?.stringValue ?? "").escapingControlCharacters) at \(last["at"]?.stringValue ?? "")"

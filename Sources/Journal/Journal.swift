@@ -444,6 +444,7 @@ public final class Journal: Sendable {
             figures.writtenThrough = s.writtenThrough
             figures.durableThrough = s.durableThrough
             figures.failure = s.failure
+            figures.memoryBytes = s.pending.capacity + s.unsynced.reduce(0) { $0 + $1.bytes.capacity } + s.spareBytes
             return figures
         }
     }

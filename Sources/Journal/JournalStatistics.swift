@@ -20,6 +20,11 @@ public struct JournalStatistics: Sendable, Hashable {
     /// Times the records not proven durable were written again to a new segment.
     public var rewrites = 0
     public var segmentsDeleted = 0
+    /// Memory the journal holds for its records: the batch being appended, the batches
+    /// written and waiting for a sync (kept to be written again should it fail), and
+    /// synced batches' buffers kept for the next ones (at most
+    /// ``JournalOptions/unsyncedBytesLimit`` of each).
+    public var memoryBytes = 0
     public var lastSync: ContinuousClock.Instant?
     public var lastSyncDuration: Duration?
     /// The failure the journal has not recovered from yet.

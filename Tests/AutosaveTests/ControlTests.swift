@@ -540,6 +540,36 @@ struct ControlSocketTests {
         #expect(!daemon.process.output.contains { $0.hasPrefix("<3>forged") })
     }
 
+    @Test("status reports the daemon's memory: a 6 MiB document adds about its size, and closing it gives it back")
+    func statusMemory() async throws {
+        let daemon = try await RunningDaemon("[Journal]\nMode=off\n")
+        let client = try daemon.client()
+        func memory() throws -> (resident: Int, allocated: Int, free: Int) {
+            let memory = try client.call(["cmd": "status"])["memory"]
+            return (
+                memory?["resident_bytes"]?.intValue ?? -1, memory?["allocated_bytes"]?.intValue ?? -1,
+                memory?["allocator_free_bytes"]?.intValue ?? -1
+            )
+        }
+        let before = try memory()
+        #expect(before.resident > 1 << 20 && before.allocated > 0 && before.free >= 0, "\(before)")
+        let size = 6 << 20
+        let text = String(repeating: "m", count: size)
+        // Within a tenth: the daemon's other allocations come and go meanwhile.
+        let most = size * 9 / 10
+        #expect(try client.call(["cmd": "set", "doc": "big.txt", "text": .string(text)])["ok"] == true)
+        #expect(try client.call(["cmd": "save", "doc": "big.txt", "wait": true])["ok"] == true)
+        let holding = try memory()
+        #expect(holding.allocated - before.allocated >= most, "its text is allocated: \(before) → \(holding)")
+        #expect(holding.resident - before.resident >= most, "and resident: \(before) → \(holding)")
+        #expect(try client.call(["cmd": "close", "doc": "big.txt"])["ok"] == true)
+        let after = try memory()
+        #expect(holding.allocated - after.allocated >= most, "closed, its text is freed: \(holding) → \(after)")
+        let r = try daemon.ctl("status")
+        #expect(r.status == 0 && r.stdout.contains("memory: "), "\(r)")
+        #expect(await daemon.stop() == 0)
+    }
+
     @Test("get opens a document on first use, as the other commands do (a file made after start, OpenNewFiles=no)")
     func getOpensOnFirstUse() async throws {
         let daemon = try await RunningDaemon("[Watch]\nOpenNewFiles=no\n")

@@ -99,10 +99,11 @@ uint32_t clinux_crc32c(uint32_t crc, const void *bytes, size_t length);
 /// glibc's allocator: the bytes it holds free and in use over every arena (mallinfo2),
 /// and malloc_trim(0), which gives every whole free page back to the system.
 #include <malloc.h>
-static inline void clinux_malloc_usage(size_t *free_bytes, size_t *used_bytes) {
+static inline void clinux_malloc_usage(size_t *free_bytes, size_t *used_bytes, size_t *mapped_bytes) {
     struct mallinfo2 info = mallinfo2();
     *free_bytes = info.fordblks;
     *used_bytes = info.uordblks;
+    *mapped_bytes = info.hblkhd;
 }
 static inline int clinux_malloc_trim(void) { return malloc_trim(0); }
 
