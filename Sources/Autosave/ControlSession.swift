@@ -70,37 +70,29 @@ final class ControlSession: Sendable {
         }
     }
 
-    /// What a connection keeps of the document its last edit named, so that the next
-    /// edit of the same document — the usual case — needs no new path string, no check
-    /// of it, and no new reply prefix. Kept by ``ConnectionReader``.
+    /// What a connection keeps between its requests. Kept by ``ConnectionReader``.
     struct EditMemo {
-        /// The path of the last document, as ``DocumentName`` gives it.
-        var document: [UInt8] = []
-        /// `document` as a string.
-        var path = ""
-        var isJSON = false
-        /// The seconds this connection's replies formatted last (kept across documents).
+        /// The seconds this connection's replies formatted last.
         var timestamps = EditReply.TimestampCache()
     }
 
-    /// `set` and `append`: the document looked up by its path (the string made again only
-    /// when the request names another document than the last), the reply written by
-    /// ``EditReply`` after the document's own prefix.
+    /// `set` and `append`: a document the store holds is found by the bytes of the path
+    /// the request carries (no path string is made, nor checked again: it was when the
+    /// document was opened); any other goes through the store's checks with a string. The
+    /// reply is written by ``EditReply`` after the document's own prefix.
     private func applyEdit(
         id: LineBytes?, document: DocumentName, _ edit: (_ isJSON: Bool) -> DocumentEdit, create: Bool,
         memo: inout EditMemo, store: isolated DocumentStore
     ) {
-        let matches = document.bytes.withBytes { raw in memo.document.withUnsafeBytes { $0.elementsEqual(raw) } }
-        if !matches {
-            // The memo's buffers are reused: another document costs no allocation here.
-            memo.document.removeAll(keepingCapacity: true)
-            document.bytes.withBytes { memo.document.append(contentsOf: $0) }
-            memo.path = document.path
-            memo.isJSON = Self.isJSONPath(memo.path)
-        }
         let outcome: EditOutcome
         do {
-            outcome = try store.apply(edit(memo.isJSON), named: memo.path, create: create, unopened: server)
+            if let found = document.bytes.withBytes({ store.entries.index(forBytes: $0) }) {
+                let path = store.entries.key(at: found)
+                outcome = try store.apply(edit(Self.isJSONPath(path)), openedAt: found, path: path)
+            } else {
+                let path = document.path
+                outcome = try store.apply(edit(Self.isJSONPath(path)), named: path, create: create, unopened: server)
+            }
         } catch {
             sendFailure(id, error)
             return

@@ -630,6 +630,14 @@ public actor DocumentStore {
         return try applyUnopened(edit, path: valid, create: create, replyPrefix: true, knownMissing: !exists)
     }
 
+    /// ``apply(_:named:create:unopened:)`` for a document the socket found in the table by
+    /// its path's bytes (``EntryTable/index(forBytes:)``): `path` is the table's own key.
+    func apply(_ edit: DocumentEdit, openedAt index: EntryTable.Index, path: String) throws -> EditOutcome {
+        guard accepting else { throw StoreError.shuttingDown }
+        try checkJournalWritable()
+        return try apply(edit, at: index, path: path, replyPrefix: true)
+    }
+
     /// Applies `edit` to a document the store does not hold: read from disk (or, with
     /// `create`, made new), edited, and only then added. A refused edit leaves the store
     /// as it was: no document opened or created, no event.

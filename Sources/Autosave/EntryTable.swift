@@ -1,11 +1,23 @@
+import Foundation
+
 extension DocumentStore {
-    /// The open documents by path.
+    /// The open documents by path: an open-addressing hash table whose keys are the
+    /// paths' bytes, so that a request looks its document up by the bytes it carries,
+    /// with no path string made (``index(forBytes:)``), and two names are one document
+    /// exactly when their bytes are equal, as the file system compares names (Swift's
+    /// `String` equality would take `é` precomposed and `e` + U+0301 for one name).
     ///
     /// Each entry lives in a slot of its own on the heap, and the table holds references to
     /// the slots. An entry is a few hundred bytes: a table of entries moves all of them each
     /// time it grows, into memory it touches for the first time, and tens of thousands of
-    /// new documents grow it many times. A table of slots moves 8 bytes per document
-    /// instead, and an entry found once (``index(forKey:)``) is changed in place.
+    /// new documents grow it many times. A table of slots moves a bucket of 32 bytes per
+    /// document instead, and an entry found once (``index(forKey:)``) is changed in place.
+    ///
+    /// A bucket keeps the key's full hash beside the key and the slot, so that a lookup
+    /// reads one bucket's cache line and compares bytes only when the hashes agree.
+    /// Linear probing; a removal shifts the buckets after it back (no tombstones); the
+    /// table doubles at three quarters full. The hash is Swift's `Hasher`, seeded per
+    /// process, so that no client can choose paths that collide.
     struct EntryTable: Sequence {
         final class Slot {
             @exclusivity(unchecked) var entry: Entry?
@@ -15,48 +27,127 @@ extension DocumentStore {
             func modify<R, E: Error>(_ body: (inout Entry) throws(E) -> R) throws(E) -> R { try body(&entry!) }
         }
 
-        typealias Index = [String: Slot].Index
+        /// A bucket's position: valid until the next insertion or removal.
+        typealias Index = Int
 
-        private var slots: [String: Slot] = [:]
+        fileprivate struct Bucket {
+            var hash: Int
+            var key: String
+            var slot: Slot
+        }
 
-        var count: Int { slots.count }
-        var isEmpty: Bool { slots.isEmpty }
-        var keys: [String: Slot].Keys { slots.keys }
-        var values: Values { Values(slots: slots.values) }
+        private var buckets: [Bucket?] = []
+        private(set) var count = 0
+
+        var isEmpty: Bool { count == 0 }
+
+        /// The paths, in the table's order.
+        var keys: [String] { buckets.compactMap { $0?.key } }
+        var values: Values { Values(buckets: buckets) }
 
         /// The entries, in the table's order.
         struct Values: Sequence {
-            fileprivate let slots: [String: Slot].Values
+            fileprivate let buckets: [Bucket?]
 
             struct Iterator: IteratorProtocol {
-                fileprivate var slots: [String: Slot].Values.Iterator
-                mutating func next() -> Entry? { slots.next()?.entry! }
+                fileprivate var buckets: IndexingIterator<[Bucket?]>
+                mutating func next() -> Entry? {
+                    while let bucket = buckets.next() {
+                        if let bucket { return bucket.slot.entry! }
+                    }
+                    return nil
+                }
             }
 
-            func makeIterator() -> Iterator { Iterator(slots: slots.makeIterator()) }
+            func makeIterator() -> Iterator { Iterator(buckets: buckets.makeIterator()) }
         }
 
-        func index(forKey path: String) -> Index? { slots.index(forKey: path) }
+        struct Iterator: IteratorProtocol {
+            fileprivate var buckets: IndexingIterator<[Bucket?]>
+            mutating func next() -> (key: String, value: Entry)? {
+                while let bucket = buckets.next() {
+                    if let bucket { return (bucket.key, bucket.slot.entry!) }
+                }
+                return nil
+            }
+        }
+
+        func makeIterator() -> Iterator { Iterator(buckets: buckets.makeIterator()) }
+
+        // MARK: Hashing and comparing bytes
+
+        static func hash(_ bytes: UnsafeRawBufferPointer) -> Int {
+            var hasher = Hasher()
+            hasher.combine(bytes: bytes)
+            return hasher.finalize()
+        }
+
+        /// Runs `body` on the UTF-8 bytes of `key` (a native string's own storage).
+        static func withBytes<R>(_ key: String, _ body: (UnsafeRawBufferPointer) -> R) -> R {
+            if let result = key.utf8.withContiguousStorageIfAvailable({ body(UnsafeRawBufferPointer($0)) }) {
+                return result
+            }
+            var key = key
+            return key.withUTF8 { body(UnsafeRawBufferPointer($0)) }
+        }
+
+        private static func equal(_ key: String, _ bytes: UnsafeRawBufferPointer) -> Bool {
+            withBytes(key) { own in
+                own.count == bytes.count
+                    && (own.isEmpty || memcmp(own.baseAddress!, bytes.baseAddress!, own.count) == 0)
+            }
+        }
+
+        // MARK: Finding
+
+        /// The bucket holding `bytes`, or where it would go.
+        private func probe(_ bytes: UnsafeRawBufferPointer, hash: Int) -> (position: Int, found: Bool) {
+            let mask = buckets.count - 1
+            var position = hash & mask
+            while let bucket = buckets[position] {
+                if bucket.hash == hash, Self.equal(bucket.key, bytes) { return (position, true) }
+                position = (position + 1) & mask
+            }
+            return (position, false)
+        }
+
+        /// The entry whose path has exactly these UTF-8 bytes.
+        func index(forBytes bytes: UnsafeRawBufferPointer) -> Index? {
+            guard count > 0 else { return nil }
+            let (position, found) = probe(bytes, hash: Self.hash(bytes))
+            return found ? position : nil
+        }
+
+        func index(forKey path: String) -> Index? {
+            guard count > 0 else { return nil }
+            return Self.withBytes(path) { index(forBytes: $0) }
+        }
+
+        /// The path of the entry at `index`: the table's own string, no copy of its bytes.
+        func key(at index: Index) -> String { buckets[index].unsafelyUnwrapped.key }
+
+        // MARK: Reading and changing
 
         /// The entry at `path`; setting `nil` removes it. A change through this subscript
         /// (`entries[path]!.deadline = …`) looks the path up once and changes the entry in place.
         subscript(path: String) -> Entry? {
-            get { slots[path]?.entry }
+            get { index(forKey: path).map { buckets[$0].unsafelyUnwrapped.slot.entry! } }
             set {
-                if let slot = slots[path] {
-                    if let newValue { slot.entry = newValue } else { slots.removeValue(forKey: path) }
-                } else if let newValue {
-                    slots[path] = Slot(newValue)
+                if let newValue {
+                    updateValue(newValue, forKey: path)
+                } else {
+                    removeValue(forKey: path)
                 }
             }
             _modify {
-                if let slot = slots[path] {
+                if let index = index(forKey: path) {
+                    let slot = buckets[index].unsafelyUnwrapped.slot
                     yield &slot.entry
-                    if slot.entry == nil { slots.removeValue(forKey: path) }
+                    if slot.entry == nil { remove(at: index) }
                 } else {
                     var added: Entry? = nil
                     yield &added
-                    if let added { slots[path] = Slot(added) }
+                    if let added { insert(added, forKey: path) }
                 }
             }
         }
@@ -64,8 +155,11 @@ extension DocumentStore {
         /// The entry at `index` (from ``index(forKey:)``, with no insertion or removal since),
         /// changed in place.
         subscript(index: Index) -> Entry {
-            get { slots.values[index].entry! }
-            nonmutating _modify { yield &slots.values[index].entry! }
+            get { buckets[index].unsafelyUnwrapped.slot.entry! }
+            nonmutating _modify {
+                let slot = buckets[index].unsafelyUnwrapped.slot
+                yield &slot.entry!
+            }
         }
 
         /// Puts `entry` at `path`; returns the entry it replaces.
@@ -76,19 +170,64 @@ extension DocumentStore {
 
         /// Puts `entry` at `path`; returns the entry it replaces and the slot it is in now,
         /// through which it can be changed without another lookup.
+        @discardableResult
         mutating func insert(_ entry: Entry, forKey path: String) -> (replaced: Entry?, slot: Slot) {
+            if (count + 1) * 4 > buckets.count * 3 { grow() }
             let slot = Slot(entry)
-            return (slots.updateValue(slot, forKey: path)?.entry, slot)
+            let (hash, position, found) = Self.withBytes(path) { bytes in
+                let hash = Self.hash(bytes)
+                let (position, found) = probe(bytes, hash: hash)
+                return (hash, position, found)
+            }
+            if found {
+                let replaced = buckets[position].unsafelyUnwrapped.slot.entry
+                buckets[position]!.slot = slot
+                return (replaced, slot)
+            }
+            buckets[position] = Bucket(hash: hash, key: path, slot: slot)
+            count += 1
+            return (nil, slot)
         }
 
         /// Removes the entry at `path` and returns it.
         @discardableResult
         mutating func removeValue(forKey path: String) -> Entry? {
-            slots.removeValue(forKey: path)?.entry
+            guard let index = index(forKey: path) else { return nil }
+            let entry = buckets[index].unsafelyUnwrapped.slot.entry
+            remove(at: index)
+            return entry
         }
 
-        func makeIterator() -> LazyMapSequence<[String: Slot], (key: String, value: Entry)>.Iterator {
-            slots.lazy.map { (key: $0.key, value: $0.value.entry!) }.makeIterator()
+        /// Empties the bucket at `index` and moves back the buckets after it that a probe
+        /// would otherwise no longer reach.
+        private mutating func remove(at index: Index) {
+            let mask = buckets.count - 1
+            var hole = index
+            buckets[hole] = nil
+            count -= 1
+            var next = (hole + 1) & mask
+            while let bucket = buckets[next] {
+                let home = bucket.hash & mask
+                // The bucket stays where it is if its home lies cyclically in (hole, next].
+                let stays = hole <= next ? (hole < home && home <= next) : (hole < home || home <= next)
+                if !stays {
+                    buckets[hole] = bucket
+                    buckets[next] = nil
+                    hole = next
+                }
+                next = (next + 1) & mask
+            }
+        }
+
+        private mutating func grow() {
+            let old = buckets
+            buckets = Array(repeating: nil, count: Swift.max(16, old.count * 2))
+            let mask = buckets.count - 1
+            for case let bucket? in old {
+                var position = bucket.hash & mask
+                while buckets[position] != nil { position = (position + 1) & mask }
+                buckets[position] = bucket
+            }
         }
     }
 }

@@ -570,6 +570,26 @@ struct ControlSocketTests {
         #expect(await daemon.stop() == 0)
     }
 
+    @Test("Names that differ only in Unicode normalization are two documents, each with its own file, as on disk")
+    func normalizationDistinctNames() async throws {
+        let precomposed = "\u{e9}.txt"
+        let combining = "e\u{301}.txt"
+        let daemon = try await RunningDaemon()
+        try Disk.write("precomposed\n", to: daemon.root + "/" + precomposed)
+        try Disk.write("combining\n", to: daemon.root + "/" + combining)
+        let client = try daemon.client()
+        #expect(try client.call(["cmd": "get", "doc": .string(precomposed)])["text"]?.stringValue == "precomposed\n")
+        #expect(try client.call(["cmd": "get", "doc": .string(combining)])["text"]?.stringValue == "combining\n")
+        let listed = try client.call(["cmd": "list"])["documents"]?.arrayValue ?? []
+        #expect(Set(listed.compactMap { $0["doc"]?.stringValue?.utf8.map { $0 } }).count == 2, "\(listed)")
+        #expect(try client.call(["cmd": "set", "doc": .string(precomposed), "text": "new\n"])["ok"] == true)
+        #expect(try client.call(["cmd": "append", "doc": .string(combining), "text": "more\n"])["ok"] == true)
+        #expect(try client.call(["cmd": "save-all", "wait": true])["ok"] == true)
+        #expect(try daemon.onDisk(precomposed) == "new\n")
+        #expect(try daemon.onDisk(combining) == "combining\nmore\n", "the other file is not written over")
+        #expect(await daemon.stop() == 0)
+    }
+
     @Test("get opens a document on first use, as the other commands do (a file made after start, OpenNewFiles=no)")
     func getOpensOnFirstUse() async throws {
         let daemon = try await RunningDaemon("[Watch]\nOpenNewFiles=no\n")

@@ -77,4 +77,71 @@ struct EntryTableTests {
         #expect(Set(table.values.map { Self.text($0) ?? "" }) == Set(seen.values))
         #expect(table.filter { $0.value.changeCount == 0 }.count == 1000)
     }
+
+    @Test("20,000 random insertions, replacements and removals agree with a dictionary keyed by the paths' bytes")
+    func randomAgainstModel() throws {
+        var table = DocumentStore.EntryTable()
+        var model: [[UInt8]: Int] = [:]
+        var generator = SplitMix(seed: 0x5eed)
+        // Few keys, many operations: long probe runs, removals in their middle, growth and reuse.
+        let paths =
+            (0..<600).map { "dir\($0 % 7)/doc-\($0).txt" } + ["", "é", "e\u{301}", "a/b/c/d/e/f/g/h/i/j/k/l/m/n.txt"]
+        for step in 0..<20_000 {
+            let path = paths[Int(generator.next() % UInt64(paths.count))]
+            let bytes = Array(path.utf8)
+            switch generator.next() % 3 {
+            case 0, 1:
+                let replaced = table.updateValue(Self.entry("\(step)"), forKey: path)
+                #expect(Self.text(replaced) == model[bytes].map { "\($0)" })
+                model[bytes] = step
+            default:
+                let removed = table.removeValue(forKey: path)
+                #expect(Self.text(removed) == model[bytes].map { "\($0)" })
+                model[bytes] = nil
+            }
+            #expect(table.count == model.count)
+        }
+        for path in paths {
+            let bytes = Array(path.utf8)
+            let index = table.index(forKey: path)
+            let byBytes = bytes.withUnsafeBytes { table.index(forBytes: $0) }
+            #expect(index == byBytes, "\(path)")
+            #expect((index != nil) == (model[bytes] != nil), "\(path)")
+            if let index {
+                #expect(table.key(at: index) == path)
+                #expect(Self.text(table[index]) == "\(model[bytes]!)")
+            }
+        }
+        var seen: [[UInt8]: String] = [:]
+        for (path, entry) in table { seen[Array(path.utf8)] = Self.text(entry) }
+        #expect(seen == model.mapValues { "\($0)" }, "iteration gives every entry once")
+    }
+
+    @Test(
+        "Names are compared as bytes, as the file system compares them: é precomposed and e + U+0301 are two documents")
+    func bytesNotCanonicalEquivalence() {
+        var table = DocumentStore.EntryTable()
+        table["\u{e9}.txt"] = Self.entry("precomposed")
+        table["e\u{301}.txt"] = Self.entry("combining")
+        #expect(table.count == 2)
+        #expect(Self.text(table["\u{e9}.txt"]) == "precomposed")
+        #expect(Self.text(table["e\u{301}.txt"]) == "combining")
+        #expect(
+            Array("\u{e9}.txt".utf8).withUnsafeBytes { table.index(forBytes: $0) } == table.index(forKey: "\u{e9}.txt"))
+        table["e\u{301}.txt"] = nil
+        #expect(Self.text(table["\u{e9}.txt"]) == "precomposed" && table.count == 1)
+    }
+}
+
+/// A small seeded generator (SplitMix64), for repeatable random tests.
+private struct SplitMix {
+    var state: UInt64
+    init(seed: UInt64) { state = seed }
+    mutating func next() -> UInt64 {
+        state &+= 0x9E37_79B9_7F4A_7C15
+        var z = state
+        z = (z ^ (z >> 30)) &* 0xBF58_476D_1CE4_E5B9
+        z = (z ^ (z >> 27)) &* 0x94D0_49BB_1331_11EB
+        return z ^ (z >> 31)
+    }
 }
