@@ -82,7 +82,7 @@ struct EntryTableTests {
     func randomAgainstModel() throws {
         var table = DocumentStore.EntryTable()
         var model: [[UInt8]: Int] = [:]
-        var generator = SplitMix(seed: 0x5eed)
+        var generator = SeededGenerator(state: 0x5eed)
         // Few keys, many operations: long probe runs, removals in their middle, growth and reuse.
         let paths =
             (0..<600).map { "dir\($0 % 7)/doc-\($0).txt" } + ["", "é", "e\u{301}", "a/b/c/d/e/f/g/h/i/j/k/l/m/n.txt"]
@@ -130,18 +130,5 @@ struct EntryTableTests {
             Array("\u{e9}.txt".utf8).withUnsafeBytes { table.index(forBytes: $0) } == table.index(forKey: "\u{e9}.txt"))
         table["e\u{301}.txt"] = nil
         #expect(Self.text(table["\u{e9}.txt"]) == "precomposed" && table.count == 1)
-    }
-}
-
-/// A small seeded generator (SplitMix64), for repeatable random tests.
-private struct SplitMix {
-    var state: UInt64
-    init(seed: UInt64) { state = seed }
-    mutating func next() -> UInt64 {
-        state &+= 0x9E37_79B9_7F4A_7C15
-        var z = state
-        z = (z ^ (z >> 30)) &* 0xBF58_476D_1CE4_E5B9
-        z = (z ^ (z >> 27)) &* 0x94D0_49BB_1331_11EB
-        return z ^ (z >> 31)
     }
 }

@@ -493,19 +493,24 @@ class Soak:
 
     async def sampler(self, started):
         printed = (started, 0)
+        # A connection of its own for status, closed when the sampler ends: the descriptor
+        # check counts the daemon's sockets after every client has gone.
         conn = await self.connect()
-        while not self.stop:
-            now = time.monotonic()
-            self.rss.append((now - started, self.vmrss()))
-            self.text_samples.append((now - started, self.text_bytes))
-            self.allocated.append((now - started, self.in_use(await self.call(conn, {"cmd": "status"}))))
-            if now - printed[0] >= 60:
-                replies = self.counts["replies"]
-                print("soak: %4.0f s: %d requests answered (%.0f/s in the last minute), VmRSS %d kB, %d descriptors"
-                      % (now - started, replies, (replies - printed[1]) / (now - printed[0]), self.rss[-1][1],
-                         len(self.descriptors())), flush=True)
-                printed = (now, replies)
-            await asyncio.sleep(self.o.sample)
+        try:
+            while not self.stop:
+                now = time.monotonic()
+                self.rss.append((now - started, self.vmrss()))
+                self.text_samples.append((now - started, self.text_bytes))
+                self.allocated.append((now - started, self.in_use(await self.call(conn, {"cmd": "status"}))))
+                if now - printed[0] >= 60:
+                    replies = self.counts["replies"]
+                    print("soak: %4.0f s: %d requests answered (%.0f/s in the last minute), VmRSS %d kB, %d descriptors"
+                          % (now - started, replies, (replies - printed[1]) / (now - printed[0]), self.rss[-1][1],
+                             len(self.descriptors())), flush=True)
+                    printed = (now, replies)
+                await asyncio.sleep(self.o.sample)
+        finally:
+            conn[1].close()
 
     async def settled_descriptors(self):
         """The daemon's descriptors once the count has stopped changing (it closes a
@@ -544,6 +549,7 @@ class Soak:
         self.stop = True
         await reloader
         sampler.cancel()
+        await asyncio.gather(sampler, return_exceptions=True)
         open(stop_path, "w").close()
         outside.wait(timeout=60)
         with open(state_path) as f:
