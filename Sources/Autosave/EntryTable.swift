@@ -133,10 +133,15 @@ extension DocumentStore {
         subscript(path: String) -> Entry? {
             get { index(forKey: path).map { buckets[$0].unsafelyUnwrapped.slot.entry! } }
             set {
-                if let newValue {
-                    updateValue(newValue, forKey: path)
-                } else {
-                    removeValue(forKey: path)
+                if let index = index(forKey: path) {
+                    // In place: the entry keeps its slot.
+                    if let newValue {
+                        buckets[index].unsafelyUnwrapped.slot.entry = newValue
+                    } else {
+                        remove(at: index)
+                    }
+                } else if let newValue {
+                    insert(newValue, forKey: path)
                 }
             }
             _modify {

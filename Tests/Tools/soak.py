@@ -499,9 +499,7 @@ class Soak:
         try:
             while not self.stop:
                 now = time.monotonic()
-                self.rss.append((now - started, self.vmrss()))
-                self.text_samples.append((now - started, self.text_bytes))
-                self.allocated.append((now - started, self.in_use(await self.call(conn, {"cmd": "status"}))))
+                self.sample(now - started, await self.call(conn, {"cmd": "status"}))
                 if now - printed[0] >= 60:
                     replies = self.counts["replies"]
                     print("soak: %4.0f s: %d requests answered (%.0f/s in the last minute), VmRSS %d kB, %d descriptors"
@@ -543,9 +541,7 @@ class Soak:
         reloader = asyncio.create_task(self.reloader(deadline))
         await asyncio.gather(*(self.client(i, deadline) for i in range(self.o.clients)))
         elapsed = time.monotonic() - started
-        self.rss.append((elapsed, self.vmrss()))
-        self.text_samples.append((elapsed, self.text_bytes))
-        self.allocated.append((elapsed, self.in_use(await self.status())))
+        self.sample(elapsed, await self.status())
         self.stop = True
         await reloader
         sampler.cancel()
@@ -556,6 +552,13 @@ class Soak:
             outside_state = json.load(f)
         status_after = await self.status()
         return fd_before, status_before, status_after, elapsed, subscribers, outside_state
+
+    def sample(self, at, status):
+        """One memory sample, `at` seconds into the soak: resident memory, the texts'
+        total and the bytes in use that `status` (a reply to it) gives."""
+        self.rss.append((at, self.vmrss()))
+        self.text_samples.append((at, self.text_bytes))
+        self.allocated.append((at, self.in_use(status)))
 
     @staticmethod
     def in_use(status):
