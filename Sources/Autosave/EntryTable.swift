@@ -10,11 +10,12 @@ extension DocumentStore {
     /// Each entry lives in a slot of its own on the heap, and the table holds references to
     /// the slots. An entry is a few hundred bytes: a table of entries moves all of them each
     /// time it grows, into memory it touches for the first time, and tens of thousands of
-    /// new documents grow it many times. A table of slots moves a bucket of 32 bytes per
+    /// new documents grow it many times. A table of slots moves a key, a reference and a hash per
     /// document instead, and an entry found once (``index(forKey:)``) is changed in place.
     ///
-    /// A bucket keeps the key's full hash beside the key and the slot, so that a lookup
-    /// reads one bucket's cache line and compares bytes only when the hashes agree.
+    /// The keys' full hashes are kept in an array of their own beside the buckets, so that
+    /// a lookup reads the dense array of hashes (eight per cache line, no reference
+    /// counted) and touches a bucket only where the hashes agree, to compare the bytes.
     /// Linear probing; a removal shifts the buckets after it back (no tombstones); the
     /// table doubles at three quarters full. The hash is Swift's `Hasher`, seeded per
     /// process, so that no client can choose paths that collide.
@@ -31,12 +32,13 @@ extension DocumentStore {
         typealias Index = Int
 
         fileprivate struct Bucket {
-            var hash: Int
             var key: String
             var slot: Slot
         }
 
         private var buckets: [Bucket?] = []
+        /// Each bucket's key's hash (``hash(_:)``, never 0), or 0 where the bucket is empty.
+        private var hashes: [Int] = []
         private(set) var count = 0
 
         var isEmpty: Bool { count == 0 }
@@ -76,10 +78,12 @@ extension DocumentStore {
 
         // MARK: Hashing and comparing bytes
 
+        /// The hash of a key's bytes: never 0, which marks an empty bucket.
         static func hash(_ bytes: UnsafeRawBufferPointer) -> Int {
             var hasher = Hasher()
             hasher.combine(bytes: bytes)
-            return hasher.finalize()
+            let hash = hasher.finalize()
+            return hash == 0 ? 1 : hash
         }
 
         /// Runs `body` on the UTF-8 bytes of `key` (a native string's own storage).
@@ -102,13 +106,18 @@ extension DocumentStore {
 
         /// The bucket holding `bytes`, or where it would go.
         private func probe(_ bytes: UnsafeRawBufferPointer, hash: Int) -> (position: Int, found: Bool) {
-            let mask = buckets.count - 1
-            var position = hash & mask
-            while let bucket = buckets[position] {
-                if bucket.hash == hash, Self.equal(bucket.key, bytes) { return (position, true) }
-                position = (position + 1) & mask
+            hashes.withUnsafeBufferPointer { hashes in
+                let mask = hashes.count - 1
+                var position = hash & mask
+                while true {
+                    let stored = hashes[position]
+                    if stored == 0 { return (position, false) }
+                    if stored == hash, Self.equal(buckets[position].unsafelyUnwrapped.key, bytes) {
+                        return (position, true)
+                    }
+                    position = (position + 1) & mask
+                }
             }
-            return (position, false)
         }
 
         /// The entry whose path has exactly these UTF-8 bytes.
@@ -189,7 +198,8 @@ extension DocumentStore {
                 buckets[position]!.slot = slot
                 return (replaced, slot)
             }
-            buckets[position] = Bucket(hash: hash, key: path, slot: slot)
+            buckets[position] = Bucket(key: path, slot: slot)
+            hashes[position] = hash
             count += 1
             return (nil, slot)
         }
@@ -209,15 +219,17 @@ extension DocumentStore {
             let mask = buckets.count - 1
             var hole = index
             buckets[hole] = nil
+            hashes[hole] = 0
             count -= 1
             var next = (hole + 1) & mask
-            while let bucket = buckets[next] {
-                let home = bucket.hash & mask
+            while hashes[next] != 0 {
+                let home = hashes[next] & mask
                 // The bucket stays where it is if its home lies cyclically in (hole, next].
                 let stays = hole <= next ? (hole < home && home <= next) : (hole < home || home <= next)
                 if !stays {
-                    buckets[hole] = bucket
-                    buckets[next] = nil
+                    buckets.swapAt(hole, next)
+                    hashes[hole] = hashes[next]
+                    hashes[next] = 0
                     hole = next
                 }
                 next = (next + 1) & mask
@@ -225,13 +237,17 @@ extension DocumentStore {
         }
 
         private mutating func grow() {
-            let old = buckets
-            buckets = Array(repeating: nil, count: Swift.max(16, old.count * 2))
-            let mask = buckets.count - 1
-            for case let bucket? in old {
-                var position = bucket.hash & mask
-                while buckets[position] != nil { position = (position + 1) & mask }
-                buckets[position] = bucket
+            let oldBuckets = buckets
+            let oldHashes = hashes
+            let capacity = Swift.max(16, oldBuckets.count * 2)
+            buckets = Array(repeating: nil, count: capacity)
+            hashes = Array(repeating: 0, count: capacity)
+            let mask = capacity - 1
+            for (old, hash) in oldHashes.enumerated() where hash != 0 {
+                var position = hash & mask
+                while hashes[position] != 0 { position = (position + 1) & mask }
+                buckets[position] = oldBuckets[old]
+                hashes[position] = hash
             }
         }
     }
