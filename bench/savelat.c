@@ -6,13 +6,16 @@
 //   socket   through the daemon's control socket: `set` of the document, then `save`
 //            with "wait": true; the time is the save's round trip, that is the whole
 //            exchange less the set's own round trip (printed too)
+//   floor    with FLOOR_SOCKET: the same set and save sent to bench/savefloor.c, the bare
+//            recipe behind a minimal socket server: what the socket alone adds
 //
-//   savelat SOCKET DOC BARE_DIR BYTES ITERATIONS
+//   savelat SOCKET DOC BARE_DIR BYTES ITERATIONS [FLOOR_SOCKET]
 //
 // DOC is the document's path in the store; BARE_DIR a directory (outside the store root,
 // on the same file system) where the bare recipe replaces BARE_DIR/bare.txt. Each
-// iteration writes new contents of BYTES letters. Prints a Markdown table: p50, p90,
-// p99 and mean in milliseconds, and the ratio socket / bare of each.
+// iteration writes new contents of BYTES letters; the order of the kinds turns from one
+// iteration to the next. Prints a Markdown table: p50, p90, p99 and mean in
+// milliseconds, and the ratios socket / bare (and floor / bare, socket / floor) of each.
 #define _GNU_SOURCE
 #include <errno.h>
 #include <fcntl.h>
@@ -62,6 +65,14 @@ static void bare_save(int directory, const char *contents, size_t length) {
     if (fsync(directory) != 0) fail("fsync directory");
 }
 
+static int connect_to(const char *path) {
+    int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    struct sockaddr_un address = {.sun_family = AF_UNIX};
+    strncpy(address.sun_path, path, sizeof address.sun_path - 1);
+    if (connect(fd, (struct sockaddr *)&address, sizeof address) != 0) fail("connect");
+    return fd;
+}
+
 static char reply[65536];
 
 /// Sends one request line and reads its one-line reply; exits unless it is "ok":true.
@@ -98,9 +109,15 @@ static void row(const char *name, double *v, size_t n) {
            v[(size_t)(n * 0.99)] * 1e3, sum / n * 1e3);
 }
 
+/// The ratio of two sorted samples at p50, p90 and p99.
+static void ratios(const char *name, const double *a, const double *b, size_t n) {
+    printf("| %s | %.2f× | %.2f× | %.2f× | |\n", name, a[n / 2] / b[n / 2], a[(size_t)(n * 0.9)] / b[(size_t)(n * 0.9)],
+           a[(size_t)(n * 0.99)] / b[(size_t)(n * 0.99)]);
+}
+
 int main(int argc, char **argv) {
-    if (argc != 6) {
-        fprintf(stderr, "usage: savelat SOCKET DOC BARE_DIR BYTES ITERATIONS\n");
+    if (argc != 6 && argc != 7) {
+        fprintf(stderr, "usage: savelat SOCKET DOC BARE_DIR BYTES ITERATIONS [FLOOR_SOCKET]\n");
         return 64;
     }
     const char *doc = argv[2];
@@ -110,10 +127,9 @@ int main(int argc, char **argv) {
 
     int directory = open(argv[3], O_RDONLY | O_DIRECTORY | O_CLOEXEC);
     if (directory < 0) fail("open bare directory");
-    int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
-    struct sockaddr_un address = {.sun_family = AF_UNIX};
-    strncpy(address.sun_path, argv[1], sizeof address.sun_path - 1);
-    if (connect(fd, (struct sockaddr *)&address, sizeof address) != 0) fail("connect");
+    int fd = connect_to(argv[1]);
+    int floor_fd = argc == 7 ? connect_to(argv[6]) : -1;
+    int kinds = floor_fd < 0 ? 2 : 3;
 
     // The set request, with the text at a fixed place so each iteration can vary it.
     size_t capacity = bytes + strlen(doc) + 128;
@@ -129,18 +145,24 @@ int main(int argc, char **argv) {
     double *bare = malloc(iterations * sizeof(double));
     double *saved = malloc(iterations * sizeof(double));
     double *setting = malloc(iterations * sizeof(double));
+    double *floored = malloc(iterations * sizeof(double));
     // One untimed save of each first: the document exists, the files are there.
     exchange(fd, set, set_length);
     exchange(fd, save, save_length);
     bare_save(directory, text, bytes);
+    if (floor_fd >= 0) {
+        exchange(floor_fd, set, set_length);
+        exchange(floor_fd, save, save_length);
+    }
     for (size_t i = 0; i < iterations; i++) {
         vary(text, bytes, (long)i + 1);
-        for (int turn = 0; turn < 2; turn++) {
-            if ((turn == 0) == (i % 2 == 0)) {
+        for (int turn = 0; turn < kinds; turn++) {
+            int kind = (int)((turn + i) % (size_t)kinds);
+            if (kind == 0) {
                 double t0 = now();
                 bare_save(directory, text, bytes);
                 bare[i] = now() - t0;
-            } else {
+            } else if (kind == 1) {
                 double t0 = now();
                 exchange(fd, set, set_length);
                 double t1 = now();
@@ -148,6 +170,11 @@ int main(int argc, char **argv) {
                 double t2 = now();
                 setting[i] = t1 - t0;
                 saved[i] = t2 - t1;
+            } else {
+                exchange(floor_fd, set, set_length);
+                double t1 = now();
+                exchange(floor_fd, save, save_length);
+                floored[i] = now() - t1;
             }
         }
     }
@@ -156,8 +183,11 @@ int main(int argc, char **argv) {
     row("bare recipe", bare, iterations);
     row("save through the socket (less the set)", saved, iterations);
     row("(the set's own round trip)", setting, iterations);
-    printf("| ratio, socket / bare | %.2f× | %.2f× | %.2f× | |\n", saved[iterations / 2] / bare[iterations / 2],
-           saved[(size_t)(iterations * 0.9)] / bare[(size_t)(iterations * 0.9)],
-           saved[(size_t)(iterations * 0.99)] / bare[(size_t)(iterations * 0.99)]);
+    ratios("ratio, socket / bare", saved, bare, iterations);
+    if (floor_fd >= 0) {
+        row("floor: the recipe behind a minimal socket server (bench/savefloor.c)", floored, iterations);
+        ratios("ratio, floor / bare", floored, bare, iterations);
+        ratios("ratio, socket / floor", saved, floored, iterations);
+    }
     return 0;
 }
