@@ -44,6 +44,11 @@ final class ConnectionReader: ReadinessHandler, @unchecked Sendable {
     /// The client closed its side: after a short read, read on to the end of file rather
     /// than wait for readiness, which will not come again.
     private var peerClosed = false
+    /// The last read took all there was (a short read), and no readiness has come since:
+    /// with edge-triggered readiness the next data brings its own, so the task, done with
+    /// the requests that waited, parks without reading first (a read that would only
+    /// find nothing, between a waited-for reply and its sending).
+    private var drained = false
 
     init(fd: FileDescriptor, store: DocumentStore, session: ControlSession, maxRequestSize: Int) {
         self.fd = fd
@@ -60,7 +65,9 @@ final class ConnectionReader: ReadinessHandler, @unchecked Sendable {
         guard store.loop.attach(fd, self) else { return }
         while true {
             let work: Work
-            if let ready = pump(store: store) {
+            if drained, !peerClosed, !ended, !connection.isBroken {
+                work = await withUnsafeContinuation(isolation: store) { waiting = $0 }
+            } else if let ready = pump(store: store) {
                 work = ready
             } else {
                 work = await withUnsafeContinuation(isolation: store) { waiting = $0 }
@@ -79,7 +86,10 @@ final class ConnectionReader: ReadinessHandler, @unchecked Sendable {
     func readable(peerClosed: Bool) {
         if peerClosed { self.peerClosed = true }
         // The task is busy with requests that wait: it reads again once it is done.
-        guard let waiting else { return }
+        guard let waiting else {
+            drained = false
+            return
+        }
         precondition(store.loop.isCurrent, "a connection read off the store's thread")
         let work = Self.pumpOnLoop(self, store)
         guard let work else { return }
@@ -125,6 +135,7 @@ final class ConnectionReader: ReadinessHandler, @unchecked Sendable {
                 ended = true
                 return .end
             }
+            drained = count < buffer.count
             // Requests are answered as they are split off; once one has to wait, it and every
             // line after it go to the task, in order.
             var pending: [Pending] = []

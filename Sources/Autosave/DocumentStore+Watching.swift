@@ -32,9 +32,15 @@ extension DocumentStore {
                     if store.watchGeneration == generation, store.watcher != nil { store.handle(batch) }
                 }
             })
+        // The loop polls the inotify descriptor and kicks the watcher's thread: the
+        // store's own saves (written on this thread) wake nobody from inside their system
+        // calls (see ``FileWatcher/waitForKicks()``). Where the loop cannot poll it, the
+        // thread keeps waiting for the descriptor itself.
+        if let watcher, loop.attach(watcher.descriptor, WatcherKicker(watcher)) { watcher.waitForKicks() }
     }
 
     public func stopWatching() {
+        if let watcher { loop.forget(watcher.descriptor) }
         watcher?.stop()
         watcher = nil
         watchGeneration += 1
@@ -621,4 +627,12 @@ extension DocumentStore {
             counter += 1
         }
     }
+}
+
+/// Kicks the watcher's thread when the store's loop finds the inotify descriptor readable.
+private final class WatcherKicker: ReadinessHandler {
+    let watcher: FileWatcher
+    init(_ watcher: FileWatcher) { self.watcher = watcher }
+    func readable(peerClosed: Bool) { watcher.kick() }
+    func loopStopped() {}
 }

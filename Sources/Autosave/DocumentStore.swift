@@ -211,6 +211,7 @@ public actor DocumentStore {
     public nonisolated var taskExecutor: any TaskExecutor { loop.taskExecutor }
 
     deinit {
+        if let watcher { loop.forget(watcher.descriptor) }
         watcher?.stop()
         saveThreads.stop()
         loop.stop()

@@ -67,6 +67,11 @@ final class FileWatcher: @unchecked Sendable {
     /// inotify cannot see other hosts' changes on), not for want of a watch: never watched.
     private let pollOnly = Lock(Set<String>())
     private let stopping = Atomic<Bool>(false)
+    /// Wakes the thread: ``kick()`` (and ``stop()``).
+    private let kicks: FileDescriptor
+    /// Whether the thread waits for ``kick()`` instead of for the inotify descriptor itself
+    /// (see ``waitForKicks()``).
+    private let kicked = Atomic<Bool>(false)
     /// Whether an overflow was handed over and not yet handled: further overflows until
     /// then are folded into it (one rescan covers them all).
     private let overflowPending = Atomic<Bool>(false)
@@ -81,6 +86,7 @@ final class FileWatcher: @unchecked Sendable {
         log: @escaping @Sendable (String, _ isError: Bool) -> Void, deliver: @escaping @Sendable ([WatchEvent]) -> Void
     ) throws {
         inotify = try Inotify()
+        kicks = try FileDescriptor.eventFD()
         self.root = root
         self.pollInterval = pollInterval
         self.mode = mode
@@ -93,7 +99,31 @@ final class FileWatcher: @unchecked Sendable {
         thread.start()
     }
 
-    func stop() { stopping.store(true, ordering: .relaxed) }
+    func stop() {
+        stopping.store(true, ordering: .relaxed)
+        kick()
+    }
+
+    /// The inotify descriptor, for a loop to poll (``waitForKicks()``); it must forget it
+    /// before ``stop()``.
+    var descriptor: FileDescriptor { inotify.descriptor }
+
+    /// From now on the thread waits for ``kick()`` rather than for the inotify descriptor:
+    /// the owner polls ``descriptor`` in its own event loop and kicks the thread once it
+    /// is readable. Waiting in poll(2) on the inotify descriptor itself has the kernel
+    /// wake this thread from inside the system call that made the event — for the store's
+    /// own saves, inside the writer's `openat`, `rename` and directory `fsync`, on the
+    /// path a client waiting for the save is timed by (on a virtual machine each such
+    /// wake-up is an inter-processor interrupt, tens of microseconds). An event loop that
+    /// is busy writing that save is not woken by its own events; it kicks this thread
+    /// when it next polls, once the save's reply is out.
+    func waitForKicks() {
+        kicked.store(true, ordering: .relaxed)
+        kick()
+    }
+
+    /// Has the thread read the inotify descriptor (see ``waitForKicks()``).
+    func kick() { try? kicks.signalEventFD() }
 
     /// Called by the consumer once it starts the rescan for an overflow.
     func overflowHandled() { overflowPending.store(false, ordering: .relaxed) }
@@ -361,7 +391,10 @@ final class FileWatcher: @unchecked Sendable {
     // MARK: Reading events
 
     /// Closed only once nothing can add or remove a watch any more (a closed number may be reused).
-    deinit { try? inotify.close() }
+    deinit {
+        try? inotify.close()
+        try? kicks.close()
+    }
 
     private func run() {
         var nextPoll = ContinuousClock.now + pollInterval
@@ -379,7 +412,8 @@ final class FileWatcher: @unchecked Sendable {
                 if queue.isEmpty {
                     // The two halves of a rename are queued together; a read can still
                     // fall between them. Wait briefly for the second half.
-                    guard pendingMove != nil, wait(milliseconds: 5), let more = try? inotify.readEvents(), !more.isEmpty
+                    guard pendingMove != nil, wait(milliseconds: 5, forInotify: true),
+                        let more = try? inotify.readEvents(), !more.isEmpty
                     else { break }
                     queue = more[...]
                 }
@@ -450,9 +484,21 @@ final class FileWatcher: @unchecked Sendable {
     /// How long the thread lets a save's events gather (see ``run()``).
     static let settleMicroseconds: useconds_t = 2000
 
-    private func wait(milliseconds: Int32) -> Bool {
-        var poller = pollfd(fd: inotify.descriptor.rawValue, events: Int16(POLLIN), revents: 0)
-        return poll(&poller, 1, milliseconds) == 1
+    /// Waits until there may be events to read (or `milliseconds` pass): until the
+    /// inotify descriptor is readable or, once the thread waits for kicks (and unless
+    /// `forInotify`), until it is kicked. A kick or a stop always ends the wait.
+    private func wait(milliseconds: Int32, forInotify: Bool = false) -> Bool {
+        var pollers = [
+            pollfd(fd: kicks.rawValue, events: Int16(POLLIN), revents: 0),
+            pollfd(fd: inotify.descriptor.rawValue, events: Int16(POLLIN), revents: 0),
+        ]
+        let count: nfds_t = forInotify || !kicked.load(ordering: .relaxed) ? 2 : 1
+        guard poll(&pollers, count, milliseconds) > 0 else { return false }
+        if pollers[0].revents != 0 {
+            var value: UInt64 = 0
+            _ = withUnsafeMutableBytes(of: &value) { try? kicks.read(into: $0) }
+        }
+        return true
     }
 
     /// The root-relative path an event names, or `nil` for an event about a directory itself or an unknown watch.

@@ -400,6 +400,44 @@ struct ControlSocketTests {
     }
 
     @Test(
+        "A request sent in a write of its own while the client's save --wait is being written is answered right after the save",
+        .timeLimit(.minutes(1)))
+    func requestDuringWaitedSave() async throws {
+        let daemon = try await RunningDaemon()
+        let raw = try Raw(daemon.socket)
+        let observer = try Raw(daemon.socket)
+        // Large enough that its save (on a save thread) takes tens of milliseconds.
+        let chunk = String(repeating: "y", count: 1 << 20)
+        for round in 1...3 {
+            for index in 0..<16 {
+                try raw.send(#"{"cmd":"\#(index == 0 ? "set" : "append")","doc":"big.txt","text":"\#(chunk)"}"# + "\n")
+                #expect(try raw.line()?["ok"] == true)
+            }
+            try raw.send(#"{"id":1,"cmd":"save","doc":"big.txt","wait":true}"# + "\n")
+            // Once status says the save runs, its line has been read (and nothing after it):
+            // the next line comes with readiness of its own while the client's task waits.
+            var running = false
+            for _ in 0..<10_000 {
+                try observer.send(#"{"cmd":"status"}"# + "\n")
+                if let saving = try observer.line()?["saving"]?.intValue, saving > 0 {
+                    running = true
+                    break
+                }
+            }
+            #expect(running, "status saw the save running")
+            let command = round == 1 ? "set" : "append"
+            try raw.send(#"{"id":2,"cmd":"\#(command)","doc":"small.txt","text":"\#(round)"}"# + "\n")
+            let saved = try #require(try raw.line())
+            #expect(saved["id"] == 1 && saved["document"]?["state"]?.stringValue == "clean")
+            let edited = try #require(try raw.line(), "the second request is read after the save")
+            #expect(edited["id"] == 2 && edited["ok"] == true)
+        }
+        try raw.send(#"{"id":3,"cmd":"get","doc":"small.txt"}"# + "\n")
+        #expect(try raw.line()?["text"]?.stringValue == "123")
+        #expect(await daemon.stop() == 0)
+    }
+
+    @Test(
         "A client that pipelines 3,000 edits (several reads' worth, all queued while it waits for a durable save) gets every reply in order; another client is served meanwhile",
         .timeLimit(.minutes(1)))
     func longPipeline() async throws {
