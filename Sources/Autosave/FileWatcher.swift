@@ -492,8 +492,15 @@ final class FileWatcher: @unchecked Sendable {
             pollfd(fd: kicks.rawValue, events: Int16(POLLIN), revents: 0),
             pollfd(fd: inotify.descriptor.rawValue, events: Int16(POLLIN), revents: 0),
         ]
-        let count: nfds_t = forInotify || !kicked.load(ordering: .relaxed) ? 2 : 1
-        guard poll(&pollers, count, milliseconds) > 0 else { return false }
+        let waitsForKicks = !forInotify && kicked.load(ordering: .relaxed)
+        if waitsForKicks {
+            // Events a read left (it takes at most 64 KiB of them) bring the loop no new
+            // readiness, so no kick: look at the descriptor without waiting first (a
+            // look that leaves the thread on no wait queue).
+            var left = pollers[1]
+            if poll(&left, 1, 0) == 1 { return true }
+        }
+        guard poll(&pollers, waitsForKicks ? 1 : 2, milliseconds) > 0 else { return false }
         if pollers[0].revents != 0 {
             var value: UInt64 = 0
             _ = withUnsafeMutableBytes(of: &value) { try? kicks.read(into: $0) }

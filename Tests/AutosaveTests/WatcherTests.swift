@@ -188,6 +188,35 @@ struct WatcherTests {
     }
 
     @Test(
+        "Events queued while the store's loop is busy, many reads' worth and nothing after them, are all read: every new file is opened"
+    )
+    func backlogWithoutFurtherEvents() async throws {
+        let harness = try await harness()
+        let count = 3000
+        let name = String(repeating: "n", count: 100)
+        // Made on the store's thread: the loop polls nothing meanwhile, so the watcher is
+        // kicked once for the whole burst — 6,000 events of 128 bytes, a dozen reads.
+        let paths = (0..<count).map { harness.file("\(name)-\($0).txt") }
+        try await harness.store.whileBusy {
+            for (index, path) in paths.enumerated() {
+                let fd = try FileDescriptor.open(path, .writeOnly, options: [.create, .exclusiveCreate])
+                try fd.writeAll(Array("\(index)\n".utf8))
+                try fd.close()
+            }
+        }
+        // No sync barrier: its cookie file would be a new event, and a new kick.
+        let deadline = ContinuousClock.now + .seconds(30)
+        var opened = 0
+        while ContinuousClock.now < deadline {
+            opened = await harness.store.list().count
+            if opened == count { break }
+            try await Task.sleep(for: .milliseconds(20))
+        }
+        #expect(opened == count, "every file of the burst opened")
+        #expect(try await text(harness, "\(name)-\(count - 1).txt") == "\(count - 1)\n")
+    }
+
+    @Test(
         "Overflow: with fs.inotify.max_queued_events lowered, a burst of changes ends with every document right",
         .enabled(if: Machine.isRoot, "writing /proc/sys/fs/inotify needs root"))
     func overflow() async throws {
@@ -226,4 +255,9 @@ struct WatcherTests {
         for i in 0..<50 { #expect(try await text(harness, "d\(i).txt") == "v1 \(i)\n") }
         #expect(try await text(harness, "new.txt") == "brand new\n")
     }
+}
+
+extension DocumentStore {
+    /// Runs `body` on the store's thread: the loop does nothing else meanwhile.
+    fileprivate func whileBusy(_ body: @Sendable () throws -> Void) rethrows { try body() }
 }
