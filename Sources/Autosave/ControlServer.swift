@@ -325,7 +325,10 @@ public final class ControlServer: Sendable {
             // client reads it: wait (at most 2 s) for the client to close its end first.
             let raw = fd.rawValue
             let limit = Task {
-                try? await Task.sleep(for: .seconds(2))
+                // Cancelled once the client has closed: then the descriptor is closed (or
+                // about to be) and its number may already be another connection's or
+                // another watcher's — forgetting it would drop their registration.
+                guard (try? await Task.sleep(for: .seconds(2))) != nil else { return }
                 self.loop.forget(FileDescriptor(rawValue: raw))
             }
             var scratch = [UInt8](repeating: 0, count: 4096)

@@ -85,8 +85,13 @@ final class FileWatcher: @unchecked Sendable {
         root: String, pollInterval: Duration = .seconds(2), mode: WatchMode = .auto, ignore: SharedIgnoreRules,
         log: @escaping @Sendable (String, _ isError: Bool) -> Void, deliver: @escaping @Sendable ([WatchEvent]) -> Void
     ) throws {
-        inotify = try Inotify()
-        kicks = try FileDescriptor.eventFD()
+        let kicks = try FileDescriptor.eventFD()
+        do { inotify = try Inotify() } catch {
+            // A class whose initialiser throws never runs its deinit.
+            try? kicks.close()
+            throw error
+        }
+        self.kicks = kicks
         self.root = root
         self.pollInterval = pollInterval
         self.mode = mode
@@ -485,20 +490,20 @@ final class FileWatcher: @unchecked Sendable {
     static let settleMicroseconds: useconds_t = 2000
 
     /// Waits until there may be events to read (or `milliseconds` pass): until the
-    /// inotify descriptor is readable or, once the thread waits for kicks (and unless
-    /// `forInotify`), until it is kicked. A kick or a stop always ends the wait.
+    /// inotify descriptor is readable or, once the thread waits for kicks, until it is
+    /// kicked (a kick or a stop ends the wait). With `forInotify`, only until the
+    /// descriptor is readable: a kick left from events already read must not end the
+    /// short wait for a rename's second half.
     private func wait(milliseconds: Int32, forInotify: Bool = false) -> Bool {
-        var pollers = [
-            pollfd(fd: kicks.rawValue, events: Int16(POLLIN), revents: 0),
-            pollfd(fd: inotify.descriptor.rawValue, events: Int16(POLLIN), revents: 0),
-        ]
-        let waitsForKicks = !forInotify && kicked.load(ordering: .relaxed)
+        var events = pollfd(fd: inotify.descriptor.rawValue, events: Int16(POLLIN), revents: 0)
+        if forInotify { return poll(&events, 1, milliseconds) == 1 }
+        var pollers = [pollfd(fd: kicks.rawValue, events: Int16(POLLIN), revents: 0), events]
+        let waitsForKicks = kicked.load(ordering: .relaxed)
         if waitsForKicks {
             // Events a read left (it takes at most 64 KiB of them) bring the loop no new
             // readiness, so no kick: look at the descriptor without waiting first (a
             // look that leaves the thread on no wait queue).
-            var left = pollers[1]
-            if poll(&left, 1, 0) == 1 { return true }
+            if poll(&events, 1, 0) == 1 { return true }
         }
         guard poll(&pollers, waitsForKicks ? 1 : 2, milliseconds) > 0 else { return false }
         if pollers[0].revents != 0 {
