@@ -581,7 +581,7 @@ extension DocumentStore {
                 ])
             emit(.saveFailed(failure))
         }
-        if entries[path]?.isDirty == true { schedule(path) }
+        if let index = entries.index(forKey: path), modifyEntry(at: index, { $0.isDirty }) { schedule(path) }
         if pendingChecks.remove(path) != nil { checkExternalChange(path) }
         // Saves made for the journal's MaxSize=: another round once this one's are done,
         // until it is under the limit.

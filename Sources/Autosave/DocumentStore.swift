@@ -819,7 +819,7 @@ public actor DocumentStore {
         let path = try DocumentPath.validate(path)
         guard entries.index(forKey: path) != nil else { throw missing(path) }
         try await save(path, wait: true)
-        if let entry = entries[path], !entry.isDirty, entry.savingToken == nil {
+        if let index = entries.index(forKey: path), modifyEntry(at: index, { !$0.isDirty && $0.savingToken == nil }) {
             let closed = remove(path)
             rememberClosed(path, closed)
             emit(.closed(document: path))
@@ -832,11 +832,15 @@ public actor DocumentStore {
     /// are durable on disk (or throws the save's failure).
     public func save(_ path: String, wait: Bool) async throws {
         let path = try DocumentPath.validate(path)
-        guard let entry = entries[path] else { throw missing(path) }
-        guard entry.isDirty else { return }
-        let token = entry.changeCount
-        entries[path]!.forcedToken = max(entry.forcedToken ?? 0, token)
-        entries[path]!.retryAt = nil
+        guard let index = entries.index(forKey: path) else { throw missing(path) }
+        // One lookup, the entry changed in place (a copy of it would retain its every reference).
+        let token = modifyEntry(at: index) { entry -> UInt64? in
+            guard entry.isDirty else { return nil }
+            entry.forcedToken = max(entry.forcedToken ?? 0, entry.changeCount)
+            entry.retryAt = nil
+            return entry.changeCount
+        }
+        guard let token else { return }
         guard wait else {
             schedule(path)
             // Due now: started here, without waiting for the scheduler's turn.
@@ -844,8 +848,9 @@ public actor DocumentStore {
             return
         }
         try await withCheckedThrowingContinuation { (continuation: CheckedContinuation<Void, any Error>) in
-            // The waiter first: a save somebody waits for may run on the loop (``runDeferredSaves(loopWillSleep:)``).
-            entries[path]!.waiters.append((token, continuation))
+            // The waiter first: a save somebody waits for may run on the loop
+            // (``runDeferredSaves(loopWillSleep:)``). Nothing ran since the lookup above.
+            entries[index].waiters.append((token, continuation))
             schedule(path)
             processDue()
         }

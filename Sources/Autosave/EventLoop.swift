@@ -355,6 +355,9 @@ final class EventLoop: SerialExecutor, @unchecked Sendable {
         var flushes: [Connection] = []
         var reads: [Int32] = []
         var handlers: [(handler: any ReadinessHandler, peerClosed: Bool)] = []
+        let ready = Epoll.Reports()
+        // Descriptors other than the loop's own eventfd the last poll found ready.
+        var readyConnections = 0
         // Jobs come for the store (as its serial executor) and for the connections' tasks
         // (as their preferred task executor). Both run here, one at a time, so a
         // connection's job may be isolated to the store as well: its next call into the
@@ -412,10 +415,12 @@ final class EventLoop: SerialExecutor, @unchecked Sendable {
                     localFlushes.removeAll(keepingCapacity: true)
                 }
             }
-            // A pass that sent replies polls once more before sleeping: under load the
-            // clients' next requests are usually there already, and a sleeping loop would
-            // have to be woken for them.
-            let idle = queueEmpty && flushes.isEmpty
+            // A pass that sent replies to several connections polls once more before
+            // sleeping: under load the clients' next requests are usually there already,
+            // and a sleeping loop would have to be woken for them. After a poll that found
+            // one connection ready, the client that has just been answered cannot have
+            // sent again yet: that poll would find nothing, and the loop goes on to sleep.
+            let idle = queueEmpty && (flushes.isEmpty || readyConnections <= 1)
             if let beforeReplies, let wait = beforeReplies() {
                 for connection in flushes { connection.require(durable: wait) }
             }
@@ -435,13 +440,16 @@ final class EventLoop: SerialExecutor, @unchecked Sendable {
                     let wait = (timer.deadline - Moment.now.nanoseconds + 999_999) / 1_000_000
                     return Int32(clamping: max(0, wait))
                 } : nil
-            guard let ready = try? epoll.wait(timeout: sleep ?? 0) else { continue }
+            do { try epoll.wait(into: ready, timeout: sleep ?? 0) } catch { continue }
             if sleep != nil { jobs.withLock { $0.sleeping = false } }
+            readyConnections = ready.count
             var resumed: [UnsafeContinuation<Bool, Never>] = []
             var writable: [Connection] = []
             waiters.withLock { all in
-                for (tag, events) in ready {
+                for index in 0..<ready.count {
+                    let (tag, events) = ready[index]
                     if tag == Self.wakeupTag {
+                        readyConnections -= 1
                         var value: UInt64 = 0
                         _ = withUnsafeMutableBytes(of: &value) { try? wakeup.read(into: $0) }
                         continue

@@ -51,11 +51,44 @@ public struct Epoll {
     ///
     /// The corresponding C function is `epoll_wait`.
     public func wait(capacity: Int = 256, timeout: Int32 = -1) throws(Errno) -> [(tag: UInt64, events: Events)] {
-        var raw = [clinux_epoll_event](repeating: clinux_epoll_event(), count: min(capacity, 256))
-        let count = try raw.withUnsafeMutableBufferPointer { buffer in
-            valueOrErrno { system_epoll_wait(descriptor.rawValue, buffer.baseAddress!, CInt(buffer.count), timeout) }
-        }.get()
-        return raw.prefix(Int(count)).map { ($0.data, Events(rawValue: $0.events)) }
+        let reports = Reports(capacity: capacity)
+        try wait(into: reports, timeout: timeout)
+        return (0..<reports.count).map { reports[$0] }
+    }
+
+    /// ``wait(capacity:timeout:)`` into room kept from one wait to the next: a loop that
+    /// polls tens of thousands of times a second allocates nothing to do it. On return
+    /// `reports` holds this wait's reports (none when it fails).
+    public func wait(into reports: Reports, timeout: Int32 = -1) throws(Errno) {
+        reports.count = 0
+        let storage = reports.storage
+        reports.count = Int(
+            try valueOrErrno {
+                system_epoll_wait(descriptor.rawValue, storage.baseAddress!, CInt(storage.count), timeout)
+            }.get())
+    }
+
+    /// Room for the reports of one `epoll_wait`, for ``wait(into:timeout:)``. Used by one
+    /// thread at a time.
+    public final class Reports {
+        fileprivate let storage: UnsafeMutableBufferPointer<clinux_epoll_event>
+        /// How many reports the last wait left.
+        public fileprivate(set) var count = 0
+
+        /// Room for `capacity` reports (at most 256: the most one wait returns).
+        public init(capacity: Int = 256) {
+            storage = .allocate(capacity: min(max(capacity, 1), 256))
+            storage.initialize(repeating: clinux_epoll_event())
+        }
+
+        deinit { storage.deallocate() }
+
+        /// The report at `index` (below ``count``).
+        public subscript(index: Int) -> (tag: UInt64, events: Events) {
+            precondition(index >= 0 && index < count, "no such report")
+            let raw = storage[index]
+            return (raw.data, Events(rawValue: raw.events))
+        }
     }
 
     public func close() throws(Errno) { try descriptor.close() }
