@@ -502,8 +502,12 @@ public actor DocumentStore {
         var end = path.utf8.startIndex
         while let slash = path.utf8[end...].firstIndex(of: UInt8(ascii: "/")) {
             let directory = String(Substring(path.utf8[..<slash]))
-            let count = (directoryUses[directory] ?? 0) + change
-            directoryUses[directory] = count > 0 ? count : nil
+            if change > 0 {
+                directoryUses[directory, default: 0] += change  // one lookup, in place
+            } else {
+                let count = (directoryUses[directory] ?? 0) + change
+                directoryUses[directory] = count > 0 ? count : nil
+            }
             end = path.utf8.index(after: slash)
         }
     }
@@ -547,11 +551,23 @@ public actor DocumentStore {
 
     /// A new, empty document for `path`, not yet in the store.
     func newEntry(_ path: String) throws(StoreError) -> Entry {
-        try refuseInsidePackage(path)
+        // In a directory that holds open documents, that directory and every one above it
+        // were found good when those documents were opened: none is a package or a
+        // document. Only the name itself is looked at then, for those (one lookup, where a
+        // burst of new documents in one directory would look at every directory of every
+        // path again). The ignore rules look at the directories themselves (they remember
+        // the last directory they found not ignored): a document that became ignored stays
+        // open until its unsaved edits are saved.
+        let directoryKnown = directoryHoldsDocuments(path)
+        if !directoryKnown { try refuseInsidePackage(path) }
         let name = PathName.lastComponent(path)
         let registration = registry.registration(forNewName: name)
         try refuseIgnored(path, isDirectory: registration.isPackage)
-        try refuseClash(path)
+        if directoryKnown {
+            if directoryUses[path] != nil { throw .invalidPath(path, reason: "it is the directory of open documents") }
+        } else {
+            try refuseClash(path)
+        }
         let empty: any AutosaveDocument
         do {
             empty = try Self.emptyDocument(registration)
@@ -569,6 +585,13 @@ public actor DocumentStore {
     func refuseIgnored(_ path: String, isDirectory: Bool) throws(StoreError) {
         guard let pattern = ignore.ignoring(path, isDirectory: isDirectory) else { return }
         throw .invalidPath(path, reason: "it is ignored: it matches \(pattern)")
+    }
+
+    /// Whether `path`'s directory (not the root) holds open documents
+    /// (``directoryUses``): a path with no directory has none to know.
+    private func directoryHoldsDocuments(_ path: String) -> Bool {
+        guard let slash = path.utf8.lastIndex(of: UInt8(ascii: "/")) else { return false }
+        return directoryUses[String(Substring(path.utf8[..<slash]))] != nil
     }
 
     /// The error for a request naming a document the store does not hold: `invalid-path`

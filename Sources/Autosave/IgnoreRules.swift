@@ -425,20 +425,26 @@ public struct IgnoreRules: Sendable, Equatable {
     /// is one. `isDirectory` says what `path` itself names; its parents are directories.
     public func ignoring(_ path: String, isDirectory: Bool) -> IgnorePattern? {
         var path = path
-        return path.withUTF8 { bytes in
-            var end = 0
-            while end < bytes.count {
-                let slash = bytes[end...].firstIndex(of: UInt8(ascii: "/")) ?? bytes.count
-                let prefix = UnsafeBufferPointer(rebasing: bytes[..<slash])
-                let last = slash == bytes.count
-                if last, let fileName, bytes[end...].elementsEqual(fileName.utf8) {
-                    return IgnorePattern(fileName, source: "an ignore file (IgnoreFile=), which is never a document")
-                }
-                if let pattern = decision(prefix, isDirectory: last ? isDirectory : true) { return pattern }
-                end = slash + 1
+        return path.withUTF8 { ignoring($0, isDirectory: isDirectory) }
+    }
+
+    /// ``ignoring(_:isDirectory:)`` of a path's UTF-8 bytes. With `directoriesChecked`
+    /// the caller knows that no directory on the way is ignored: the path alone is matched.
+    func ignoring(_ bytes: UnsafeBufferPointer<UInt8>, isDirectory: Bool, directoriesChecked: Bool = false)
+        -> IgnorePattern?
+    {
+        var end = directoriesChecked ? (bytes.lastIndex(of: UInt8(ascii: "/")).map { $0 + 1 } ?? 0) : 0
+        while end < bytes.count {
+            let slash = bytes[end...].firstIndex(of: UInt8(ascii: "/")) ?? bytes.count
+            let prefix = UnsafeBufferPointer(rebasing: bytes[..<slash])
+            let last = slash == bytes.count
+            if last, let fileName, bytes[end...].elementsEqual(fileName.utf8) {
+                return IgnorePattern(fileName, source: "an ignore file (IgnoreFile=), which is never a document")
             }
-            return nil
+            if let pattern = decision(prefix, isDirectory: last ? isDirectory : true) { return pattern }
+            end = slash + 1
         }
+        return nil
     }
 
     /// The last pattern matching `path` alone, if it excludes.
@@ -472,15 +478,38 @@ public struct IgnoreRules: Sendable, Equatable {
 
 /// The rules shared by the store and its watcher's thread.
 final class SharedIgnoreRules: Sendable {
-    private let rules: Lock<IgnoreRules>
+    private struct Shared {
+        var rules: IgnoreRules
+        /// The directory of the last path found not ignored: it and every directory above
+        /// it are not ignored under `rules`, so the next path in it is matched alone.
+        /// Forgotten when the rules are replaced.
+        var goodDirectory: [UInt8] = []
+    }
 
-    init(_ rules: IgnoreRules) { self.rules = Lock(rules) }
+    private let shared: Lock<Shared>
 
-    var current: IgnoreRules { rules.withLock { $0 } }
+    init(_ rules: IgnoreRules) { shared = Lock(Shared(rules: rules)) }
 
-    func replace(_ new: IgnoreRules) { rules.withLock { $0 = new } }
+    var current: IgnoreRules { shared.withLock { $0.rules } }
+
+    func replace(_ new: IgnoreRules) { shared.withLock { $0 = Shared(rules: new) } }
 
     func ignoring(_ path: String, isDirectory: Bool) -> IgnorePattern? {
-        rules.withLock { $0.ignoring(path, isDirectory: isDirectory) }
+        var path = path
+        return path.withUTF8 { bytes in
+            // Where the last component starts; a path in the root has no directory to remember.
+            guard let slash = bytes.lastIndex(of: UInt8(ascii: "/")) else {
+                return shared.withLock { $0.rules.ignoring(bytes, isDirectory: isDirectory) }
+            }
+            let directory = UnsafeBufferPointer(rebasing: bytes[..<slash])
+            return shared.withLock { shared in
+                if directory.elementsEqual(shared.goodDirectory) {
+                    return shared.rules.ignoring(bytes, isDirectory: isDirectory, directoriesChecked: true)
+                }
+                let found = shared.rules.ignoring(bytes, isDirectory: isDirectory)
+                if found == nil { shared.goodDirectory = Array(directory) }
+                return found
+            }
+        }
     }
 }

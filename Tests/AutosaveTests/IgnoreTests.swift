@@ -49,6 +49,38 @@ struct IgnorePatternTests {
         #expect(ignored(patterns, path, directory: directory) == expected, "\(patterns) on \(path)")
     }
 
+    @Test("The shared rules remember a directory found not ignored and answer as the rules do, replaced or not")
+    func sharedRulesRememberADirectory() {
+        var configuration = Configuration(environment: [:])
+        configuration.ignore = ["build/", "*.tmp", "d/x.txt"]
+        let first = IgnoreRules(configuration: configuration)
+        var withFile = first
+        withFile.setFile("d", IgnorePattern.parse("secret*", file: "d/.autosavedignore", base: "d"))
+        let shared = SharedIgnoreRules(first)
+        // Paths in one directory after another (each first one remembered), names the
+        // directory's memory must not let through, and directories ignored themselves.
+        let paths: [(String, Bool)] = [
+            ("d/a.txt", false), ("d/b.txt", false), ("d/x.txt", false), ("d/c.tmp", false), ("d/.a.txt.swp", false),
+            ("d/secret.txt", false), ("d/build", true), ("d/build", false), ("d/e/f.txt", false),
+            ("d/e/.git", true), ("build/a.txt", false), ("build/b.txt", false), ("a.txt", false), ("d/a.txt", false),
+            ("x/build/y/z.txt", false), ("x/build/y/w.txt", false), ("x/.git/HEAD", false), ("x/.git/index", false),
+        ]
+        for rules in [first, withFile] {
+            shared.replace(rules)
+            for (path, isDirectory) in paths + paths {
+                #expect(
+                    shared.ignoring(path, isDirectory: isDirectory)?.description
+                        == rules.ignoring(path, isDirectory: isDirectory)?.description, "\(path)")
+            }
+        }
+        // Replaced by rules that ignore the remembered directory: its next path is ignored.
+        shared.replace(first)
+        #expect(shared.ignoring("d/a.txt", isDirectory: false) == nil)
+        configuration.ignore = ["d/"]
+        shared.replace(IgnoreRules(configuration: configuration))
+        #expect(shared.ignoring("d/b.txt", isDirectory: false) != nil)
+    }
+
     @Test("An ignore file's patterns apply below its directory, win over Ignore=, and are named in the match")
     func files() throws {
         #expect(ignored([], "notes/x.tmp", file: "notes:*.tmp"))
