@@ -13,9 +13,11 @@ extension DocumentStore {
     /// new documents grow it many times. A table of slots moves a key, a reference and a hash per
     /// document instead, and an entry found once (``index(forKey:)``) is changed in place.
     ///
-    /// The keys' full hashes are kept in an array of their own beside the buckets, so that
-    /// a lookup reads the dense array of hashes (eight per cache line, no reference
-    /// counted) and touches a bucket only where the hashes agree, to compare the bytes.
+    /// A bucket is a position in three arrays side by side: the keys' full hashes, the
+    /// keys and the slots. A lookup reads the dense array of hashes (eight per cache line,
+    /// no reference counted), reads a key only where the hashes agree, to compare the
+    /// bytes, in place (neither the key nor its slot retained), and an entry found is
+    /// reached through its slot alone.
     /// Linear probing; a removal shifts the buckets after it back (no tombstones); the
     /// table doubles at three quarters full. The hash is Swift's `Hasher`, seeded per
     /// process, so that no client can choose paths that collide.
@@ -31,50 +33,49 @@ extension DocumentStore {
         /// A bucket's position: valid until the next insertion or removal.
         typealias Index = Int
 
-        fileprivate struct Bucket {
-            var key: String
-            var slot: Slot
-        }
-
-        private var buckets: [Bucket?] = []
         /// Each bucket's key's hash (``hash(_:)``, never 0), or 0 where the bucket is empty.
         private var hashes: [Int] = []
+        /// Each bucket's key (`""` where the bucket is empty).
+        private var bucketKeys: [String] = []
+        /// Each bucket's slot (`nil` where the bucket is empty).
+        private var slots: [Slot?] = []
         private(set) var count = 0
 
         var isEmpty: Bool { count == 0 }
 
         /// The paths, in the table's order.
-        var keys: [String] { buckets.compactMap { $0?.key } }
-        var values: Values { Values(buckets: buckets) }
+        var keys: [String] { zip(hashes, bucketKeys).compactMap { $0.0 == 0 ? nil : $0.1 } }
+        var values: Values { Values(slots: slots) }
 
         /// The entries, in the table's order.
         struct Values: Sequence {
-            fileprivate let buckets: [Bucket?]
+            fileprivate let slots: [Slot?]
 
             struct Iterator: IteratorProtocol {
-                fileprivate var buckets: IndexingIterator<[Bucket?]>
+                fileprivate var slots: IndexingIterator<[Slot?]>
                 mutating func next() -> Entry? {
-                    while let bucket = buckets.next() {
-                        if let bucket { return bucket.slot.entry! }
+                    while let slot = slots.next() {
+                        if let slot { return slot.entry! }
                     }
                     return nil
                 }
             }
 
-            func makeIterator() -> Iterator { Iterator(buckets: buckets.makeIterator()) }
+            func makeIterator() -> Iterator { Iterator(slots: slots.makeIterator()) }
         }
 
         struct Iterator: IteratorProtocol {
-            fileprivate var buckets: IndexingIterator<[Bucket?]>
+            fileprivate var keys: IndexingIterator<[String]>
+            fileprivate var slots: IndexingIterator<[Slot?]>
             mutating func next() -> (key: String, value: Entry)? {
-                while let bucket = buckets.next() {
-                    if let bucket { return (bucket.key, bucket.slot.entry!) }
+                while let key = keys.next(), let slot = slots.next() {
+                    if let slot { return (key, slot.entry!) }
                 }
                 return nil
             }
         }
 
-        func makeIterator() -> Iterator { Iterator(buckets: buckets.makeIterator()) }
+        func makeIterator() -> Iterator { Iterator(keys: bucketKeys.makeIterator(), slots: slots.makeIterator()) }
 
         // MARK: Hashing and comparing bytes
 
@@ -107,15 +108,15 @@ extension DocumentStore {
         /// The bucket holding `bytes`, or where it would go.
         private func probe(_ bytes: UnsafeRawBufferPointer, hash: Int) -> (position: Int, found: Bool) {
             hashes.withUnsafeBufferPointer { hashes in
-                let mask = hashes.count - 1
-                var position = hash & mask
-                while true {
-                    let stored = hashes[position]
-                    if stored == 0 { return (position, false) }
-                    if stored == hash, Self.equal(buckets[position].unsafelyUnwrapped.key, bytes) {
-                        return (position, true)
+                bucketKeys.withUnsafeBufferPointer { keys in
+                    let mask = hashes.count - 1
+                    var position = hash & mask
+                    while true {
+                        let stored = hashes[position]
+                        if stored == 0 { return (position, false) }
+                        if stored == hash, Self.equal(keys[position], bytes) { return (position, true) }
+                        position = (position + 1) & mask
                     }
-                    position = (position + 1) & mask
                 }
             }
         }
@@ -133,19 +134,19 @@ extension DocumentStore {
         }
 
         /// The path of the entry at `index`: the table's own string, no copy of its bytes.
-        func key(at index: Index) -> String { buckets[index].unsafelyUnwrapped.key }
+        func key(at index: Index) -> String { bucketKeys[index] }
 
         // MARK: Reading and changing
 
         /// The entry at `path`; setting `nil` removes it. A change through this subscript
         /// (`entries[path]!.deadline = …`) looks the path up once and changes the entry in place.
         subscript(path: String) -> Entry? {
-            get { index(forKey: path).map { buckets[$0].unsafelyUnwrapped.slot.entry! } }
+            get { index(forKey: path).map { slots[$0].unsafelyUnwrapped.entry! } }
             set {
                 if let index = index(forKey: path) {
                     // In place: the entry keeps its slot.
                     if let newValue {
-                        buckets[index].unsafelyUnwrapped.slot.entry = newValue
+                        slots[index].unsafelyUnwrapped.entry = newValue
                     } else {
                         remove(at: index)
                     }
@@ -155,7 +156,7 @@ extension DocumentStore {
             }
             _modify {
                 if let index = index(forKey: path) {
-                    let slot = buckets[index].unsafelyUnwrapped.slot
+                    let slot = slots[index].unsafelyUnwrapped
                     yield &slot.entry
                     if slot.entry == nil { remove(at: index) }
                 } else {
@@ -169,9 +170,9 @@ extension DocumentStore {
         /// The entry at `index` (from ``index(forKey:)``, with no insertion or removal since),
         /// changed in place.
         subscript(index: Index) -> Entry {
-            get { buckets[index].unsafelyUnwrapped.slot.entry! }
+            get { slots[index].unsafelyUnwrapped.entry! }
             nonmutating _modify {
-                let slot = buckets[index].unsafelyUnwrapped.slot
+                let slot = slots[index].unsafelyUnwrapped
                 yield &slot.entry!
             }
         }
@@ -186,7 +187,7 @@ extension DocumentStore {
         /// through which it can be changed without another lookup.
         @discardableResult
         mutating func insert(_ entry: Entry, forKey path: String) -> (replaced: Entry?, slot: Slot) {
-            if (count + 1) * 4 > buckets.count * 3 { grow() }
+            if (count + 1) * 4 > hashes.count * 3 { grow() }
             let slot = Slot(entry)
             let (hash, position, found) = Self.withBytes(path) { bytes in
                 let hash = Self.hash(bytes)
@@ -194,11 +195,12 @@ extension DocumentStore {
                 return (hash, position, found)
             }
             if found {
-                let replaced = buckets[position].unsafelyUnwrapped.slot.entry
-                buckets[position]!.slot = slot
+                let replaced = slots[position].unsafelyUnwrapped.entry
+                slots[position] = slot
                 return (replaced, slot)
             }
-            buckets[position] = Bucket(key: path, slot: slot)
+            bucketKeys[position] = path
+            slots[position] = slot
             hashes[position] = hash
             count += 1
             return (nil, slot)
@@ -208,7 +210,7 @@ extension DocumentStore {
         @discardableResult
         mutating func removeValue(forKey path: String) -> Entry? {
             guard let index = index(forKey: path) else { return nil }
-            let entry = buckets[index].unsafelyUnwrapped.slot.entry
+            let entry = slots[index].unsafelyUnwrapped.entry
             remove(at: index)
             return entry
         }
@@ -216,9 +218,10 @@ extension DocumentStore {
         /// Empties the bucket at `index` and moves back the buckets after it that a probe
         /// would otherwise no longer reach.
         private mutating func remove(at index: Index) {
-            let mask = buckets.count - 1
+            let mask = hashes.count - 1
             var hole = index
-            buckets[hole] = nil
+            bucketKeys[hole] = ""
+            slots[hole] = nil
             hashes[hole] = 0
             count -= 1
             var next = (hole + 1) & mask
@@ -227,7 +230,8 @@ extension DocumentStore {
                 // The bucket stays where it is if its home lies cyclically in (hole, next].
                 let stays = hole <= next ? (hole < home && home <= next) : (hole < home || home <= next)
                 if !stays {
-                    buckets.swapAt(hole, next)
+                    bucketKeys.swapAt(hole, next)
+                    slots.swapAt(hole, next)
                     hashes[hole] = hashes[next]
                     hashes[next] = 0
                     hole = next
@@ -237,16 +241,19 @@ extension DocumentStore {
         }
 
         private mutating func grow() {
-            let oldBuckets = buckets
+            let oldKeys = bucketKeys
+            let oldSlots = slots
             let oldHashes = hashes
-            let capacity = Swift.max(16, oldBuckets.count * 2)
-            buckets = Array(repeating: nil, count: capacity)
+            let capacity = Swift.max(16, oldHashes.count * 2)
+            bucketKeys = Array(repeating: "", count: capacity)
+            slots = Array(repeating: nil, count: capacity)
             hashes = Array(repeating: 0, count: capacity)
             let mask = capacity - 1
             for (old, hash) in oldHashes.enumerated() where hash != 0 {
                 var position = hash & mask
                 while hashes[position] != 0 { position = (position + 1) & mask }
-                buckets[position] = oldBuckets[old]
+                bucketKeys[position] = oldKeys[old]
+                slots[position] = oldSlots[old]
                 hashes[position] = hash
             }
         }
