@@ -15,9 +15,8 @@ extension DocumentStore {
     ///
     /// A bucket is a position in three arrays side by side: the keys' full hashes, the
     /// keys and the slots. A lookup reads the dense array of hashes (eight per cache line,
-    /// no reference counted), reads a key only where the hashes agree, to compare the
-    /// bytes, in place (neither the key nor its slot retained), and an entry found is
-    /// reached through its slot alone.
+    /// no reference counted) and reads a key only where the hashes agree, to compare the
+    /// bytes; an entry found is reached through its slot alone, with no key copied along.
     /// Linear probing; a removal shifts the buckets after it back (no tombstones); the
     /// table doubles at three quarters full. The hash is Swift's `Hasher`, seeded per
     /// process, so that no client can choose paths that collide.
