@@ -47,18 +47,12 @@ public struct Epoll {
         try nothingOrErrno { system_epoll_ctl(descriptor.rawValue, clinux_epoll_ctl_del(), fd.rawValue, 0, 0) }.get()
     }
 
-    /// Waits up to `timeout` milliseconds (-1: forever) and returns the ready (tag, events) pairs.
+    /// Waits up to `timeout` milliseconds (-1: forever) for ready descriptors, into room kept
+    /// from one wait to the next: a loop that polls tens of thousands of times a second
+    /// allocates nothing to do it. On return `reports` holds this wait's (tag, events)
+    /// reports (none when it fails).
     ///
     /// The corresponding C function is `epoll_wait`.
-    public func wait(capacity: Int = 256, timeout: Int32 = -1) throws(Errno) -> [(tag: UInt64, events: Events)] {
-        let reports = Reports(capacity: capacity)
-        try wait(into: reports, timeout: timeout)
-        return (0..<reports.count).map { reports[$0] }
-    }
-
-    /// ``wait(capacity:timeout:)`` into room kept from one wait to the next: a loop that
-    /// polls tens of thousands of times a second allocates nothing to do it. On return
-    /// `reports` holds this wait's reports (none when it fails).
     public func wait(into reports: Reports, timeout: Int32 = -1) throws(Errno) {
         reports.count = 0
         let storage = reports.storage

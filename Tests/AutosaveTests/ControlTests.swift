@@ -210,6 +210,15 @@ struct ControlSocketTests {
             }
         }
         func code() throws -> String? { try line()?["error"]?["code"]?.stringValue }
+        /// Sets `doc` to `megabytes` MiB of `character`, a mebibyte a request: a document
+        /// whose save takes tens of milliseconds.
+        func fill(_ doc: String, megabytes: Int, of character: Character) throws {
+            let chunk = String(repeating: character, count: 1 << 20)
+            for index in 0..<megabytes {
+                try send(#"{"cmd":"\#(index == 0 ? "set" : "append")","doc":"\#(doc)","text":"\#(chunk)"}"# + "\n")
+                #expect(try line()?["ok"] == true)
+            }
+        }
     }
 
     @Test(
@@ -406,13 +415,9 @@ struct ControlSocketTests {
         let daemon = try await RunningDaemon()
         let raw = try Raw(daemon.socket)
         let observer = try Raw(daemon.socket)
-        // Large enough that its save (on a save thread) takes tens of milliseconds.
-        let chunk = String(repeating: "y", count: 1 << 20)
         for round in 1...3 {
-            for index in 0..<16 {
-                try raw.send(#"{"cmd":"\#(index == 0 ? "set" : "append")","doc":"big.txt","text":"\#(chunk)"}"# + "\n")
-                #expect(try raw.line()?["ok"] == true)
-            }
+            // Large enough that its save (on a save thread) takes tens of milliseconds.
+            try raw.fill("big.txt", megabytes: 16, of: "y")
             try raw.send(#"{"id":1,"cmd":"save","doc":"big.txt","wait":true}"# + "\n")
             // Once status says the save runs, its line has been read (and nothing after it):
             // the next line comes with readiness of its own while the client's task waits.
@@ -445,13 +450,7 @@ struct ControlSocketTests {
         let heavy = try Raw(daemon.socket)
         let other = try Raw(daemon.socket)
         // A document large enough that its durable save takes a while.
-        let chunk = String(repeating: "x", count: 1 << 20)
-        for index in 0..<8 {
-            try other.send(
-                #"{"cmd":"append","doc":"big.txt","text":"\#(chunk)"}"#.replacingOccurrences(
-                    of: "append", with: index == 0 ? "set" : "append") + "\n")
-            #expect(try other.line()?["ok"] == true)
-        }
+        try other.fill("big.txt", megabytes: 8, of: "x")
         var text = #"{"id":0,"cmd":"save","doc":"big.txt","wait":true}"# + "\n"
         text += #"{"id":1,"cmd":"set","doc":"long.txt","text":""}"# + "\n"
         for index in 2...3001 {
