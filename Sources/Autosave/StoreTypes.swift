@@ -289,7 +289,10 @@ extension Fingerprint {
     var expectedDestination: ExpectedDestination {
         isDirectory
             ? .directory(device: device, inode: inode)
-            : .file(device: device, inode: inode, size: size, modified: modified, changed: changed)
+            : .status(
+                FileStatus(
+                    kind: .regular, permissions: permissions, userID: userID, groupID: groupID, size: size,
+                    device: device, inode: inode, linkCount: 1, modified: modified, changed: changed))
     }
 
     /// The same bytes, whatever the metadata says (a `touch`, a `chmod`, a copy of the same contents).
@@ -319,6 +322,11 @@ public struct Fingerprint: Sendable, Hashable {
     /// The inode's change time: a rename, link, chmod or chown changes it even when the
     /// modification time is kept.
     public var changed: FileTime
+    /// The mode and owner: a save gives them to the file it puts in place without looking
+    /// at the file it replaces first (``ExpectedDestination/status(_:)``).
+    public var permissions: FilePermissions
+    public var userID: UInt32
+    public var groupID: UInt32
     public var isDirectory: Bool
     /// A hash of the bytes (``StableHash``, the same in every run: the edit journal keeps
     /// it to recognise a file after a restart); `nil` for packages.
@@ -335,6 +343,9 @@ public struct Fingerprint: Sendable, Hashable {
         size = status.size
         modified = status.modified
         changed = status.changed
+        permissions = status.permissions
+        userID = status.userID
+        groupID = status.groupID
         isDirectory = status.kind == .directory
         self.contentHash = contentHash
     }

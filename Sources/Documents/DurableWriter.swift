@@ -54,7 +54,17 @@ public struct DurableWriter: Sendable {
     /// `RESOLVE_BENEATH | RESOLVE_NO_SYMLINKS`), and no link at the destination is
     /// followed, so a directory swapped for a link between a caller's checks and the
     /// write cannot take the write elsewhere. `nil`: none.
-    public var confinement: String?
+    public var confinement: String? {
+        didSet { if held?.path != confinement { held = nil } }
+    }
+    /// The ``confinement`` directory held open (``holdConfinement()``), shared by every
+    /// copy of this writer: a write opens its directories beneath this descriptor instead
+    /// of opening the directory by its path each time (a path lookup and a `close` a
+    /// write). The descriptor stays the directory that was opened, wherever it goes: the
+    /// holder lets go (``releaseConfinement()``) once the directory at the path may be
+    /// another one — moved away, removed, replaced — which the writer cannot tell by
+    /// itself. Until then, writes land in the directory that was opened.
+    private(set) var held: HeldDirectory?
     /// Called with the destination's path right after a regular file's rename, before
     /// anything else, and once a package's directory is swapped in or updated in place:
     /// where tests stand in for another program that replaces the file or the directory
@@ -98,6 +108,19 @@ public struct DurableWriter: Sendable {
         public var placed: FileStatus?
     }
 
+    /// Holds the ``confinement`` directory open for the writes to come (see ``held``).
+    public mutating func holdConfinement() throws(Errno) {
+        guard let confinement else { return }
+        held = try HeldDirectory(confinement)
+    }
+
+    /// Opens the ``confinement`` directory by its path again for each write; writes
+    /// already under way keep the descriptor they started with.
+    public mutating func releaseConfinement() { held = nil }
+
+    /// Whether writes open their directories beneath a held descriptor (``holdConfinement()``).
+    public var holdsConfinement: Bool { held != nil }
+
     // MARK: Writing
 
     /// Writes `wrapper` to `path` durably.
@@ -127,8 +150,20 @@ public struct DurableWriter: Sendable {
         var session = WriteSession(policy: symlinkPolicy, swap: packageSwap, keepsContents: keepsWrittenContents)
         session.afterRename = afterRename
         defer { session.closeAll() }
-        if let confinement { try session.confine(to: confinement) }
-        let location = try session.resolve(path, followingLinks: !wrapper.isSymbolicLink)
+        if let confinement { try session.confine(to: confinement, held: held) }
+        // A regular file whose destination is known — nothing (a document's first save),
+        // or a file whose whole status the caller recorded — is not looked at before it is
+        // written: the look right before the rename says whether that still holds, and
+        // what is there otherwise is another program's and is kept.
+        var known: FileStatus?? = nil
+        if wrapper.isRegularFile {
+            switch expected {
+            case .absent: known = .some(nil)
+            case .status(let status): known = status
+            default: break
+            }
+        }
+        let location = try session.resolve(path, followingLinks: !wrapper.isSymbolicLink, knownExisting: known)
         if let expected, case .directory = wrapper.node, !expected.matches(location.existing) {
             throw DestinationChanged(path: location.path, expected: expected, found: location.existing)
         }
@@ -161,6 +196,22 @@ public struct DurableWriter: Sendable {
         }
         return try write(wrapper, to: path)
     }
+}
+
+/// A directory opened once and held, closed when the last holder lets go (see
+/// ``DurableWriter/holdConfinement()``).
+final class HeldDirectory: Sendable {
+    let path: String
+    private let raw: Int32
+
+    var descriptor: FileDescriptor { FileDescriptor(rawValue: raw) }
+
+    init(_ path: String) throws(Errno) {
+        self.path = path
+        raw = try FileDescriptor.open(path, .readOnly, options: [.directory]).rawValue
+    }
+
+    deinit { try? descriptor.close() }
 }
 
 /// A location to write: a name in an open directory.
@@ -272,8 +323,17 @@ struct WriteSession {
     /// The directory writes are confined to (see ``DurableWriter/confinement``).
     private var confinement: (path: String, directory: FileDescriptor)?
 
-    mutating func confine(to root: String) throws {
-        confinement = (root, try openDirectory(root))
+    /// The held directory (``DurableWriter/held``) this session's confinement uses, kept
+    /// for as long as the session: its descriptor is closed when the last holder goes.
+    private var heldRoot: HeldDirectory?
+
+    mutating func confine(to root: String, held: HeldDirectory? = nil) throws {
+        if let held, held.path == root {
+            heldRoot = held
+            confinement = (root, held.descriptor)
+        } else {
+            confinement = (root, try openDirectory(root))
+        }
     }
 
     mutating func openDirectory(_ path: String, relativeTo base: FileDescriptor = .currentWorkingDirectory)
@@ -299,7 +359,8 @@ struct WriteSession {
     }
 
     /// Opens the destination's directory and, by policy, follows a symbolic link at the destination.
-    mutating func resolve(_ path: String, followingLinks: Bool) throws -> Location {
+    /// With `knownExisting`, the destination is taken to be what it says (`nil`: nothing), unlooked at.
+    mutating func resolve(_ path: String, followingLinks: Bool, knownExisting: FileStatus?? = nil) throws -> Location {
         var current = path
         for _ in 0..<40 {
             let (directoryPath, name) = split(current)
@@ -308,7 +369,8 @@ struct WriteSession {
                     operation: .open, path: path, errno: .invalidArgument, detail: "the destination has no file name")
             }
             let directory = try openDirectory(directoryPath)
-            let existing = try stat(name, in: directory, path: current)
+            let existing =
+                if let knownExisting { knownExisting } else { try stat(name, in: directory, path: current) }
             guard let existing, existing.kind == .symbolicLink, followingLinks else {
                 return Location(directory: directory, directoryPath: directoryPath, name: name, existing: existing)
             }

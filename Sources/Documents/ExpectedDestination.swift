@@ -14,6 +14,11 @@ public enum ExpectedDestination: Sendable, Hashable, CustomStringConvertible {
     case file(device: UInt64, inode: UInt64, size: Int64, modified: FileTime, changed: FileTime)
     /// A directory (a package) with this device and inode; its members are compared one by one by whoever tracks them.
     case directory(device: UInt64, inode: UInt64)
+    /// A regular file with this status, compared as ``file(device:inode:size:modified:changed:)``
+    /// is. Its mode and owner are known too, so a writer given it takes them from here for
+    /// the new file instead of looking at the destination before it writes; the look
+    /// right before the rename confirms them (a `chmod` or `chown` changes the change time).
+    case status(FileStatus)
 
     /// What `status` describes.
     public init(_ status: FileStatus) {
@@ -38,6 +43,11 @@ public enum ExpectedDestination: Sendable, Hashable, CustomStringConvertible {
         case .directory(let device, let inode):
             guard let found else { return false }
             return found.kind == .directory && found.device == device && found.inode == inode
+        case .status(let status):
+            return Self.file(
+                device: status.device, inode: status.inode, size: status.size, modified: status.modified,
+                changed: status.changed
+            ).matches(found)
         }
     }
 
@@ -47,6 +57,8 @@ public enum ExpectedDestination: Sendable, Hashable, CustomStringConvertible {
         case .file(_, let inode, let size, let modified, _):
             "inode \(inode), \(size) bytes, modified \(modified.seconds).\(modified.nanoseconds)"
         case .directory(_, let inode): "directory inode \(inode)"
+        case .status(let status):
+            "inode \(status.inode), \(status.size) bytes, modified \(status.modified.seconds).\(status.modified.nanoseconds)"
         }
     }
 }

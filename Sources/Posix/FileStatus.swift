@@ -62,6 +62,22 @@ public struct FileStatus: Hashable, Sendable {
     public var modified: FileTime
     public var changed: FileTime
 
+    public init(
+        kind: FileKind, permissions: FilePermissions, userID: UInt32, groupID: UInt32, size: Int64, device: UInt64,
+        inode: UInt64, linkCount: UInt64, modified: FileTime, changed: FileTime
+    ) {
+        self.kind = kind
+        self.permissions = permissions
+        self.userID = userID
+        self.groupID = groupID
+        self.size = size
+        self.device = device
+        self.inode = inode
+        self.linkCount = linkCount
+        self.modified = modified
+        self.changed = changed
+    }
+
     init(_ s: stat) {
         kind = FileKind(mode: s.st_mode)
         permissions = FilePermissions(rawValue: s.st_mode)

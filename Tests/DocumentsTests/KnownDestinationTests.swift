@@ -1,0 +1,91 @@
+import Foundation
+import Posix
+import TestSupport
+import Testing
+
+@testable import Documents
+
+@Suite("DurableWriter: a destination known to the caller, and a confinement held open")
+struct KnownDestinationTests {
+    let directory = TemporaryDirectory("known")
+
+    @Test("A file's recorded status gives the new file its mode; the file is replaced")
+    func recordedStatus() throws {
+        let path = directory.sub("a.txt")
+        try DurableWriter().write(contents: Data("one".utf8), to: path)
+        #expect(chmod(path, 0o640) == 0)
+        let recorded = try Disk.status(path)
+        let report = try DurableWriter().write(
+            FileWrapper(regularFileWithContents: Data("two".utf8)), to: path, expecting: .status(recorded))
+        #expect(try Disk.bytes(path) == Data("two".utf8))
+        #expect(try Disk.status(path).permissions.rawValue == 0o640)
+        #expect(report.placed?.permissions.rawValue == 0o640)
+    }
+
+    @Test("A file changed since its status was recorded (a chmod: only the change time says so) is not replaced")
+    func changedSinceRecorded() throws {
+        let path = directory.sub("b.txt")
+        try DurableWriter().write(contents: Data("one".utf8), to: path)
+        let recorded = try Disk.status(path)
+        #expect(chmod(path, 0o600) == 0)
+        #expect(throws: DestinationChanged.self) {
+            try DurableWriter().write(
+                FileWrapper(regularFileWithContents: Data("two".utf8)), to: path, expecting: .status(recorded))
+        }
+        #expect(try Disk.bytes(path) == Data("one".utf8))
+        #expect(try Disk.status(path).permissions.rawValue == 0o600)
+        #expect(try leftovers().isEmpty, "the temporary is removed")
+    }
+
+    @Test(
+        "Nothing expected, something there — a file, a directory, a link — replaces nothing",
+        arguments: ["file", "directory", "link"])
+    func absentButThere(kind: String) throws {
+        let path = directory.sub("new-\(kind)")
+        switch kind {
+        case "file": try Data("theirs".utf8).write(to: URL(fileURLWithPath: path))
+        case "directory": try FileManager.default.createDirectory(atPath: path, withIntermediateDirectories: false)
+        default: try FileManager.default.createSymbolicLink(atPath: path, withDestinationPath: "elsewhere")
+        }
+        let before = try FileDescriptor.currentWorkingDirectory.status(of: path)
+        #expect(throws: DestinationChanged.self) {
+            try DurableWriter(confinedTo: directory.path).write(
+                FileWrapper(regularFileWithContents: Data("mine".utf8)), to: path, expecting: .absent)
+        }
+        let after = try FileDescriptor.currentWorkingDirectory.status(of: path)
+        #expect(after.inode == before.inode && after.kind == before.kind)
+        #expect(try leftovers().isEmpty, "the temporary is removed")
+    }
+
+    @Test("A held confinement is the directory that was opened, wherever it goes, until it is let go")
+    func heldConfinement() throws {
+        let root = directory.sub("root")
+        try FileManager.default.createDirectory(atPath: root + "/d", withIntermediateDirectories: true)
+        var writer = DurableWriter(symlinkPolicy: .refuse, confinedTo: root)
+        try writer.holdConfinement()
+        #expect(writer.holdsConfinement)
+        try writer.write(contents: Data("one".utf8), to: root + "/d/a.txt")
+        // Moved away: a write still lands in it (its holder lets go once told).
+        try FileManager.default.moveItem(atPath: root, toPath: root + ".moved")
+        try FileManager.default.createDirectory(atPath: root + "/d", withIntermediateDirectories: true)
+        let copy = writer
+        try copy.write(contents: Data("two".utf8), to: root + "/d/a.txt")
+        #expect(try Disk.bytes(root + ".moved/d/a.txt") == Data("two".utf8))
+        #expect(!FileManager.default.fileExists(atPath: root + "/d/a.txt"))
+        // Let go: the directory at the path again; the copy taken before keeps the old one.
+        writer.releaseConfinement()
+        #expect(!writer.holdsConfinement)
+        try writer.write(contents: Data("three".utf8), to: root + "/d/a.txt")
+        #expect(try Disk.bytes(root + "/d/a.txt") == Data("three".utf8))
+        try copy.write(contents: Data("four".utf8), to: root + "/d/b.txt")
+        #expect(try Disk.bytes(root + ".moved/d/b.txt") == Data("four".utf8))
+        // Confined still: nothing outside the root, held or not.
+        #expect(throws: DocumentError.self) {
+            try copy.write(contents: Data("x".utf8), to: directory.sub("outside.txt"))
+        }
+    }
+
+    private func leftovers() throws -> [String] {
+        try FileManager.default.contentsOfDirectory(atPath: directory.path).filter(TemporaryName.isTemporary)
+    }
+}
