@@ -156,7 +156,9 @@ public struct DurableWriter: Sendable {
         // written: the look right before the rename says whether that still holds, and
         // what is there otherwise is another program's and is kept.
         var known: FileStatus?? = nil
-        if wrapper.isRegularFile {
+        // Only where a symbolic link at the destination is refused anyway: a writer that
+        // follows one must look before it writes to know where the file goes.
+        if wrapper.isRegularFile, symlinkPolicy == .refuse || confinement != nil {
             switch expected {
             case .absent: known = .some(nil)
             case .status(let status): known = status
@@ -600,6 +602,7 @@ struct WriteSession {
             if let expected {
                 let found = try stat(location.name, in: location.directory, path: location.path)
                 if !expected.matches(found) {
+                    try refuseObstacle(found, at: location)
                     throw DestinationChanged(path: location.path, expected: expected, found: found)
                 }
             }
@@ -611,6 +614,25 @@ struct WriteSession {
         } catch {
             discard(staged)
             throw error
+        }
+    }
+
+    /// A directory, or a symbolic link where links are refused, found where a regular file
+    /// goes: no version of the file that another program wrote (which a caller would keep
+    /// beside its own and try again), but something in the way of every write, refused as
+    /// the look before the write refuses it.
+    private func refuseObstacle(_ found: FileStatus?, at location: Location) throws {
+        switch found?.kind {
+        case .directory:
+            throw DocumentError(
+                operation: .rename, path: location.path, errno: .isDirectory,
+                detail: "a directory is in the way of a regular file")
+        case .symbolicLink where policy == .refuse || confinement != nil:
+            throw DocumentError(
+                operation: .followSymbolicLink, path: location.path, errno: .tooManySymbolicLinks,
+                detail: "the destination is a symbolic link and the symlink policy is refuse")
+        default:
+            return
         }
     }
 

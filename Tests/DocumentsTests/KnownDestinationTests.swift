@@ -37,20 +37,40 @@ struct KnownDestinationTests {
         #expect(try leftovers().isEmpty, "the temporary is removed")
     }
 
-    @Test(
-        "Nothing expected, something there — a file, a directory, a link — replaces nothing",
-        arguments: ["file", "directory", "link"])
-    func absentButThere(kind: String) throws {
-        let path = directory.sub("new-\(kind)")
-        switch kind {
-        case "file": try Data("theirs".utf8).write(to: URL(fileURLWithPath: path))
-        case "directory": try FileManager.default.createDirectory(atPath: path, withIntermediateDirectories: false)
-        default: try FileManager.default.createSymbolicLink(atPath: path, withDestinationPath: "elsewhere")
-        }
-        let before = try FileDescriptor.currentWorkingDirectory.status(of: path)
+    @Test("Nothing expected, another program's file there: not replaced")
+    func absentButFile() throws {
+        let path = directory.sub("new.txt")
+        try Data("theirs".utf8).write(to: URL(fileURLWithPath: path))
         #expect(throws: DestinationChanged.self) {
             try DurableWriter(confinedTo: directory.path).write(
                 FileWrapper(regularFileWithContents: Data("mine".utf8)), to: path, expecting: .absent)
+        }
+        #expect(try Disk.bytes(path) == Data("theirs".utf8))
+        #expect(try leftovers().isEmpty, "the temporary is removed")
+    }
+
+    @Test(
+        "A directory or a symbolic link in the way, however the destination is known, is an error naming it, as it is when looked at first",
+        arguments: ["directory", "link"], [false, true])
+    func obstacle(kind: String, known: Bool) throws {
+        let path = directory.sub("\(kind)-\(known)")
+        let writer = DurableWriter(symlinkPolicy: .refuse, confinedTo: directory.path)
+        try writer.write(contents: Data("one".utf8), to: path)
+        let recorded = try Disk.status(path)
+        try FileManager.default.removeItem(atPath: path)
+        if kind == "directory" {
+            try FileManager.default.createDirectory(atPath: path, withIntermediateDirectories: false)
+        } else {
+            try FileManager.default.createSymbolicLink(atPath: path, withDestinationPath: "elsewhere")
+        }
+        let before = try FileDescriptor.currentWorkingDirectory.status(of: path)
+        do {
+            try writer.write(
+                FileWrapper(regularFileWithContents: Data("mine".utf8)), to: path,
+                expecting: known ? .status(recorded) : .absent)
+            Issue.record("the write went through")
+        } catch let error as DocumentError {
+            #expect(error.errno == (kind == "directory" ? .isDirectory : .tooManySymbolicLinks), "\(error)")
         }
         let after = try FileDescriptor.currentWorkingDirectory.status(of: path)
         #expect(after.inode == before.inode && after.kind == before.kind)
