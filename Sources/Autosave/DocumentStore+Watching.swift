@@ -37,21 +37,9 @@ extension DocumentStore {
         // calls (see ``FileWatcher/waitForKicks()``). Where the loop cannot poll it, the
         // thread keeps waiting for the descriptor itself.
         if let watcher, loop.attach(watcher.descriptor, WatcherKicker(watcher)) { watcher.waitForKicks() }
-        holdRoot()
-    }
-
-    /// Has the writer hold the root open (see ``writer``): only while the watcher would
-    /// report a root that is no longer the directory at its path. A root that cannot be
-    /// opened is opened by its path for each save, as without a watcher.
-    func holdRoot() {
-        guard watcher != nil else { return }
-        do throws(Errno) { try writer.holdConfinement() } catch {
-            writer.releaseConfinement()
-        }
     }
 
     public func stopWatching() {
-        writer.releaseConfinement()
         if let watcher { loop.forget(watcher.descriptor) }
         watcher?.stop()
         watcher = nil
@@ -171,14 +159,12 @@ extension DocumentStore {
                 rescan()
                 overflows += 1
             case .rootGone:
-                writer.releaseConfinement()
                 let unsaved = entries.values.filter(\.isDirty).count
                 log.error(
                     "the store root \(root) is gone (removed or moved away): \(entries.count) document(s) stay in memory, \(unsaved) with unsaved edits; saves wait until a directory is at \(root) again (autosaved does not make it)",
                     ["message_id": MessageID.externalChange, "path": root])
                 releaseSyncWaiters()
             case .rootBack:
-                holdRoot()
                 log.notice(
                     "the store root \(root) is back; watching it again and saving what is unsaved",
                     ["message_id": MessageID.externalChange, "path": root])

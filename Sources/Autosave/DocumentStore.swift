@@ -35,11 +35,8 @@ public actor DocumentStore {
     /// Symbolic links at a document's place are refused (they could lead out of the
     /// root); written bytes are not kept twice in memory.
     /// Confined to the root: a directory another program swaps for a link after a
-    /// request's checks cannot take a save elsewhere. While the watcher watches the
-    /// root, the writer holds it open (no lookup of the root's path a save); the
-    /// watcher's report that the root is gone (moved away, removed, replaced) lets it
-    /// go, and its return holds the new one.
-    var writer: DurableWriter
+    /// request's checks cannot take a save elsewhere.
+    let writer: DurableWriter
     /// Which paths are not documents (shared with the watcher's thread).
     nonisolated let ignore: SharedIgnoreRules
     /// Paths the scans and the watcher met that the rules ignore (for `status`).

@@ -54,17 +54,7 @@ public struct DurableWriter: Sendable {
     /// `RESOLVE_BENEATH | RESOLVE_NO_SYMLINKS`), and no link at the destination is
     /// followed, so a directory swapped for a link between a caller's checks and the
     /// write cannot take the write elsewhere. `nil`: none.
-    public var confinement: String? {
-        didSet { if held?.path != confinement { held = nil } }
-    }
-    /// The ``confinement`` directory held open (``holdConfinement()``), shared by every
-    /// copy of this writer: a write opens its directories beneath this descriptor instead
-    /// of opening the directory by its path each time (a path lookup and a `close` a
-    /// write). The descriptor stays the directory that was opened, wherever it goes: the
-    /// holder lets go (``releaseConfinement()``) once the directory at the path may be
-    /// another one — moved away, removed, replaced — which the writer cannot tell by
-    /// itself. Until then, writes land in the directory that was opened.
-    private(set) var held: HeldDirectory?
+    public var confinement: String?
     /// Called with the destination's path right after a regular file's rename, before
     /// anything else, and once a package's directory is swapped in or updated in place:
     /// where tests stand in for another program that replaces the file or the directory
@@ -108,19 +98,6 @@ public struct DurableWriter: Sendable {
         public var placed: FileStatus?
     }
 
-    /// Holds the ``confinement`` directory open for the writes to come (see ``held``).
-    public mutating func holdConfinement() throws(Errno) {
-        guard let confinement else { return }
-        held = try HeldDirectory(confinement)
-    }
-
-    /// Opens the ``confinement`` directory by its path again for each write; writes
-    /// already under way keep the descriptor they started with.
-    public mutating func releaseConfinement() { held = nil }
-
-    /// Whether writes open their directories beneath a held descriptor (``holdConfinement()``).
-    public var holdsConfinement: Bool { held != nil }
-
     // MARK: Writing
 
     /// Writes `wrapper` to `path` durably.
@@ -150,7 +127,7 @@ public struct DurableWriter: Sendable {
         var session = WriteSession(policy: symlinkPolicy, swap: packageSwap, keepsContents: keepsWrittenContents)
         session.afterRename = afterRename
         defer { session.closeAll() }
-        if let confinement { try session.confine(to: confinement, held: held) }
+        if let confinement { try session.confine(to: confinement) }
         // A regular file whose destination is known — nothing (a document's first save),
         // or a file whose whole status the caller recorded — is not looked at before it is
         // written: the look right before the rename says whether that still holds, and
@@ -198,22 +175,6 @@ public struct DurableWriter: Sendable {
         }
         return try write(wrapper, to: path)
     }
-}
-
-/// A directory opened once and held, closed when the last holder lets go (see
-/// ``DurableWriter/holdConfinement()``).
-final class HeldDirectory: Sendable {
-    let path: String
-    private let raw: Int32
-
-    var descriptor: FileDescriptor { FileDescriptor(rawValue: raw) }
-
-    init(_ path: String) throws(Errno) {
-        self.path = path
-        raw = try FileDescriptor.open(path, .readOnly, options: [.directory]).rawValue
-    }
-
-    deinit { try? descriptor.close() }
 }
 
 /// A location to write: a name in an open directory.
@@ -325,17 +286,8 @@ struct WriteSession {
     /// The directory writes are confined to (see ``DurableWriter/confinement``).
     private var confinement: (path: String, directory: FileDescriptor)?
 
-    /// The held directory (``DurableWriter/held``) this session's confinement uses, kept
-    /// for as long as the session: its descriptor is closed when the last holder goes.
-    private var heldRoot: HeldDirectory?
-
-    mutating func confine(to root: String, held: HeldDirectory? = nil) throws {
-        if let held, held.path == root {
-            heldRoot = held
-            confinement = (root, held.descriptor)
-        } else {
-            confinement = (root, try openDirectory(root))
-        }
+    mutating func confine(to root: String) throws {
+        confinement = (root, try openDirectory(root))
     }
 
     mutating func openDirectory(_ path: String, relativeTo base: FileDescriptor = .currentWorkingDirectory)

@@ -61,7 +61,7 @@ extension DurableWriter {
     ) throws -> PreparedWrite {
         var session = WriteSession(policy: symlinkPolicy, swap: packageSwap, keepsContents: keepsWrittenContents)
         do {
-            if let confinement { try session.confine(to: confinement, held: held) }
+            if let confinement { try session.confine(to: confinement) }
             let location = try session.resolve(path, followingLinks: !wrapper.isSymbolicLink)
             let staged = try session.stage(wrapper, at: location, linkBase: originalContentsPath ?? location.path)
             return PreparedWrite(session: session, staged: staged, updatingNames: options.contains(.withNameUpdating))

@@ -5,7 +5,7 @@ import Testing
 
 @testable import Documents
 
-@Suite("DurableWriter: a destination known to the caller, and a confinement held open")
+@Suite("DurableWriter: a destination known to the caller")
 struct KnownDestinationTests {
     let directory = TemporaryDirectory("known")
 
@@ -75,34 +75,6 @@ struct KnownDestinationTests {
         let after = try FileDescriptor.currentWorkingDirectory.status(of: path)
         #expect(after.inode == before.inode && after.kind == before.kind)
         #expect(try leftovers().isEmpty, "the temporary is removed")
-    }
-
-    @Test("A held confinement is the directory that was opened, wherever it goes, until it is let go")
-    func heldConfinement() throws {
-        let root = directory.sub("root")
-        try FileManager.default.createDirectory(atPath: root + "/d", withIntermediateDirectories: true)
-        var writer = DurableWriter(symlinkPolicy: .refuse, confinedTo: root)
-        try writer.holdConfinement()
-        #expect(writer.holdsConfinement)
-        try writer.write(contents: Data("one".utf8), to: root + "/d/a.txt")
-        // Moved away: a write still lands in it (its holder lets go once told).
-        try FileManager.default.moveItem(atPath: root, toPath: root + ".moved")
-        try FileManager.default.createDirectory(atPath: root + "/d", withIntermediateDirectories: true)
-        let copy = writer
-        try copy.write(contents: Data("two".utf8), to: root + "/d/a.txt")
-        #expect(try Disk.bytes(root + ".moved/d/a.txt") == Data("two".utf8))
-        #expect(!FileManager.default.fileExists(atPath: root + "/d/a.txt"))
-        // Let go: the directory at the path again; the copy taken before keeps the old one.
-        writer.releaseConfinement()
-        #expect(!writer.holdsConfinement)
-        try writer.write(contents: Data("three".utf8), to: root + "/d/a.txt")
-        #expect(try Disk.bytes(root + "/d/a.txt") == Data("three".utf8))
-        try copy.write(contents: Data("four".utf8), to: root + "/d/b.txt")
-        #expect(try Disk.bytes(root + ".moved/d/b.txt") == Data("four".utf8))
-        // Confined still: nothing outside the root, held or not.
-        #expect(throws: DocumentError.self) {
-            try copy.write(contents: Data("x".utf8), to: directory.sub("outside.txt"))
-        }
     }
 
     private func leftovers() throws -> [String] {
