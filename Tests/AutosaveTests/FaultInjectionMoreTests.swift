@@ -23,12 +23,20 @@ final class NamespacedJournald {
             + " && mount --bind '\(logs)' /run/log/journal && exec /lib/systemd/systemd-journald"
         // unshare and sh exec: the process is journald itself.
         process = try DaemonProcess("/usr/bin/unshare", ["-m", "--propagation", "private", "/bin/sh", "-c", script])
-        let socket = "/proc/\(process.process.processIdentifier)/root/run/systemd/journal/socket"
+        let pid = process.process.processIdentifier
+        let socket = "/proc/\(pid)/root/run/systemd/journal/socket"
+        // Until the shell has mounted the namespace's own /run and exec'd journald, the
+        // path through /proc/PID/root is the host's /run, where a journald of the host's
+        // may have its socket: ready means journald runs as that process and its socket is there.
+        func ready() -> Bool {
+            let program = (try? FileManager.default.destinationOfSymbolicLink(atPath: "/proc/\(pid)/exe")) ?? ""
+            return program.hasSuffix("/systemd-journald") && FileManager.default.fileExists(atPath: socket)
+        }
         let deadline = ContinuousClock.now + .seconds(20)
-        while !FileManager.default.fileExists(atPath: socket), ContinuousClock.now < deadline {
+        while !ready(), ContinuousClock.now < deadline {
             try await Task.sleep(for: .milliseconds(20))
         }
-        guard FileManager.default.fileExists(atPath: socket) else {
+        guard ready() else {
             throw Failure("journald did not start: \(process.output)")
         }
     }
