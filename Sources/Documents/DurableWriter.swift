@@ -131,7 +131,7 @@ public struct DurableWriter: Sendable {
         // A regular file whose destination is known — nothing (a document's first save),
         // or a file whose whole status the caller recorded — is not looked at before it is
         // written: the look right before the rename says whether that still holds, and
-        // what is there otherwise is another program's and is kept.
+        // whatever is there otherwise is not replaced.
         var known: FileStatus?? = nil
         // Only where a symbolic link at the destination is refused anyway: a writer that
         // follows one must look before it writes to know where the file goes.

@@ -44,10 +44,7 @@ public enum ExpectedDestination: Sendable, Hashable, CustomStringConvertible {
             guard let found else { return false }
             return found.kind == .directory && found.device == device && found.inode == inode
         case .status(let status):
-            return Self.file(
-                device: status.device, inode: status.inode, size: status.size, modified: status.modified,
-                changed: status.changed
-            ).matches(found)
+            return ExpectedDestination(status).matches(found)
         }
     }
 
@@ -57,8 +54,7 @@ public enum ExpectedDestination: Sendable, Hashable, CustomStringConvertible {
         case .file(_, let inode, let size, let modified, _):
             "inode \(inode), \(size) bytes, modified \(modified.seconds).\(modified.nanoseconds)"
         case .directory(_, let inode): "directory inode \(inode)"
-        case .status(let status):
-            "inode \(status.inode), \(status.size) bytes, modified \(status.modified.seconds).\(status.modified.nanoseconds)"
+        case .status(let status): ExpectedDestination(status).description
         }
     }
 }

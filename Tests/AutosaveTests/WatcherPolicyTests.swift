@@ -233,7 +233,7 @@ struct WatcherPolicyTests {
         // system): it fails, naming the root, until the operator brings it back.
         await #expect(throws: StoreError.self) { try await harness.store.save("b.txt", wait: true) }
         #expect(!FileManager.default.fileExists(atPath: harness.root))
-        // Nor into the directory moved away, which the store held open while it was the root.
+        // Nor into the directory moved away.
         #expect(!FileManager.default.fileExists(atPath: harness.root + ".gone/b.txt"))
         try FileManager.default.createDirectory(atPath: harness.root, withIntermediateDirectories: false)
         await waitUntil("the retry saves b.txt into the root made again") {
