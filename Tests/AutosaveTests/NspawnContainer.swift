@@ -5,7 +5,7 @@ import TestSupport
 import Testing
 
 /// The host's tree booted under `systemd-nspawn` (`--volatile=yes`, with `arguments`
-/// added), driven from the host through `nsenter` into its PID 1. Killed on deinit.
+/// added), driven from the host through `nsenter` into its PID 1. Killed, whole, on deinit.
 final class NspawnContainer {
     let process: DaemonProcess
     /// The container's PID 1 as the host sees it.
@@ -40,8 +40,14 @@ final class NspawnContainer {
         }
     }
 
+    /// Kills the container's PID 1, which takes every process of its PID namespace with it
+    /// (its systemd and what that started: a daemon, a `redis-server`), then waits for
+    /// nspawn, which exits once its child is gone. Killing nspawn alone would leave the
+    /// container's processes running, handed over to the host's PID 1.
     deinit {
-        process.signal(SIGKILL)
+        if let pid = pid_t(leader) { kill(pid, SIGKILL) }
+        for _ in 0..<200 where process.process.isRunning { usleep(50_000) }
+        if process.process.isRunning { process.signal(SIGKILL) }
         process.process.waitUntilExit()
     }
 
