@@ -39,7 +39,7 @@ let package = Package(
         // sd_notify, the watchdog, socket activation and the journald log handler.
         .target(name: "Systemd", dependencies: ["CSystemd", "Posix", "Logging"], swiftSettings: strictSettings),
         // The control protocol, shared by the daemon and autosavectl: JSON, messages, socket paths, a client.
-        .target(name: "Control", dependencies: ["Posix"], swiftSettings: strictSettings),
+        .target(name: "Control", dependencies: ["CLinux", "Posix"], swiftSettings: strictSettings),
         .target(
             name: "Autosave", dependencies: ["Documents", "Journal", "Posix", "Control", "Logging", "Systemd"],
             swiftSettings: strictSettings),

@@ -1,3 +1,4 @@
+import CLinux
 import Foundation
 
 /// Reads a request line straight from its bytes into a ``ControlRequest``: one pass over
@@ -504,9 +505,11 @@ private struct Scanner {
         position += 1
         var ascii = true
         while position < end {
-            // Eight bytes at a time while none of them ends the plain run: no quote, no
-            // backslash, no control character, nothing outside ASCII (those are looked
-            // at one by one below). Large values are mostly such runs.
+            // Sixteen bytes at a time (SSE2, ``clinux_json_plain_prefix``), then eight, while
+            // none of them ends the plain run: no quote, no backslash, no control character,
+            // nothing outside ASCII (those are looked at one by one below). Large values are
+            // mostly such runs.
+            position += clinux_json_plain_prefix(position, end - position)
             while end - position >= 8 {
                 let word = position.loadUnaligned(as: UInt64.self)
                 let ones: UInt64 = 0x0101_0101_0101_0101

@@ -96,6 +96,32 @@ int clinux_crc32c_available(void);
 /// `clinux_crc32c_available()`.
 uint32_t clinux_crc32c(uint32_t crc, const void *bytes, size_t length);
 
+/// How many bytes at the start of `bytes` (a multiple of 16, at most `length`) hold no
+/// byte that ends a JSON string's plain run — a quote, a backslash, a control character,
+/// a byte outside ASCII — and, when one of the next sixteen bytes does, its offset: the
+/// control characters and the bytes outside ASCII are, as signed bytes, those below 0x20.
+#if defined(__SSE2__)
+#include <emmintrin.h>
+#endif
+static inline long clinux_json_plain_prefix(const void *bytes, long length) {
+    long i = 0;
+#if defined(__SSE2__)
+    const unsigned char *p = (const unsigned char *)bytes;
+    const __m128i quote = _mm_set1_epi8('"'), backslash = _mm_set1_epi8('\\'), space = _mm_set1_epi8(0x20);
+    for (; i + 16 <= length; i += 16) {
+        __m128i v = _mm_loadu_si128((const __m128i *)(p + i));
+        __m128i stop = _mm_or_si128(
+            _mm_or_si128(_mm_cmpeq_epi8(v, quote), _mm_cmpeq_epi8(v, backslash)), _mm_cmplt_epi8(v, space));
+        int mask = _mm_movemask_epi8(stop);
+        if (mask != 0) return i + __builtin_ctz((unsigned)mask);
+    }
+#else
+    (void)bytes;
+    (void)length;
+#endif
+    return i;
+}
+
 /// glibc's allocator: the bytes it holds free and in use over every arena (mallinfo2),
 /// and malloc_trim(0), which gives every whole free page back to the system.
 #include <malloc.h>
