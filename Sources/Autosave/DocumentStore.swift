@@ -19,7 +19,10 @@ import Posix
 public actor DocumentStore {
     public nonisolated let root: String
     public private(set) var configuration: Configuration {
-        didSet { scheduleDelays = Self.delays(of: configuration) }
+        didSet {
+            scheduleDelays = Self.delays(of: configuration)
+            refusesEditsWhenSaveFails = configuration.refuseEditsWhenSaveFails
+        }
     }
     // The state every edit touches is exempt from the runtime's exclusivity checks
     // (`@exclusivity(unchecked)`, ≈ 10 ns an access, several per edit): it is used only
@@ -31,6 +34,8 @@ public actor DocumentStore {
     @exclusivity(unchecked) var clockOffset: (measuredAt: Moment, seconds: Double) = (Moment(nanoseconds: 0), 0)
     /// `QuietPeriod=` and `MaxDelay=` in nanoseconds, for the deadline of every edit.
     @exclusivity(unchecked) var scheduleDelays: (quiet: Int64, max: Int64)
+    /// `RefuseEditsWhenSaveFails=`, looked at by every edit.
+    @exclusivity(unchecked) var refusesEditsWhenSaveFails: Bool
     public let registry: DocumentTypeRegistry
     /// Symbolic links at a document's place are refused (they could lead out of the
     /// root); written bytes are not kept twice in memory.
@@ -169,8 +174,9 @@ public actor DocumentStore {
     let startedAt = Date()
 
     // The edit journal (DocumentStore+Journal.swift).
-    /// Open while `[Journal] Mode=` is not `off` (see ``openJournal()``).
-    var journal: Journal?
+    /// Open while `[Journal] Mode=` is not `off` (see ``openJournal()``). Set when it is
+    /// opened and closed, read by every edit: no run-time exclusivity check.
+    @exclusivity(unchecked) var journal: Journal?
     /// Holds replies back until the journal records they acknowledge are written or synced.
     public nonisolated let replyGate = ReplyGate()
     /// Where each record's payload is encoded (reused: no allocation per edit).
@@ -225,6 +231,7 @@ public actor DocumentStore {
         }
         self.configuration = configuration
         scheduleDelays = Self.delays(of: configuration)
+        refusesEditsWhenSaveFails = configuration.refuseEditsWhenSaveFails
         root = configuration.root
         writer = DurableWriter(symlinkPolicy: .refuse, keepsWrittenContents: false, confinedTo: configuration.root)
         self.registry = registry ?? DocumentTypeRegistry(packageExtensions: configuration.packageExtensions)
@@ -706,7 +713,7 @@ public actor DocumentStore {
         _ edit: DocumentEdit, at index: EntryTable.Index, path: String, replyPrefix: Bool
     ) throws(StoreError) -> EditOutcome {
         editCounts.count(edit.command)
-        let refuse = configuration.refuseEditsWhenSaveFails
+        let refuse = refusesEditsWhenSaveFails
         let delays = scheduleDelays
         let now = Moment.now
         let (described, decision) = try modifyEntry(at: index) {

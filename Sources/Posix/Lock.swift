@@ -9,7 +9,10 @@ import Glibc
 /// cost about the same.
 public final class Lock<Value>: @unchecked Sendable {
     private let mutex: UnsafeMutablePointer<pthread_mutex_t>
-    private var value: Value
+    /// Reached only through ``withLock(_:)``, under the mutex: no two accesses overlap (a
+    /// nested `withLock` of the same lock would deadlock before reaching it), so Swift's
+    /// run-time exclusivity check — a thread-local lookup on every call — is left out.
+    @exclusivity(unchecked) private var value: Value
 
     public init(_ value: sending Value) {
         mutex = .allocate(capacity: 1)
