@@ -396,10 +396,14 @@ extension DocumentStore {
     }
 
     /// Has a save thread write `save`; its result comes back to the loop with one wake-up.
+    /// The save and its result go over in a box that the loop empties: the save thread
+    /// keeps nothing of the document once it has handed the result over (it may run again
+    /// only after the loop has answered, closed the document and reported its memory).
     private func submit(_ save: DeferredSave) {
+        let handoff = SaveHandoff(save)
         saveThreads.submit { @Sendable [weak self] in
-            let (result, duration) = save.work()
-            self?.onLoop { save.finish($0, result, duration) }
+            handoff.run()
+            self?.onLoop { handoff.finish($0) }
         }
     }
 
@@ -678,6 +682,27 @@ final class SavingRecord: @unchecked Sendable {
     var lsn: UInt64 = 0
 }
 
+/// A save on its way from the loop to a save thread and back (see `submit`): written by
+/// the save thread before it hands the box to the loop, read and emptied by the loop.
+private final class SaveHandoff: @unchecked Sendable {
+    private var save: DeferredSave?
+    private var outcome: (Result<SaveOutcome, any Error>, Duration)?
+
+    init(_ save: DeferredSave) { self.save = save }
+
+    /// On the save thread: the save's work, its result kept here; nothing of it stays on
+    /// the caller's stack.
+    func run() { outcome = save?.work() }
+
+    /// On the loop: the save finished, and the box let go of everything it held.
+    func finish(_ store: isolated DocumentStore) {
+        guard let save, let (result, duration) = outcome else { return }
+        self.save = nil
+        outcome = nil
+        save.finish(store, result, duration)
+    }
+}
+
 /// The ``StableHash`` of a save's bytes. Bytes of at least ``besideWriteThreshold`` are
 /// hashed on another thread while the save writes and syncs them (the hash is first needed
 /// right before the rename, for the journal's record): a megabyte takes about 0.1 ms to
@@ -697,6 +722,18 @@ struct ContentHashing: Sendable {
         var result: UInt64?
     }
 
+    /// The file handed to the hashing thread, let go of there before the hash is published:
+    /// the queue releases the block itself whenever its thread gets to it, and the bytes it
+    /// held (a closed document's, a megabyte or more) would stay allocated until then.
+    private final class Handed: @unchecked Sendable {
+        private var file: FileWrapper?
+        init(_ file: FileWrapper) { self.file = file }
+        func take() -> FileWrapper? {
+            defer { file = nil }
+            return file
+        }
+    }
+
     /// The hash of a regular-file wrapper's bytes, read from the wrapper as it holds them
     /// (text from its string, with no `Data` made of it); `nil` for other kinds, or a file
     /// read lazily that can no longer be read.
@@ -711,9 +748,10 @@ struct ContentHashing: Sendable {
         let beside = Beside()
         hashed = nil
         self.beside = beside
+        let handed = Handed(file)
         DispatchQueue.global(qos: .userInitiated).async {
             // In memory (its count is known): it cannot fail.
-            let hash = (try? file.withContents(StableHash.of)) ?? 0
+            let hash = (try? handed.take()?.withContents(StableHash.of)) ?? 0
             beside.condition.lock()
             beside.result = hash
             beside.condition.broadcast()
