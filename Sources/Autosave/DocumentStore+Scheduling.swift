@@ -408,8 +408,12 @@ extension DocumentStore {
     }
 
     /// The most bytes a document's last save may have written for its next save to run
-    /// on the loop (see ``runDeferredSaves(loopWillSleep:)``).
-    static let loopSaveBytes = 256 << 10
+    /// on the loop (see ``runDeferredSaves(loopWillSleep:)``). The last save's duration
+    /// (`LoopWriteLimit=`) is what keeps the loop from being held long; this bounds what a
+    /// document that grew since can cost it once. A megabyte's save is quick on a fast
+    /// disk, and on a save thread it waits for two thread hand-offs and is met by the
+    /// watcher's wake-ups at each of its system calls, which the loop's saves are not.
+    static let loopSaveBytes = 4 << 20
 
     /// Whether a save about to start may run on the loop: somebody waits for it (a
     /// `save` with `wait: true`), and the document is a regular file whose last save was
@@ -606,7 +610,14 @@ extension DocumentStore {
     }
 
     private static func didSave<D: AutosaveDocument>(_ document: inout D, snapshot: any AutosaveDocument) {
-        if let snapshot = snapshot as? D { document.didSave(snapshot) }
+        didSave(&document, opened: snapshot)
+    }
+
+    /// The snapshot's type compared as a type, not cast (`as? D` looks up the metadata
+    /// of `Optional<D>` and runs the dynamic cast at every save).
+    private static func didSave<D: AutosaveDocument, S: AutosaveDocument>(_ document: inout D, opened snapshot: S) {
+        guard S.self == D.self else { return }
+        document.didSave(unsafeBitCast(snapshot, to: D.self))
     }
 
     func backoff(after attempts: Int) -> Duration {
