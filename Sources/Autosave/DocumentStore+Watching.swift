@@ -43,6 +43,7 @@ extension DocumentStore {
         if let watcher { loop.forget(watcher.descriptor) }
         watcher?.stop()
         watcher = nil
+        missingDirectories.removeAll()
         watchGeneration += 1
         releaseSyncWaiters()
     }
@@ -99,6 +100,7 @@ extension DocumentStore {
         for event in batch {
             switch event {
             case .changed(let path):
+                forgetMissingDirectories(atOrUnder: path)
                 if let waiter = syncWaiters.removeValue(forKey: path) {
                     waiter.resume()
                     continue
@@ -150,21 +152,25 @@ extension DocumentStore {
                     for inside in documents(under: path) { removedExternally(inside) }
                 }
             case .renamed(let from, let to, let isDirectory):
+                forgetMissingDirectories(atOrUnder: to)
                 renamedExternally(from: from, to: to, isDirectory: isDirectory)
             case .overflow:
                 // Events were lost: compare every document with the disk, open what is new,
                 // and release sync waiters whose cookie event may have been among the lost.
                 watcher?.overflowHandled()
+                missingDirectories.removeAll()
                 log.warning("the inotify queue overflowed; checking every document against the disk")
                 rescan()
                 overflows += 1
             case .rootGone:
+                missingDirectories.removeAll()
                 let unsaved = entries.values.filter(\.isDirty).count
                 log.error(
                     "the store root \(root) is gone (removed or moved away): \(entries.count) document(s) stay in memory, \(unsaved) with unsaved edits; saves wait until a directory is at \(root) again (autosaved does not make it)",
                     ["message_id": MessageID.externalChange, "path": root])
                 releaseSyncWaiters()
             case .rootBack:
+                missingDirectories.removeAll()
                 log.notice(
                     "the store root \(root) is back; watching it again and saving what is unsaved",
                     ["message_id": MessageID.externalChange, "path": root])
@@ -275,6 +281,7 @@ extension DocumentStore {
     /// unsaved edits saved first), the watcher drops the directories now ignored and
     /// watches those no longer ignored, and files no longer ignored are opened.
     func ignoreRulesChanged() {
+        missingDirectories.removeAll()
         for (path, entry) in entries where ignore.ignoring(path, isDirectory: entry.isPackage) != nil {
             if entry.isDirty || entry.savingToken != nil {
                 log.info("\(path) is now ignored; closing it once its unsaved edits are saved", ["document": path])

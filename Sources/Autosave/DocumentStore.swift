@@ -187,6 +187,9 @@ public actor DocumentStore {
     /// holds one: whether a path is the directory of open documents is one lookup, not a
     /// walk over every document. Kept by ``insert(_:at:)`` and ``remove(_:)``.
     var directoryUses: [String: Int] = [:]
+    /// Directories known not to be there while inotify watches every directory: a new
+    /// document in one needs no look at the disk (DocumentStore+MissingDirectories.swift).
+    var missingDirectories: Set<String> = []
     var heap = DeadlineHeap()
     var ready = ReadyQueue()
     var savesInFlight = 0
@@ -716,7 +719,13 @@ public actor DocumentStore {
         if valid != path, let existing = entries.index(forKey: valid) {
             return try apply(edit, at: existing, path: valid, replyPrefix: true)
         }
-        let exists = try unopened.checkUnopened(valid: valid)
+        let exists: Bool
+        if create, isInMissingDirectory(valid) {
+            exists = false
+        } else {
+            exists = try unopened.checkUnopened(valid: valid)
+            if create, !exists { noteMissingDirectory(of: valid, unopened: unopened) }
+        }
         return try applyUnopened(edit, path: valid, create: create, replyPrefix: true, knownMissing: !exists)
     }
 

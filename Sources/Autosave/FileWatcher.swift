@@ -149,6 +149,9 @@ final class FileWatcher: @unchecked Sendable {
     }
     /// Since when the root has been missing (removed or moved away), or `nil` while it is there.
     var rootMissingSince: Date? { state.withLock { $0.rootMissing ? $0.rootMissingSince : nil } }
+    /// Whether every directory under the root has an inotify watch: none is polled (by
+    /// choice, or for want of watches), and the root is there.
+    var watchesEverything: Bool { polled.withLock { $0.isEmpty } && !state.withLock { $0.rootMissing } }
     /// Whether the root has no watch (it is polled, or missing).
     var rootIsPolled: Bool {
         polled.withLock { $0[""] != nil } || state.withLock { $0.rootMissing }

@@ -90,6 +90,10 @@ struct EditOutcome {
 protocol UnopenedPathCheck {
     /// `valid`: a path ``DocumentPath/validate(_:)`` returned.
     func checkUnopened(valid: String) throws -> Bool
+    /// Whether the directory `directory` (relative to the root, not the root itself) is
+    /// not there: its look finds nothing at one of its components. `false` when it is
+    /// there, or when that cannot be told.
+    func directoryIsMissing(_ directory: String) -> Bool
 }
 
 /// The store's counters, for `status`.
