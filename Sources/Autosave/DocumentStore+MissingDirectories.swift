@@ -7,16 +7,17 @@
 /// found nothing, the first new document of a directory looks once more, at the directory
 /// itself; if it is not there either, and inotify watches every directory under the root,
 /// the store remembers it as missing, and the next new documents there are made without a
-/// look. Whatever puts something at its place — another program making the directory (or
-/// a file or link of that name), this store's own save making the directories a new
-/// document needs — is reported by the watcher, and the directory is forgotten then,
-/// with every one remembered beneath it. A directory and a file in it made by another
-/// program just before a request, whose report has not reached the store yet, is caught
-/// by the save, which expects to find nothing at the path and keeps both versions (the
-/// `[Conflicts]` policy) instead of replacing anything — as it catches a file made just
-/// after a look. Everything is forgotten when events were lost, the root goes or comes
-/// back, the ignore rules change, the watcher stops, or anything is polled rather than
-/// watched.
+/// look. Whatever puts something at its place or above it — another program making the
+/// directory (or a file or link of that name, or of a directory above it), this store's
+/// own save making the directories a new document needs — is reported by the watcher, and
+/// the directory is forgotten then (with every one remembered beneath the place
+/// reported, and any remembered above something reported inside it). A directory and a
+/// file in it made by another program just before a request, whose report has not
+/// reached the store yet, is caught by the save, which expects to find nothing at the
+/// path and keeps both versions (the `[Conflicts]` policy) instead of replacing anything
+/// — as it catches a file made just after a look. Everything is forgotten when events
+/// were lost, the root goes or comes back, the ignore rules change, the watcher stops, or
+/// anything is polled rather than watched.
 extension DocumentStore {
     /// The most directories remembered as missing at once.
     static let missingDirectoryLimit = 256
@@ -27,7 +28,7 @@ extension DocumentStore {
             missingDirectories.contains(directory)
         else { return false }
         guard let watcher, watcher.watchesEverything else {
-            missingDirectories.removeAll()
+            forgetMissingDirectories()
             return false
         }
         return true
@@ -42,18 +43,39 @@ extension DocumentStore {
             unopened.directoryIsMissing(directory)
         else { return }
         missingDirectories.insert(directory)
+        var ancestor = Substring(directory)
+        while let slash = ancestor.utf8.lastIndex(of: UInt8(ascii: "/")) {
+            ancestor = Substring(ancestor.utf8[..<slash])
+            missingDirectoryAncestors.insert(String(ancestor))
+        }
     }
 
-    /// Something was reported at `path` (made, written, renamed there): it, and every
-    /// directory remembered beneath it, may be there now.
+    /// Something was reported at `path` (made, written, renamed there): it, the
+    /// directories above it, and every directory remembered beneath it may be there now.
+    /// A few lookups for a path that is no remembered directory nor above one (the usual
+    /// case: a file changed, or a save put in place).
     func forgetMissingDirectories(atOrUnder path: String) {
         guard !missingDirectories.isEmpty else { return }
         missingDirectories.remove(path)
-        guard !missingDirectories.isEmpty else { return }
-        let prefix = path + "/"
-        if missingDirectories.contains(where: { $0.hasPrefix(prefix) }) {
-            missingDirectories = missingDirectories.filter { !$0.hasPrefix(prefix) }
+        var above = Substring(path)
+        while let slash = above.utf8.lastIndex(of: UInt8(ascii: "/")) {
+            above = Substring(above.utf8[..<slash])
+            missingDirectories.remove(String(above))
         }
+        if missingDirectories.isEmpty {
+            missingDirectoryAncestors.removeAll()
+            return
+        }
+        guard missingDirectoryAncestors.contains(path) else { return }
+        let prefix = path + "/"
+        missingDirectories = missingDirectories.filter { !$0.hasPrefix(prefix) }
+        missingDirectoryAncestors = missingDirectoryAncestors.filter { $0 != path && !$0.hasPrefix(prefix) }
+    }
+
+    /// Forgets every directory remembered as missing.
+    func forgetMissingDirectories() {
+        missingDirectories.removeAll()
+        missingDirectoryAncestors.removeAll()
     }
 
     /// `path`'s directory relative to the root, or `nil` for a name in the root itself.

@@ -43,7 +43,7 @@ extension DocumentStore {
         if let watcher { loop.forget(watcher.descriptor) }
         watcher?.stop()
         watcher = nil
-        missingDirectories.removeAll()
+        forgetMissingDirectories()
         watchGeneration += 1
         releaseSyncWaiters()
     }
@@ -158,19 +158,19 @@ extension DocumentStore {
                 // Events were lost: compare every document with the disk, open what is new,
                 // and release sync waiters whose cookie event may have been among the lost.
                 watcher?.overflowHandled()
-                missingDirectories.removeAll()
+                forgetMissingDirectories()
                 log.warning("the inotify queue overflowed; checking every document against the disk")
                 rescan()
                 overflows += 1
             case .rootGone:
-                missingDirectories.removeAll()
+                forgetMissingDirectories()
                 let unsaved = entries.values.filter(\.isDirty).count
                 log.error(
                     "the store root \(root) is gone (removed or moved away): \(entries.count) document(s) stay in memory, \(unsaved) with unsaved edits; saves wait until a directory is at \(root) again (autosaved does not make it)",
                     ["message_id": MessageID.externalChange, "path": root])
                 releaseSyncWaiters()
             case .rootBack:
-                missingDirectories.removeAll()
+                forgetMissingDirectories()
                 log.notice(
                     "the store root \(root) is back; watching it again and saving what is unsaved",
                     ["message_id": MessageID.externalChange, "path": root])
@@ -281,7 +281,7 @@ extension DocumentStore {
     /// unsaved edits saved first), the watcher drops the directories now ignored and
     /// watches those no longer ignored, and files no longer ignored are opened.
     func ignoreRulesChanged() {
-        missingDirectories.removeAll()
+        forgetMissingDirectories()
         for (path, entry) in entries where ignore.ignoring(path, isDirectory: entry.isPackage) != nil {
             if entry.isDirty || entry.savingToken != nil {
                 log.info("\(path) is now ignored; closing it once its unsaved edits are saved", ["document": path])

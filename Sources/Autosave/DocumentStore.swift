@@ -64,13 +64,16 @@ public actor DocumentStore {
         var changeCount: UInt64 = 0
         var savedChangeCount: UInt64 = 0
         var contentType: UTType
-        private var rawSavingToken = Self.noToken
-        private var rawForcedToken = Self.noToken
-        private var rawFirstUnsavedEdit = Self.noMoment
-        private var rawLastEdit = Self.noMoment
-        private var rawDeadline = Self.noMoment
-        private var rawQueuedAt = Self.noMoment
-        private var rawRetryAt = Self.noMoment
+        /// The change token of the save in flight.
+        @PackedToken var savingToken: UInt64?
+        /// A save requested explicitly up to this token: due at once.
+        @PackedToken var forcedToken: UInt64?
+        @PackedMoment var firstUnsavedEdit: Moment?
+        @PackedMoment var lastEdit: Moment?
+        @PackedMoment var deadline: Moment?
+        /// The earliest time the heap holds for this document.
+        @PackedMoment var queuedAt: Moment?
+        @PackedMoment var retryAt: Moment?
         /// The document's owner number in the edit journal (0: it has no records yet).
         var journalOwner: UInt64 = 0
         /// The LSN of the document's latest record.
@@ -105,37 +108,6 @@ public actor DocumentStore {
             self.existingFile = existingFile
         }
 
-        /// The change token of the save in flight.
-        var savingToken: UInt64? {
-            get { rawSavingToken == Self.noToken ? nil : rawSavingToken }
-            set { rawSavingToken = newValue ?? Self.noToken }
-        }
-        /// A save requested explicitly up to this token: due at once.
-        var forcedToken: UInt64? {
-            get { rawForcedToken == Self.noToken ? nil : rawForcedToken }
-            set { rawForcedToken = newValue ?? Self.noToken }
-        }
-        var firstUnsavedEdit: Moment? {
-            get { Self.moment(rawFirstUnsavedEdit) }
-            set { rawFirstUnsavedEdit = Self.raw(newValue) }
-        }
-        var lastEdit: Moment? {
-            get { Self.moment(rawLastEdit) }
-            set { rawLastEdit = Self.raw(newValue) }
-        }
-        var deadline: Moment? {
-            get { Self.moment(rawDeadline) }
-            set { rawDeadline = Self.raw(newValue) }
-        }
-        /// The earliest time the heap holds for this document.
-        var queuedAt: Moment? {
-            get { Self.moment(rawQueuedAt) }
-            set { rawQueuedAt = Self.raw(newValue) }
-        }
-        var retryAt: Moment? {
-            get { Self.moment(rawRetryAt) }
-            set { rawRetryAt = Self.raw(newValue) }
-        }
         var lastSaved: Date? {
             get { rawLastSaved.isNaN ? nil : Date(timeIntervalSinceReferenceDate: rawLastSaved) }
             set { rawLastSaved = newValue?.timeIntervalSinceReferenceDate ?? .nan }
@@ -164,15 +136,33 @@ public actor DocumentStore {
 
         var isDirty: Bool { changeCount > savedChangeCount }
 
-        private static let noToken = UInt64.max
-        private static let noMoment = Int64.min
-        private static func moment(_ raw: Int64) -> Moment? { raw == noMoment ? nil : Moment(nanoseconds: raw) }
-        private static func raw(_ moment: Moment?) -> Int64 { moment?.nanoseconds ?? noMoment }
         private static func nanoseconds(_ duration: Duration) -> Int64 {
             let (seconds, attoseconds) = duration.components
             let (whole, overflow) = seconds.multipliedReportingOverflow(by: 1_000_000_000)
             let (total, carry) = whole.addingReportingOverflow(attoseconds / 1_000_000_000)
             return overflow || carry ? .max : max(0, total)
+        }
+    }
+
+    /// An optional moment in one word (`Int64.min` stands for none): an entry's times.
+    @propertyWrapper
+    struct PackedMoment {
+        private var raw = Int64.min
+        init() {}
+        var wrappedValue: Moment? {
+            get { raw == .min ? nil : Moment(nanoseconds: raw) }
+            set { raw = newValue?.nanoseconds ?? .min }
+        }
+    }
+
+    /// An optional change token in one word (`UInt64.max`, never a change count, stands for none).
+    @propertyWrapper
+    struct PackedToken {
+        private var raw = UInt64.max
+        init() {}
+        var wrappedValue: UInt64? {
+            get { raw == .max ? nil : raw }
+            set { raw = newValue ?? .max }
         }
     }
 
@@ -190,6 +180,8 @@ public actor DocumentStore {
     /// Directories known not to be there while inotify watches every directory: a new
     /// document in one needs no look at the disk (DocumentStore+MissingDirectories.swift).
     var missingDirectories: Set<String> = []
+    /// Every directory above one in ``missingDirectories``.
+    var missingDirectoryAncestors: Set<String> = []
     var heap = DeadlineHeap()
     var ready = ReadyQueue()
     var savesInFlight = 0

@@ -16,29 +16,40 @@ struct MissingDirectoryTests {
     func madeByAnotherProgram() async throws {
         // New files are opened only when a client names them: the `set` below is the one that opens them.
         let daemon = try await RunningDaemon("[Watch]\nOpenNewFiles=no\n", quiet: "1h")
-        for path in ["fresh/a.txt", "fresh/b.txt", "linked/a.txt", "linked/b.txt"] {
+        for path in [
+            "fresh/a.txt", "fresh/b.txt", "deep/er/a.txt", "deep/er/b.txt", "linked/er/a.txt", "linked/er/b.txt",
+        ] {
             let set = try daemon.ctl("set", path, "--text", "new\n")
             #expect(set.status == 0, "\(path): \(set.stderr)")
         }
-        // Another program makes a directory with a file in it, and a link to a directory
-        // outside the root, where the daemon found nothing.
-        try FileManager.default.createDirectory(atPath: daemon.root + "/fresh", withIntermediateDirectories: false)
-        try Disk.write("theirs\n", to: daemon.root + "/fresh/c.txt")
+        // Another program makes directories with a file in each (`deep` above the one the
+        // daemon found missing), and a link to a directory outside the root, where the
+        // daemon found nothing.
+        for directory in ["fresh", "deep/er"] {
+            try FileManager.default.createDirectory(
+                atPath: daemon.root + "/" + directory, withIntermediateDirectories: true)
+            try Disk.write("theirs\n", to: daemon.root + "/" + directory + "/c.txt")
+        }
+        // The link is above the directory found missing: only the link is reported.
         let outside = daemon.directory.sub("outside")
-        try FileManager.default.createDirectory(atPath: outside, withIntermediateDirectories: true)
+        try FileManager.default.createDirectory(atPath: outside + "/er", withIntermediateDirectories: true)
         #expect(symlink(outside, daemon.root + "/linked") == 0)
-        #expect(try daemon.ctl("sync").status == 0, "the watcher reported both")
+        #expect(try daemon.ctl("sync").status == 0, "the watcher reported them")
 
-        var set = try daemon.ctl("set", "fresh/c.txt", "--text", "mine\n")
-        #expect(set.status == 0, "\(set.stderr)")
-        let save = try daemon.ctl("save", "fresh/c.txt", "--wait")
-        #expect(save.status == 0, "\(save.stderr)")
-        #expect(try daemon.onDisk("fresh/c.txt") == "mine\n", "the other program's file, opened, was replaced")
-        #expect(try Disk.names(in: daemon.root + "/fresh") == ["c.txt"], "no conflict copy")
+        for directory in ["fresh", "deep/er"] {
+            let set = try daemon.ctl("set", directory + "/c.txt", "--text", "mine\n")
+            #expect(set.status == 0, "\(set.stderr)")
+            let save = try daemon.ctl("save", directory + "/c.txt", "--wait")
+            #expect(save.status == 0, "\(save.stderr)")
+            #expect(
+                try daemon.onDisk(directory + "/c.txt") == "mine\n",
+                "\(directory): the other program's file, opened, was replaced")
+            #expect(try Disk.names(in: daemon.root + "/" + directory) == ["c.txt"], "\(directory): no conflict copy")
+        }
 
-        set = try daemon.ctl("set", "linked/c.txt", "--text", "mine\n")
+        let set = try daemon.ctl("set", "linked/er/c.txt", "--text", "mine\n")
         #expect(set.status != 0 && set.stderr.contains("symbolic link"), "refused: \(set.stderr)")
-        #expect(try Disk.names(in: outside) == [], "nothing written outside the root")
+        #expect(try Disk.names(in: outside + "/er") == [], "nothing written outside the root")
 
         // The documents still unsaved can be saved at shutdown once the link is gone.
         #expect(unlink(daemon.root + "/linked") == 0)
