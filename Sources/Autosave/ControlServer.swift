@@ -361,21 +361,9 @@ extension ControlServer: UnopenedPathCheck {
     /// A document a request opens or creates must lie beneath the root (see ``checkBeneathRoot(_:)``).
     func checkUnopened(valid: String) throws -> Bool { try checkBeneathRoot(valid: valid, as: valid) }
 
-    /// One `openat2` of the directory from the root, as ``checkBeneathRoot(_:)`` looks: a
-    /// component found missing beneath the root the server holds (and which is the one at
-    /// the root's path) is a missing directory; anything else is not.
+    /// The directory looked at as ``checkBeneathRoot(_:)`` looks at a document's path:
+    /// missing when nothing is found there (a refusal is not "missing").
     func directoryIsMissing(_ directory: String) -> Bool {
-        let held = root.withLock { $0 }
-        do throws(Errno) {
-            try FileDescriptor.openBeneath(
-                directory, relativeTo: held.descriptor, options: [.pathOnly], noSymlinks: true
-            )
-            .close()
-            return false
-        } catch .noSuchFile {
-            return !reopenRootIfReplaced(held)
-        } catch {
-            return false
-        }
+        (try? checkBeneathRoot(valid: directory, as: directory)) == false
     }
 }

@@ -43,44 +43,24 @@ extension DocumentStore {
             unopened.directoryIsMissing(directory)
         else { return }
         missingDirectories.insert(directory)
-        var ancestor = Substring(directory)
-        while let slash = ancestor.utf8.lastIndex(of: UInt8(ascii: "/")) {
-            ancestor = Substring(ancestor.utf8[..<slash])
-            missingDirectoryAncestors.insert(String(ancestor))
-        }
     }
 
     /// Something was reported at `path` (made, written, renamed there): it, the
     /// directories above it, and every directory remembered beneath it may be there now.
-    /// A few lookups for a path that is no remembered directory nor above one (the usual
-    /// case: a file changed, or a save put in place).
+    /// Nothing to do while none is remembered (at most ``missingDirectoryLimit``).
     func forgetMissingDirectories(atOrUnder path: String) {
         guard !missingDirectories.isEmpty else { return }
-        missingDirectories.remove(path)
-        var above = Substring(path)
-        while let slash = above.utf8.lastIndex(of: UInt8(ascii: "/")) {
-            above = Substring(above.utf8[..<slash])
-            missingDirectories.remove(String(above))
+        var above: String? = path
+        while let directory = above {
+            missingDirectories.remove(directory)
+            above = Self.directory(of: directory)
         }
-        if missingDirectories.isEmpty {
-            missingDirectoryAncestors.removeAll()
-            return
-        }
-        guard missingDirectoryAncestors.contains(path) else { return }
         let prefix = path + "/"
-        missingDirectories = missingDirectories.filter { !$0.hasPrefix(prefix) }
-        missingDirectoryAncestors = missingDirectoryAncestors.filter { $0 != path && !$0.hasPrefix(prefix) }
+        if missingDirectories.contains(where: { $0.hasPrefix(prefix) }) {
+            missingDirectories = missingDirectories.filter { !$0.hasPrefix(prefix) }
+        }
     }
 
     /// Forgets every directory remembered as missing.
-    func forgetMissingDirectories() {
-        missingDirectories.removeAll()
-        missingDirectoryAncestors.removeAll()
-    }
-
-    /// `path`'s directory relative to the root, or `nil` for a name in the root itself.
-    private static func directory(of path: String) -> String? {
-        guard let slash = path.utf8.lastIndex(of: UInt8(ascii: "/")) else { return nil }
-        return String(Substring(path.utf8[..<slash]))
-    }
+    func forgetMissingDirectories() { missingDirectories.removeAll() }
 }

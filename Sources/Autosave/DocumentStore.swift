@@ -180,8 +180,6 @@ public actor DocumentStore {
     /// Directories known not to be there while inotify watches every directory: a new
     /// document in one needs no look at the disk (DocumentStore+MissingDirectories.swift).
     var missingDirectories: Set<String> = []
-    /// Every directory above one in ``missingDirectories``.
-    var missingDirectoryAncestors: Set<String> = []
     var heap = DeadlineHeap()
     var ready = ReadyQueue()
     var savesInFlight = 0
@@ -651,8 +649,14 @@ public actor DocumentStore {
     /// Whether `path`'s directory (not the root) holds open documents
     /// (``directoryUses``): a path with no directory has none to know.
     private func directoryHoldsDocuments(_ path: String) -> Bool {
-        guard let slash = path.utf8.lastIndex(of: UInt8(ascii: "/")) else { return false }
-        return directoryUses[String(Substring(path.utf8[..<slash]))] != nil
+        guard let directory = Self.directory(of: path) else { return false }
+        return directoryUses[directory] != nil
+    }
+
+    /// `path`'s directory relative to the root, or `nil` for a name in the root itself.
+    static func directory(of path: String) -> String? {
+        guard let slash = path.utf8.lastIndex(of: UInt8(ascii: "/")) else { return nil }
+        return String(Substring(path.utf8[..<slash]))
     }
 
     /// The error for a request naming a document the store does not hold: `invalid-path`
