@@ -10,6 +10,7 @@
 #include <string.h>
 #include <sys/epoll.h>
 #include <sys/file.h>
+#include <sys/mman.h>
 #include <sys/eventfd.h>
 #include <sys/random.h>
 #include <sys/un.h>
@@ -151,6 +152,35 @@ int clinux_fstatfs_type(int fd, int64_t *type) {
 int clinux_fallocate(int fd, int64_t length) { return fallocate(fd, 0, 0, (off_t)length); }
 
 int clinux_flock_exclusive_nonblocking(int fd) { return flock(fd, LOCK_EX | LOCK_NB); }
+
+void *clinux_map_shared(int fd, size_t length) {
+    void *address = mmap(NULL, length, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+    return address == MAP_FAILED ? NULL : address;
+}
+
+void clinux_store_forward(void *destination, const void *source, size_t count) {
+#if defined(__x86_64__)
+    // Interrupted (a fault, a signal), rep movsb stops between two bytes with every byte
+    // before that point stored and none after it.
+    __asm__ volatile("rep movsb" : "+D"(destination), "+S"(source), "+c"(count) : : "memory");
+#else
+    volatile unsigned char *to = destination;
+    const unsigned char *from = source;
+    for (size_t i = 0; i < count; i++) to[i] = from[i];
+#endif
+}
+
+int clinux_unmap(void *address, size_t length) { return munmap(address, length); }
+
+int clinux_release_pages(void *address, size_t length) { return madvise(address, length, MADV_DONTNEED); }
+
+#ifndef MADV_POPULATE_WRITE
+#define MADV_POPULATE_WRITE 23
+#endif
+
+int clinux_populate_write(void *address, size_t length) {
+    return madvise(address, length, MADV_POPULATE_WRITE);
+}
 
 // LeakSanitizer's suppressions, read by its runtime from this hook in a binary built with
 // -sanitize=address (scripts/sanitize); in any other build nothing calls it. Compiled in

@@ -356,7 +356,7 @@ extension Journal {
             next = last.base
             let fd: FileDescriptor
             do {
-                fd = try FileDescriptor.open(last.name, relativeTo: directoryFD, .writeOnly)
+                fd = try FileDescriptor.open(last.name, relativeTo: directoryFD, .readWrite)
             } catch {
                 throw JournalFailure(.open, path: path(last.name), errno: error)
             }
@@ -366,20 +366,22 @@ extension Journal {
                 try? fd.close()
                 throw JournalFailure(.open, path: path(last.name), errno: error)
             }
-            if last.reserved == 0 { preallocate(fd) }
+            // Its zeros are reserved again (a crash may have left some of them holes).
+            let reserved = last.reserved > 0 ? last.size + last.reserved : options.segmentSize
             current = SegmentEntry(
-                base: last.base, name: last.name, descriptor: fd.rawValue, size: last.size, syncedSize: 0,
-                needsDirectorySync: true)
+                base: last.base, name: last.name, descriptor: fd.rawValue,
+                mapping: preallocate(fd, size: reserved) ? mapSegment(fd, size: reserved) : nil,
+                size: last.size, syncedSize: 0, needsDirectorySync: true)
         } else {
             current = try createSegment(base: next)
         }
         let fd = FileDescriptor(rawValue: current.descriptor!)
         do { try options.io.dataSync(fd) } catch {
-            try? fd.close()
+            current.closeFile()
             throw JournalFailure(.fdatasync, path: path(current.name), errno: error)
         }
         do { try directoryFD.sync() } catch {
-            try? fd.close()
+            current.closeFile()
             throw JournalFailure(.fsyncDirectory, path: directory, errno: error)
         }
         current.syncedSize = current.size

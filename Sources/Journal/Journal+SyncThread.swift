@@ -132,6 +132,8 @@ extension Journal {
             var descriptor: CInt
             var size: Int
             var name: String
+            /// Pages of the segment's mapping to release before the sync.
+            var release: (mapping: SharedMapping, range: Range<Int>)?
         }
         let snapshot = state.withLock { s -> (target: LSN, items: [Item], directory: [LSN])? in
             guard !s.recovering, !s.syncing, s.writtenThrough > s.durableThrough else { return nil }
@@ -142,9 +144,22 @@ extension Journal {
                 if let last = s.statistics.lastSyncDuration, last > limit { return nil }
             }
             s.syncing = true
-            let items = s.segments.compactMap { segment -> Item? in
+            let items = s.segments.indices.compactMap { i -> Item? in
+                let segment = s.segments[i]
                 guard let fd = segment.descriptor, segment.syncedSize < segment.size else { return nil }
-                return Item(base: segment.base, descriptor: fd, size: segment.size, name: segment.name)
+                var item = Item(base: segment.base, descriptor: fd, size: segment.size, name: segment.name)
+                // The whole pages the records written so far fill are never stored to again:
+                // released from the mapping (their data stays in the page cache, dirty), the
+                // sync finds them mapped nowhere and writes them back without write-protecting
+                // each in the loop's page tables (a TLB shootdown of the loop's CPU per page).
+                if let mapping = segment.mapping {
+                    let end = min(segment.size, mapping.length) / SharedMapping.pageSize * SharedMapping.pageSize
+                    if end > segment.releasedThrough {
+                        item.release = (mapping, segment.releasedThrough..<end)
+                        s.segments[i].releasedThrough = end
+                    }
+                }
+                return item
             }
             return (s.writtenThrough, items, s.segments.filter(\.needsDirectorySync).map(\.base))
         }
@@ -152,6 +167,7 @@ extension Journal {
         let start = ContinuousClock.now
         var failure: JournalFailure?
         for item in snapshot.items {
+            if let (mapping, range) = item.release { mapping.release(range) }
             do {
                 try options.io.dataSync(FileDescriptor(rawValue: item.descriptor))
             } catch {
@@ -195,9 +211,8 @@ extension Journal {
             let durable = s.durableThrough
             let freed = s.dropSynced(through: durable, keepingUpTo: options.unsyncedBytesLimit)
             for i in s.segments.indices.dropLast() {
-                if let fd = s.segments[i].descriptor, s.segments[i].syncedSize >= s.segments[i].size {
-                    try? FileDescriptor(rawValue: fd).close()
-                    s.segments[i].descriptor = nil
+                if s.segments[i].descriptor != nil, s.segments[i].syncedSize >= s.segments[i].size {
+                    s.segments[i].closeFile()
                 }
             }
             if s.oldestIsObsolete() { s.housekeeping = true }
@@ -269,19 +284,20 @@ extension Journal {
             var stale: [String] = []
             s.segments.removeAll { segment in
                 guard segment.base >= plan.base else { return false }
-                if let fd = segment.descriptor { try? FileDescriptor(rawValue: fd).close() }
+                var segment = segment
+                segment.closeFile()
                 if segment.name != name { stale.append(segment.name) }
                 return true
             }
             for i in s.segments.indices {
                 guard let fd = s.segments[i].descriptor else { continue }
-                let file = FileDescriptor(rawValue: fd)
+                s.segments[i].mapping?.unmap()
+                s.segments[i].mapping = nil
                 if s.segments[i].syncedSize < s.segments[i].size {
-                    try? file.truncate(to: Int64(s.segments[i].syncedSize))
+                    try? FileDescriptor(rawValue: fd).truncate(to: Int64(s.segments[i].syncedSize))
                     s.segments[i].size = s.segments[i].syncedSize
                 }
-                try? file.close()
-                s.segments[i].descriptor = nil
+                s.segments[i].closeFile()
             }
             // The records from plan.base on are in the new segment now, no longer in those before it.
             for i in s.segments.indices {

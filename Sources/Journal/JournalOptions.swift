@@ -68,23 +68,31 @@ public struct JournalIO: Sendable {
     /// (a file system without `fallocate`, no room) only leaves the segment to grow as it
     /// is written.
     public var allocate: @Sendable (FileDescriptor, Int64) throws(Errno) -> Void
+    /// Whether batches may be copied into a segment's reserved space mapped in memory
+    /// instead of passing through ``write`` (see ``Journal/mapSegment(_:size:)``): only
+    /// for the system's own calls, since a store to a mapping cannot be made to fail.
+    public var mapsSegments: Bool
 
     public init(
         write: @escaping @Sendable (FileDescriptor, UnsafeRawBufferPointer) throws(Errno) -> Void,
         dataSync: @escaping @Sendable (FileDescriptor) throws(Errno) -> Void,
         allocate: @escaping @Sendable (FileDescriptor, Int64) throws(Errno) -> Void = { fd, size throws(Errno) in
             try fd.allocate(upTo: size)
-        }
+        },
+        mapsSegments: Bool = false
     ) {
         self.write = write
         self.dataSync = dataSync
         self.allocate = allocate
+        self.mapsSegments = mapsSegments
     }
 
-    /// `write(2)` (looping over short writes), `fdatasync(2)` and `fallocate(2)`.
+    /// `write(2)` (looping over short writes), `fdatasync(2)` and `fallocate(2)`, and
+    /// segments' reserved space mapped for the batches that fit in it.
     public static let system = JournalIO(
         write: { fd, bytes throws(Errno) in try fd.writeAll(bytes) },
-        dataSync: { fd throws(Errno) in try fd.dataSync() })
+        dataSync: { fd throws(Errno) in try fd.dataSync() },
+        mapsSegments: true)
 }
 
 extension JournalIO {

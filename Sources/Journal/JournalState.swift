@@ -6,6 +6,13 @@ struct SegmentEntry {
     var name: String
     /// Open while the segment may still be written or synced; closed once it is neither.
     var descriptor: CInt?
+    /// The segment's reserved space mapped for writing (see ``Journal/mapSegment(_:size:)``):
+    /// a batch is copied here instead of written with `write(2)` while it fits.
+    var mapping: SharedMapping?
+    /// A batch did not fit in the mapping: the segment is written with `write(2)` from then on.
+    var pastMapping = false
+    /// The pages of the mapping below this offset are released (see ``Journal/performSync``).
+    var releasedThrough = 0
     /// Bytes in the file.
     var size: Int
     /// Bytes proven durable by a successful `fdatasync`.
@@ -19,6 +26,14 @@ struct SegmentEntry {
     /// where its LSNs start; a damaged or forged file can be named inside another
     /// segment's range, and a record belongs to the segment it was read from or written to.
     var records: ClosedRange<LSN>?
+
+    /// Unmaps and closes the file (still in the directory).
+    mutating func closeFile() {
+        mapping?.unmap()
+        mapping = nil
+        if let descriptor { try? FileDescriptor(rawValue: descriptor).close() }
+        descriptor = nil
+    }
 
     mutating func attribute(_ lsns: ClosedRange<LSN>) {
         records = records.map { min($0.lowerBound, lsns.lowerBound)...max($0.upperBound, lsns.upperBound) } ?? lsns

@@ -12,7 +12,10 @@ public struct JournalStatistics: Sendable, Hashable {
     public var writtenThrough = LSN.zero
     /// Records through this LSN are on the storage device (they survive a power loss).
     public var durableThrough = LSN.zero
+    /// Batches written, with `write(2)` or (``mappedWrites`` of them) copied into a
+    /// segment's mapped reserved space.
     public var writes = 0
+    public var mappedWrites = 0
     public var bytesWritten = 0
     public var syncs = 0
     public var syncFailures = 0

@@ -188,4 +188,104 @@ final class ReservedSpaceTests {
         #expect(report.isClean, "\(report)")
         again.close()
     }
+
+    /// Whether segments in the temporary directory are mapped: ext4 and XFS (as here and
+    /// on CI); elsewhere every batch goes through `write(2)`, which the tests above cover.
+    static let mapsSegments =
+        (try? FileDescriptor.open(NSTemporaryDirectory(), options: [.directory]))
+        .map { fd in
+            fd.closeAfter { [0xEF53, 0x5846_5342].contains((try? fd.fileSystemType()) ?? 0) }
+        } ?? false
+
+    @Test(
+        "Batches are copied into the segment's mapped reserved space: a copy taken while the journal is open (what a killed process leaves) holds every record",
+        .enabled(if: Self.mapsSegments, "segments are mapped on ext4 and XFS only"))
+    func mappedBatches() throws {
+        let path = directory.sub("mapped")
+        let (journal, _, _) = try openJournal(path, options: options)
+        var written: [Replayed] = []
+        for i in 0..<20 {
+            let lsn = try journal.append(owner: UInt64(i % 3 + 1), payload: payload(i))
+            written.append(Replayed(lsn: lsn.rawValue, owner: UInt64(i % 3 + 1), payload: payload(i)))
+            if i % 4 == 3 { journal.flush() }
+        }
+        let figures = journal.statistics
+        #expect(figures.writes == 5 && figures.mappedWrites == 5, "\(figures)")
+        #expect(figures.writtenThrough == LSN(20))
+        let crashed = directory.sub("mapped-crashed")
+        try copySegments(from: path, to: crashed)
+        #expect(journal.close() == nil)
+        #expect(try Disk.status(path + "/" + Self.first).size == Int64(32 + 20 * Self.record))
+        for copy in [crashed, path] {
+            let (again, report, records) = try openJournal(copy, options: options)
+            #expect(records == written, "\(copy)")
+            #expect(report.isClean, "\(report)")
+            again.close()
+        }
+    }
+
+    @Test(
+        "Pages of records a sync released from the mapping keep them: a crash copy after more records holds every one",
+        .enabled(if: Self.mapsSegments, "segments are mapped on ext4 and XFS only"))
+    func releasedPagesKeepTheirRecords() throws {
+        let path = directory.sub("released")
+        let options = JournalOptions(mode: .always, segmentSize: Self.segmentSize)
+        let (journal, _, _) = try openJournal(path, options: options)
+        var written: [Replayed] = []
+        func append(_ seeds: Range<Int>) throws {
+            for seed in seeds {
+                let lsn = try journal.append(owner: 7, payload: payload(seed))
+                written.append(Replayed(lsn: lsn.rawValue, owner: 7, payload: payload(seed)))
+                if seed % 5 == 4 { journal.flush() }
+            }
+            journal.flush()
+        }
+        // 60 records fill three pages; their sync releases the two whole ones.
+        try append(0..<60)
+        #expect(eventually { journal.statistics.durableThrough == LSN(60) })
+        try append(60..<100)
+        #expect(eventually { journal.statistics.durableThrough == LSN(100) })
+        #expect(journal.statistics.mappedWrites == journal.statistics.writes)
+        let crashed = directory.sub("released-crashed")
+        try copySegments(from: path, to: crashed)
+        #expect(journal.close() == nil)
+        for copy in [crashed, path] {
+            let (again, report, records) = try openJournal(copy, options: options)
+            #expect(records == written, "\(copy)")
+            #expect(report.isClean, "\(report)")
+            again.close()
+        }
+    }
+
+    @Test(
+        "A batch reaching past the mapped space is written with write(2) right after the mapped records; the next segment is mapped again",
+        .enabled(if: Self.mapsSegments, "segments are mapped on ext4 and XFS only"))
+    func batchPastTheMapping() throws {
+        let path = directory.sub("past")
+        let options = JournalOptions(segmentSize: 4096)
+        let (journal, _, _) = try openJournal(path, options: options)
+        var written: [Replayed] = []
+        // 20 records a batch (2,480 bytes): the first fits in the 4,096 mapped bytes, the
+        // second does not (the segment grows to 4,992), the third starts a new segment.
+        for batch in 0..<3 {
+            for i in 0..<20 {
+                let seed = batch * 20 + i
+                let lsn = try journal.append(owner: 1, payload: payload(seed))
+                written.append(Replayed(lsn: lsn.rawValue, owner: 1, payload: payload(seed)))
+            }
+            journal.flush()
+        }
+        let figures = journal.statistics
+        #expect(figures.writes == 3 && figures.mappedWrites == 2, "\(figures)")
+        #expect(try Disk.status(path + "/" + Self.first).size == Int64(32 + 40 * Self.record))
+        let crashed = directory.sub("past-crashed")
+        try copySegments(from: path, to: crashed)
+        #expect(journal.close() == nil)
+        for copy in [crashed, path] {
+            let (again, report, records) = try openJournal(copy, options: options)
+            #expect(records == written, "\(copy)")
+            #expect(report.isClean, "\(report)")
+            again.close()
+        }
+    }
 }

@@ -27,6 +27,26 @@ int clinux_fallocate(int fd, int64_t length);
 /// The file system type (statfs's f_type) of the file open at `fd` in `type`; -1 with errno on failure.
 int clinux_fstatfs_type(int fd, int64_t *type);
 
+/// mmap(NULL, length, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0): the file's first `length`
+/// bytes mapped shared and writable, or NULL with errno set.
+void *clinux_map_shared(int fd, size_t length);
+
+/// Copies `count` bytes from `source` to `destination` strictly front to back (`rep movsb`
+/// on x86-64, a byte loop elsewhere): a process killed in the middle leaves a prefix of
+/// the bytes stored, as an interrupted write(2) does. memcpy may store the end first.
+void clinux_store_forward(void *destination, const void *source, size_t count);
+
+/// madvise(address, length, MADV_DONTNEED): the pages leave the mapping; a shared file
+/// mapping's data stays in the page cache.
+int clinux_release_pages(void *address, size_t length);
+
+/// munmap(address, length).
+int clinux_unmap(void *address, size_t length);
+
+/// madvise(address, length, MADV_POPULATE_WRITE) (Linux 5.14): faults the pages in,
+/// writable, ahead of the writes that would otherwise fault them in one at a time.
+int clinux_populate_write(void *address, size_t length);
+
 int clinux_renameat2(int olddirfd, const char *oldpath, int newdirfd, const char *newpath,
                      unsigned int flags);
 unsigned int clinux_rename_exchange(void);

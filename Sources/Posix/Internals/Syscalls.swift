@@ -174,3 +174,16 @@ internal func system_crc32c_available() -> Bool { clinux_crc32c_available() != 0
 internal func system_crc32c(_ crc: UInt32, _ bytes: UnsafeRawPointer, _ count: Int) -> UInt32 {
     clinux_crc32c(crc, bytes, count)
 }
+
+internal func system_map_shared(_ fd: CInt, _ length: Int) -> UnsafeMutableRawPointer? { clinux_map_shared(fd, length) }
+internal func system_store_forward(_ to: UnsafeMutableRawPointer, _ from: UnsafeRawPointer, _ count: Int) {
+    clinux_store_forward(to, from, count)
+}
+internal func system_release_pages(_ address: UnsafeMutableRawPointer, _ length: Int) -> CInt {
+    clinux_release_pages(address, length)
+}
+internal func system_unmap(_ address: UnsafeMutableRawPointer, _ length: Int) -> CInt { clinux_unmap(address, length) }
+internal func system_populate_write(_ address: UnsafeMutableRawPointer, _ length: Int) -> CInt {
+    clinux_populate_write(address, length)
+}
+internal func system_page_size() -> Int { Int(Glibc.sysconf(Int32(_SC_PAGESIZE))) }
