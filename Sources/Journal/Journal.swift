@@ -124,6 +124,10 @@ public final class Journal: Sendable {
     /// store would raise SIGBUS).
     static let inPlaceFileSystems: Set<Int64> = [0xEF53, 0x5846_5342]
 
+    /// How far past the records the sync thread faults in the mapping's pages, in
+    /// `Mode=periodic` (see ``performPrepare()``).
+    static let prepareAhead = 512 << 10
+
     func path(_ name: String) -> String { directory + "/" + name }
 
     // MARK: Appending
@@ -226,6 +230,7 @@ public final class Journal: Sendable {
     /// whether it syncs itself or the thread does.
     @discardableResult
     public func flush(deferringSync: Bool = false) -> LSN {
+        var prepare = false
         let (written, report, signal) = state.withLock { s -> (LSN, Outcome, Bool) in
             guard s.phase == .running, let first = s.pendingFirst, !s.recovering else {
                 return (s.writtenThrough, Outcome(), false)
@@ -252,6 +257,14 @@ public final class Journal: Sendable {
                     if batch.bytes.count <= mapping.length - offset {
                         batch.bytes.withUnsafeBytes { mapping.store($0, at: offset) }
                         s.statistics.mappedWrites += 1
+                        let end = offset + batch.bytes.count
+                        if case .periodic = options.mode, !s.prepareWanted,
+                            end + Self.prepareAhead / 2 > s.segments[current].preparedThrough,
+                            s.segments[current].preparedThrough < mapping.length
+                        {
+                            s.prepareWanted = true
+                            prepare = s.syncThreadIdle
+                        }
                     } else {
                         // Past the reserved space: the segment goes on growing with write(2),
                         // from where the mapped records end. (The mapping stays until the
@@ -281,7 +294,7 @@ public final class Journal: Sendable {
             }
             return (s.writtenThrough, Outcome(), wanted && s.syncThreadIdle)
         }
-        if signal { signalSyncThread() }
+        if signal || prepare { signalSyncThread() }
         report.deliver(self)
         return written
     }

@@ -13,6 +13,9 @@ struct SegmentEntry {
     var pastMapping = false
     /// The pages of the mapping below this offset are released (see ``Journal/performSync``).
     var releasedThrough = 0
+    /// The pages of the mapping below this offset were faulted in writable since the last
+    /// sync (which writes them back and write-protects them again).
+    var preparedThrough = 0
     /// Bytes in the file.
     var size: Int
     /// Bytes proven durable by a successful `fdatasync`.
@@ -100,6 +103,9 @@ struct JournalState {
     var failure: JournalFailure?
 
     var housekeeping = false
+    /// The loop's stores are nearing the end of the current segment's prepared pages:
+    /// the sync thread is to fault in the next ones (see ``Journal/performPrepare()``).
+    var prepareWanted = false
     var closing = false
     /// At close, a pending recovery gets one more attempt, without waiting for its retry time.
     var closeRetried = false

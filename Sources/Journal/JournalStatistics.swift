@@ -16,6 +16,8 @@ public struct JournalStatistics: Sendable, Hashable {
     /// segment's mapped reserved space.
     public var writes = 0
     public var mappedWrites = 0
+    /// Bytes of mapped segments the sync thread faulted in ahead of the records.
+    public var preparedBytes = 0
     public var bytesWritten = 0
     public var syncs = 0
     public var syncFailures = 0

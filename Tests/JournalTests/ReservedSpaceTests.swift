@@ -258,6 +258,33 @@ final class ReservedSpaceTests {
     }
 
     @Test(
+        "In periodic mode the sync thread faults in the pages ahead of the records; a crash copy holds every record and ends in zeros",
+        .enabled(if: Self.mapsSegments, "segments are mapped on ext4 and XFS only"))
+    func pagesPreparedAhead() throws {
+        let path = directory.sub("prepared")
+        let options = JournalOptions(mode: .periodic(.seconds(3600)), segmentSize: 4 << 20)
+        let (journal, _, _) = try openJournal(path, options: options)
+        var written: [Replayed] = []
+        // 1,000-byte payloads, 10 a batch: 1 MiB passes the first prepared stretch.
+        for seed in 0..<1_000 {
+            let lsn = try journal.append(owner: 3, payload: payload(seed, size: 1_000))
+            written.append(Replayed(lsn: lsn.rawValue, owner: 3, payload: payload(seed, size: 1_000)))
+            if seed % 10 == 9 { journal.flush() }
+        }
+        #expect(eventually { journal.statistics.preparedBytes > 0 }, "\(journal.statistics)")
+        #expect(journal.statistics.mappedWrites == journal.statistics.writes)
+        let crashed = directory.sub("prepared-crashed")
+        try copySegments(from: path, to: crashed)
+        #expect(journal.close() == nil)
+        for copy in [crashed, path] {
+            let (again, report, records) = try openJournal(copy, options: options)
+            #expect(records == written, "\(copy)")
+            #expect(report.isClean, "\(report)")
+            again.close()
+        }
+    }
+
+    @Test(
         "A batch reaching past the mapped space is written with write(2) right after the mapped records; the next segment is mapped again",
         .enabled(if: Self.mapsSegments, "segments are mapped on ext4 and XFS only"))
     func batchPastTheMapping() throws {
