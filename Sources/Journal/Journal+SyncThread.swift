@@ -322,8 +322,6 @@ extension Journal {
             }
             for i in s.segments.indices {
                 guard let fd = s.segments[i].descriptor else { continue }
-                s.segments[i].mapping?.unmap()
-                s.segments[i].mapping = nil
                 if s.segments[i].syncedSize < s.segments[i].size {
                     try? FileDescriptor(rawValue: fd).truncate(to: Int64(s.segments[i].syncedSize))
                     s.segments[i].size = s.segments[i].syncedSize

@@ -526,8 +526,6 @@ public final class Journal: Sendable {
         return state.withLock { s -> JournalFailure? in
             if s.phase != .closed {
                 for i in s.segments.indices {
-                    s.segments[i].mapping?.unmap()
-                    s.segments[i].mapping = nil
                     // A clean close leaves no reserved space behind: the file ends with its last record.
                     if let fd = s.segments[i].descriptor {
                         try? FileDescriptor(rawValue: fd).truncate(to: Int64(s.segments[i].size))

@@ -197,6 +197,23 @@ final class ReservedSpaceTests {
             fd.closeAfter { [0xEF53, 0x5846_5342].contains((try? fd.fileSystemType()) ?? 0) }
         } ?? false
 
+    /// Copies the segments of the open `journal` (what a crash leaves), closes it, and
+    /// expects both the copy and the closed journal to replay exactly `written`, cleanly.
+    func expectEveryRecord(
+        _ written: [Replayed], afterCrashOf journal: Journal, at path: String, copy name: String,
+        options: JournalOptions
+    ) throws {
+        let crashed = directory.sub(name)
+        try copySegments(from: path, to: crashed)
+        #expect(journal.close() == nil)
+        for copy in [crashed, path] {
+            let (again, report, records) = try openJournal(copy, options: options)
+            #expect(records == written, "\(copy)")
+            #expect(report.isClean, "\(report)")
+            again.close()
+        }
+    }
+
     @Test(
         "Batches are copied into the segment's mapped reserved space: a copy taken while the journal is open (what a killed process leaves) holds every record",
         .enabled(if: Self.mapsSegments, "segments are mapped on ext4 and XFS only"))
@@ -246,15 +263,7 @@ final class ReservedSpaceTests {
         try append(60..<100)
         #expect(eventually { journal.statistics.durableThrough == LSN(100) })
         #expect(journal.statistics.mappedWrites == journal.statistics.writes)
-        let crashed = directory.sub("released-crashed")
-        try copySegments(from: path, to: crashed)
-        #expect(journal.close() == nil)
-        for copy in [crashed, path] {
-            let (again, report, records) = try openJournal(copy, options: options)
-            #expect(records == written, "\(copy)")
-            #expect(report.isClean, "\(report)")
-            again.close()
-        }
+        try expectEveryRecord(written, afterCrashOf: journal, at: path, copy: "released-crashed", options: options)
     }
 
     @Test(
@@ -273,15 +282,7 @@ final class ReservedSpaceTests {
         }
         #expect(eventually { journal.statistics.preparedBytes > 0 }, "\(journal.statistics)")
         #expect(journal.statistics.mappedWrites == journal.statistics.writes)
-        let crashed = directory.sub("prepared-crashed")
-        try copySegments(from: path, to: crashed)
-        #expect(journal.close() == nil)
-        for copy in [crashed, path] {
-            let (again, report, records) = try openJournal(copy, options: options)
-            #expect(records == written, "\(copy)")
-            #expect(report.isClean, "\(report)")
-            again.close()
-        }
+        try expectEveryRecord(written, afterCrashOf: journal, at: path, copy: "prepared-crashed", options: options)
     }
 
     @Test(
@@ -305,14 +306,6 @@ final class ReservedSpaceTests {
         let figures = journal.statistics
         #expect(figures.writes == 3 && figures.mappedWrites == 2, "\(figures)")
         #expect(try Disk.status(path + "/" + Self.first).size == Int64(32 + 40 * Self.record))
-        let crashed = directory.sub("past-crashed")
-        try copySegments(from: path, to: crashed)
-        #expect(journal.close() == nil)
-        for copy in [crashed, path] {
-            let (again, report, records) = try openJournal(copy, options: options)
-            #expect(records == written, "\(copy)")
-            #expect(report.isClean, "\(report)")
-            again.close()
-        }
+        try expectEveryRecord(written, afterCrashOf: journal, at: path, copy: "past-crashed", options: options)
     }
 }
