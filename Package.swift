@@ -41,7 +41,8 @@ let package = Package(
         // The control protocol, shared by the daemon and autosavectl: JSON, messages, socket paths, a client.
         .target(name: "Control", dependencies: ["CLinux", "Posix"], swiftSettings: strictSettings),
         .target(
-            name: "Autosave", dependencies: ["Documents", "Journal", "Posix", "Control", "Logging", "Systemd"],
+            name: "Autosave",
+            dependencies: ["CLinux", "Documents", "Journal", "Posix", "Control", "Logging", "Systemd"],
             swiftSettings: strictSettings),
         .executableTarget(name: "autosaved", dependencies: ["Autosave"], swiftSettings: strictSettings),
         // autosavectl's parsing, requests and output; it speaks only the protocol (never Systemd).

@@ -79,33 +79,33 @@ final class ControlSession: Sendable {
     /// `set` and `append`: a document the store holds is found by the bytes of the path
     /// the request carries (no path string is made, nor checked again: it was when the
     /// document was opened); any other goes through the store's checks with a string. The
-    /// reply is written by ``EditReply`` after the document's own prefix.
+    /// reply is written by ``EditReply``.
     private func applyEdit(
         id: LineBytes?, document: DocumentName, _ edit: (_ isJSON: Bool) -> DocumentEdit, create: Bool,
         memo: inout EditMemo, store: isolated DocumentStore
     ) {
         let outcome: EditOutcome
+        let path: String
         do {
             if let found = document.bytes.withBytes({ store.entries.index(forBytes: $0) }) {
-                let path = store.entries.key(at: found)
+                path = store.entries.key(at: found)
                 outcome = try store.apply(edit(Self.isJSONPath(path)), openedAt: found, path: path)
             } else {
-                let path = document.path
-                outcome = try store.apply(edit(Self.isJSONPath(path)), named: path, create: create, unopened: server)
+                let named = document.path
+                (outcome, path) = try store.apply(
+                    edit(Self.isJSONPath(named)), named: named, create: create, unopened: server)
             }
         } catch {
             sendFailure(id, error)
             return
         }
         let connection = connection
-        outcome.replyPrefix.withUnsafeBytes { prefix in
-            if let id {
-                id.withBytes {
-                    EditReply.send(idText: $0, prefix: prefix, outcome, to: connection, timestamps: &memo.timestamps)
-                }
-            } else {
-                EditReply.send(idText: nil, prefix: prefix, outcome, to: connection, timestamps: &memo.timestamps)
+        if let id {
+            id.withBytes {
+                EditReply.send(idText: $0, path: path, outcome, to: connection, timestamps: &memo.timestamps)
             }
+        } else {
+            EditReply.send(idText: nil, path: path, outcome, to: connection, timestamps: &memo.timestamps)
         }
     }
 
@@ -194,7 +194,7 @@ final class ControlSession: Sendable {
         _ edit: DocumentEdit, to path: String, create: Bool = false, store: isolated DocumentStore
     ) throws -> DocumentInfo {
         let path = try DocumentPath.validate(path)
-        return try store.apply(edit, named: path, create: create, unopened: server).info(path: path)
+        return try store.apply(edit, named: path, create: create, unopened: server).outcome.info(path: path)
     }
 
     /// Whether `path` ends in `.json`, in any case: `set` with `text` parses such a document's text as JSON.

@@ -58,9 +58,6 @@ public actor DocumentStore {
     struct Entry {
         var document: any AutosaveDocument
         var existingFile: FileWrapper?
-        /// The start of the socket's reply to an edit (``EditReply/documentPrefix(path:type:)``),
-        /// made at the document's first such edit under its path; ``insert(_:at:)`` clears it.
-        var replyPrefix: [UInt8] = []
         var changeCount: UInt64 = 0
         var savedChangeCount: UInt64 = 0
         var contentType: UTType
@@ -536,9 +533,7 @@ public actor DocumentStore {
     @discardableResult
     func insert(_ entry: Entry, at path: String) -> EntryTable.Slot {
         var entry = entry
-        // The prefix names the path: a document moved here writes it again. It is in no
-        // queue of saves under this path yet.
-        entry.replyPrefix = []
+        // It is in no queue of saves under this path yet.
         entry.isReady = false
         let (replaced, slot) = entries.insert(entry, forKey: path)
         if replaced == nil { countDirectories(of: path, by: 1) }
@@ -693,27 +688,27 @@ public actor DocumentStore {
         // The record is written before the caller hears of the edit, as the socket's replies are.
         defer { writeJournal() }
         if let index = entries.index(forKey: path) {
-            return try apply(edit, at: index, path: path, replyPrefix: false).info(path: path)
+            return try apply(edit, at: index, path: path).info(path: path)
         }
-        return try applyUnopened(edit, path: path, create: create, replyPrefix: false).info(path: path)
+        return try applyUnopened(edit, path: path, create: create).info(path: path)
     }
 
     /// ``apply(_:to:create:)`` for the control socket: `path` as the request gave it (checked
     /// here unless the store holds a document under exactly that name, which was checked
     /// when it was opened), `unopened` asked first about a document the store does not hold
-    /// yet (the socket checks the path on disk then). The outcome carries the document's
-    /// reply prefix, kept with the document: an edit of any open document needs one lookup
-    /// by its path and builds nothing that names it.
+    /// yet (the socket checks the path on disk then). Returns the outcome and the path the
+    /// document has (`path` in its checked form). An edit of any open document needs one
+    /// lookup by its path.
     func apply(
         _ edit: DocumentEdit, named path: String, create: Bool, unopened: some UnopenedPathCheck
-    ) throws -> EditOutcome {
+    ) throws -> (outcome: EditOutcome, path: String) {
         let existing = entries.index(forKey: path)
         let valid = existing == nil ? try DocumentPath.validate(path) : path
         guard accepting else { throw StoreError.shuttingDown }
         try checkJournalWritable()
-        if let existing { return try apply(edit, at: existing, path: path, replyPrefix: true) }
+        if let existing { return (try apply(edit, at: existing, path: path), path) }
         if valid != path, let existing = entries.index(forKey: valid) {
-            return try apply(edit, at: existing, path: valid, replyPrefix: true)
+            return (try apply(edit, at: existing, path: valid), valid)
         }
         let exists: Bool
         if create, isInMissingDirectory(valid) {
@@ -722,7 +717,7 @@ public actor DocumentStore {
             exists = try unopened.checkUnopened(valid: valid)
             if create, !exists { noteMissingDirectory(of: valid, unopened: unopened) }
         }
-        return try applyUnopened(edit, path: valid, create: create, replyPrefix: true, knownMissing: !exists)
+        return (try applyUnopened(edit, path: valid, create: create, knownMissing: !exists), valid)
     }
 
     /// ``apply(_:named:create:unopened:)`` for a document the socket found in the table by
@@ -730,14 +725,14 @@ public actor DocumentStore {
     func apply(_ edit: DocumentEdit, openedAt index: EntryTable.Index, path: String) throws -> EditOutcome {
         guard accepting else { throw StoreError.shuttingDown }
         try checkJournalWritable()
-        return try apply(edit, at: index, path: path, replyPrefix: true)
+        return try apply(edit, at: index, path: path)
     }
 
     /// Applies `edit` to a document the store does not hold: read from disk (or, with
     /// `create`, made new), edited, and only then added. A refused edit leaves the store
     /// as it was: no document opened or created, no event.
     private func applyUnopened(
-        _ edit: DocumentEdit, path: String, create: Bool, replyPrefix: Bool, knownMissing: Bool = false
+        _ edit: DocumentEdit, path: String, create: Bool, knownMissing: Bool = false
     ) throws(StoreError) -> EditOutcome {
         var entry: Entry
         if knownMissing, create {
@@ -765,7 +760,7 @@ public actor DocumentStore {
         let delays = scheduleDelays
         let (outcome, decision) = slot.modify { entry in
             let decision = Self.recordEdit(&entry, now: now, delays: delays)
-            return (self.outcome(&entry, path: path, now: now, replyPrefix: replyPrefix), decision)
+            return (self.outcome(entry, now: now), decision)
         }
         if let decision { queue(path, decision) }
         return outcome
@@ -774,7 +769,7 @@ public actor DocumentStore {
     /// Applies `edit` to the entry at `index` and schedules its save: one access to the
     /// entry for the whole edit, the path every edit takes.
     private func apply(
-        _ edit: DocumentEdit, at index: EntryTable.Index, path: String, replyPrefix: Bool
+        _ edit: DocumentEdit, at index: EntryTable.Index, path: String
     ) throws(StoreError) -> EditOutcome {
         editCounts.count(edit.command)
         let refuse = refusesEditsWhenSaveFails
@@ -792,7 +787,7 @@ public actor DocumentStore {
             entry.changeCount += 1
             if journal != nil { journalEdit(&entry, path: path, edit, baseContents: baseContents) }
             let decision = Self.recordEdit(&entry, now: now, delays: delays)
-            return (self.outcome(&entry, path: path, now: now, replyPrefix: replyPrefix), decision)
+            return (self.outcome(entry, now: now), decision)
         }
         if let decision { queue(path, decision) }
         return described
@@ -1012,19 +1007,6 @@ public actor DocumentStore {
         EditOutcome(
             contentType: entry.contentType, state: state(of: entry, now: now), changeCount: entry.changeCount,
             savedChangeCount: entry.savedChangeCount, lastSaved: entry.lastSaved, saves: entry.saves)
-    }
-
-    /// ``outcome(_:now:)`` after an edit, with the document's reply prefix when asked for
-    /// (made at the first such edit).
-    private func outcome(_ entry: inout Entry, path: String, now: Moment, replyPrefix: Bool) -> EditOutcome {
-        var outcome = outcome(entry, now: now)
-        if replyPrefix {
-            if entry.replyPrefix.isEmpty {
-                entry.replyPrefix = EditReply.documentPrefix(path: path, type: entry.contentType)
-            }
-            outcome.replyPrefix = entry.replyPrefix
-        }
-        return outcome
     }
 
     func state(of entry: Entry, now: Moment = .now) -> SaveState {

@@ -15,65 +15,84 @@ struct EditReply {
     /// Writes the reply to `info` for a request whose id has the JSON text `id` and calls `body` with its bytes.
     static func withBytes<R>(id: LineBytes?, _ info: DocumentInfo, _ body: (UnsafeRawBufferPointer) -> R) -> R {
         let idText = id?.array
-        let prefix = documentPrefix(path: info.path, type: info.contentType)
         let outcome = EditOutcome(
             contentType: info.contentType, state: info.state, changeCount: info.changeCount,
             savedChangeCount: info.savedChangeCount, lastSaved: info.lastSaved, saves: info.saves)
-        return prefix.withUnsafeBytes { prefix in
-            guard let idText else { return withBytes(idText: nil, prefix: prefix, outcome, body) }
-            return idText.withUnsafeBytes { withBytes(idText: $0, prefix: prefix, outcome, body) }
+        guard let idText else { return withBytes(idText: nil, path: info.path, outcome, body) }
+        return idText.withUnsafeBytes { withBytes(idText: $0, path: info.path, outcome, body) }
+    }
+
+    /// The part of an edit's reply that names the document,
+    /// `"ok":true,"document":{"doc":…,"type":…,"state":"`, written from the path and the
+    /// type's identifier at each reply: their bytes as they are, quoted, unless one needs
+    /// an escape (then the general writer's text). Nothing is kept with the document: a
+    /// copy kept there was one more line of memory for an edit to miss in the cache.
+    struct DocumentPart {
+        let path: String
+        let type: String
+        /// The JSON text of each when it needs escapes, else `nil`.
+        let escapedPath: [UInt8]?
+        let escapedType: [UInt8]?
+
+        init(path: String, type: UTType) {
+            self.path = path
+            self.type = type.identifier
+            escapedPath = Self.escaped(path)
+            escapedType = Self.escaped(self.type)
+        }
+
+        /// The bytes it takes.
+        var count: Int {
+            Self.opening.utf8CodeUnitCount + Self.typeKey.utf8CodeUnitCount + Self.stateKey.utf8CodeUnitCount
+                + (escapedPath?.count ?? path.utf8.count + 2) + (escapedType?.count ?? type.utf8.count + 2)
+        }
+
+        static let opening: StaticString = #""ok":true,"document":{"doc":"#
+        static let typeKey: StaticString = #","type":"#
+        static let stateKey: StaticString = #","state":""#
+
+        /// `text`'s JSON string when its bytes cannot stand between quotes as they are
+        /// (a quote, a backslash, a control character: ``JSONWriter/string(_:)``'s escapes).
+        private static func escaped(_ text: String) -> [UInt8]? {
+            let plain = text.utf8.withContiguousStorageIfAvailable { bytes in
+                !bytes.contains { $0 < 0x20 || $0 == UInt8(ascii: "\"") || $0 == UInt8(ascii: "\\") }
+            }
+            if plain == true { return nil }
+            var writer = JSONWriter()
+            writer.string(text)
+            return writer.bytes
         }
     }
 
-    /// The part of an edit's reply that stays the same for a document:
-    /// `"ok":true,"document":{"doc":…,"type":…,"state":"` (kept by the caller for the
-    /// next edit of the same document).
-    static func documentPrefix(path: String, type: UTType) -> [UInt8] {
-        // Written when a connection's edit names another document than its last: into one
-        // buffer, the strings by the general writer.
-        var bytes: [UInt8] = []
-        bytes.reserveCapacity(48 + path.utf8.count + path.utf8.count / 4 + type.identifier.utf8.count)
-        bytes.append(contentsOf: #""ok":true,"document":{"doc":"#.utf8)
-        var writer = JSONWriter(appendingTo: bytes)
-        writer.string(path)
-        bytes = writer.take()
-        bytes.append(contentsOf: #","type":"#.utf8)
-        writer = JSONWriter(appendingTo: bytes)
-        writer.string(type.identifier)
-        bytes = writer.take()
-        bytes.append(contentsOf: #","state":""#.utf8)
-        return bytes
-    }
-
-    /// Queues ``withBytes(idText:prefix:_:_:)``'s reply on `connection` (written in
+    /// Queues ``withBytes(idText:path:_:_:)``'s reply on `connection` (written in
     /// place, without a closure to hold the connection).
     static func send(
-        idText: UnsafeRawBufferPointer?, prefix: UnsafeRawBufferPointer, _ outcome: EditOutcome,
-        to connection: Connection, timestamps: inout TimestampCache
+        idText: UnsafeRawBufferPointer?, path: String, _ outcome: EditOutcome, to connection: Connection,
+        timestamps: inout TimestampCache
     ) {
+        let document = DocumentPart(path: path, type: outcome.contentType)
         let failure = failureText(outcome.state)
-        let capacity = capacity(idText: idText, prefix: prefix, failure: failure)
+        let capacity = capacity(idText: idText, document: document, failure: failure)
         withUnsafeTemporaryAllocation(of: UInt8.self, capacity: capacity) { buffer in
             let count = write(
-                idText: idText, prefix: prefix, outcome, failure: failure, into: buffer, capacity: capacity,
+                idText: idText, document: document, outcome, failure: failure, into: buffer, capacity: capacity,
                 timestamps: &timestamps)
             connection.send(line: UnsafeRawBufferPointer(start: buffer.baseAddress, count: count))
         }
     }
 
-    /// Writes the reply to an edit that left the document as `outcome` says, for a
-    /// request whose `id` has the JSON text `idText`, with the document's
-    /// ``documentPrefix(path:type:)``, and calls `body` with its bytes.
+    /// Writes the reply to an edit that left the document at `path` as `outcome` says,
+    /// for a request whose `id` has the JSON text `idText`, and calls `body` with its bytes.
     static func withBytes<R>(
-        idText: UnsafeRawBufferPointer?, prefix: UnsafeRawBufferPointer, _ outcome: EditOutcome,
-        _ body: (UnsafeRawBufferPointer) -> R
+        idText: UnsafeRawBufferPointer?, path: String, _ outcome: EditOutcome, _ body: (UnsafeRawBufferPointer) -> R
     ) -> R {
+        let document = DocumentPart(path: path, type: outcome.contentType)
         let failure = failureText(outcome.state)
-        let capacity = capacity(idText: idText, prefix: prefix, failure: failure)
+        let capacity = capacity(idText: idText, document: document, failure: failure)
         return withUnsafeTemporaryAllocation(of: UInt8.self, capacity: capacity) { buffer in
             let count = sharedSeconds.withLock { timestamps in
                 write(
-                    idText: idText, prefix: prefix, outcome, failure: failure, into: buffer, capacity: capacity,
+                    idText: idText, document: document, outcome, failure: failure, into: buffer, capacity: capacity,
                     timestamps: &timestamps)
             }
             return body(UnsafeRawBufferPointer(start: buffer.baseAddress, count: count))
@@ -89,15 +108,13 @@ struct EditReply {
     }
 
     /// The room a reply needs: `{"id":,`, a state's name, three integers, two timestamps,
-    /// their keys and `}}\n` are bounded; the id, the prefix and a failure are counted.
-    private static func capacity(idText: UnsafeRawBufferPointer?, prefix: UnsafeRawBufferPointer, failure: [UInt8])
-        -> Int
-    {
-        256 + (idText?.count ?? 0) + prefix.count + failure.count
+    /// their keys and `}}\n` are bounded; the id, the document's part and a failure are counted.
+    private static func capacity(idText: UnsafeRawBufferPointer?, document: DocumentPart, failure: [UInt8]) -> Int {
+        256 + (idText?.count ?? 0) + document.count + failure.count
     }
 
     private static func write(
-        idText: UnsafeRawBufferPointer?, prefix: UnsafeRawBufferPointer, _ outcome: EditOutcome, failure: [UInt8],
+        idText: UnsafeRawBufferPointer?, document: DocumentPart, _ outcome: EditOutcome, failure: [UInt8],
         into buffer: UnsafeMutableBufferPointer<UInt8>, capacity: Int, timestamps: inout TimestampCache
     ) -> Int {
         var reply = EditReply(base: buffer.baseAddress!)
@@ -107,7 +124,7 @@ struct EditReply {
             reply.putBytes(idText)
             reply.put(",")
         }
-        reply.putBytes(prefix)
+        reply.put(document)
         reply.put(outcome.state.staticName)
         reply.put("\",\"changes\":")
         reply.putInteger(outcome.changeCount)
@@ -140,6 +157,28 @@ struct EditReply {
     private mutating func put(_ text: StaticString) {
         (base + count).update(from: text.utf8Start, count: text.utf8CodeUnitCount)
         count += text.utf8CodeUnitCount
+    }
+
+    private mutating func put(_ document: DocumentPart) {
+        put(DocumentPart.opening)
+        putString(document.path, escaped: document.escapedPath)
+        put(DocumentPart.typeKey)
+        putString(document.type, escaped: document.escapedType)
+        put(DocumentPart.stateKey)
+    }
+
+    /// `text` between quotes, or its JSON text when it has one of its own.
+    private mutating func putString(_ text: String, escaped: [UInt8]?) {
+        if let escaped {
+            escaped.withUnsafeBytes { putBytes($0) }
+            return
+        }
+        base[count] = UInt8(ascii: "\"")
+        count += 1
+        // A string whose bytes are not contiguous has an escaped text (``DocumentPart``).
+        _ = text.utf8.withContiguousStorageIfAvailable { putBytes(UnsafeRawBufferPointer($0)) }
+        base[count] = UInt8(ascii: "\"")
+        count += 1
     }
 
     private mutating func putBytes(_ bytes: UnsafeRawBufferPointer) {

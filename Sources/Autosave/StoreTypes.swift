@@ -72,9 +72,6 @@ struct EditOutcome {
     var savedChangeCount: UInt64
     var lastSaved: Date?
     var saves: Int
-    /// The document's ``EditReply/documentPrefix(path:type:)`` when the caller asked for
-    /// it (the socket's edits), empty otherwise.
-    var replyPrefix: [UInt8] = []
 
     /// The whole description.
     func info(path: String) -> DocumentInfo {

@@ -311,6 +311,9 @@ struct ControlSocketTests {
             (#"{"id":9,"cmd":"append","doc":"missing.txt","text":"m"}"#, .number("9"), nil, nil, "not-found"),
             (#"{"id":10,"cmd":"set","doc":"d\/e.txt","text":"e"}"#, .number("10"), "d/e.txt", 2, nil),
             (#"{"id":11,"cmd":"set","doc":"a.txt","text":"f"}"#, .number("11"), "a.txt", 6, nil),
+            // A name the reply must escape, made and then edited as an open document.
+            (#"{"id":12,"cmd":"set","doc":"q\"uote\\d.txt","text":"q"}"#, .number("12"), #"q"uote\d.txt"#, 2, nil),
+            (#"{"id":13,"cmd":"append","doc":"q\"uote\\d.txt","text":"r"}"#, .number("13"), #"q"uote\d.txt"#, 3, nil),
         ]
         try raw.send(steps.map { $0.request + "\n" }.joined())
         var types: [String: String] = [:]
@@ -329,7 +332,7 @@ struct ControlSocketTests {
         // The types in the replies are the documents' own, as `list` gives them.
         try raw.send(#"{"cmd":"list"}"# + "\n")
         let listed = try #require(try raw.line()?["documents"]?.arrayValue)
-        #expect(listed.count == 3)
+        #expect(listed.count == 4)
         for entry in listed {
             let doc = try #require(entry["doc"]?.stringValue)
             #expect(types[doc] == entry["type"]?.stringValue, "\(doc)")
