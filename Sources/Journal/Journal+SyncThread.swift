@@ -191,9 +191,11 @@ extension Journal {
             s.statistics.lastSync = end
             s.statistics.lastSyncDuration = end - start
             s.lastSyncMark = end
-            // A caller's sync hands what is left (a rewrite, more records, housekeeping) to the thread.
+            // A caller's sync hands what is left (a rewrite, more records, housekeeping, pages
+            // to prepare) to the thread, which found it syncing and waits to be told.
             func left(_ s: JournalState) -> Bool {
-                limit != nil && (s.recovering || s.housekeeping || s.writtenThrough > s.durableThrough)
+                limit != nil
+                    && (s.recovering || s.housekeeping || s.prepareWanted || s.writtenThrough > s.durableThrough)
             }
             if let failure {
                 s.statistics.syncFailures += 1
@@ -247,11 +249,12 @@ extension Journal {
             let end = min(mapping.length, s.segments[last].size + Self.prepareAhead)
             guard start < end else { return nil }
             s.segments[last].preparedThrough = end
-            s.statistics.preparedBytes += end - start
             return (mapping, start..<end)
         }
         guard let (mapping, range) = work else { return }
-        try? mapping.prepare(range)
+        // Where the kernel cannot (before Linux 5.14), the loop takes the faults itself.
+        guard (try? mapping.prepare(range)) != nil else { return }
+        state.withLock { s in s.statistics.preparedBytes += range.count }
     }
 
     /// After a failed write or sync: every record not proven durable (and what was appended

@@ -286,6 +286,38 @@ final class ReservedSpaceTests {
     }
 
     @Test(
+        "In periodic mode pages are prepared ahead while the caller makes every sync itself (durable requests): a caller's sync hands a pending preparation to the thread",
+        .enabled(if: Self.mapsSegments, "segments are mapped on ext4 and XFS only"))
+    func pagesPreparedWhileTheCallerSyncs() throws {
+        let path = directory.sub("prepared-caller")
+        let options = JournalOptions(mode: .periodic(.seconds(3600)))
+        let (journal, _, _) = try openJournal(path, options: options)
+        var written: [Replayed] = []
+        // As the event loop answers requests that ask for durability: a batch flushed, a
+        // waiter for its last record, the sync made on the caller's thread. 2 MB of
+        // records, four times the stretch prepared at a time.
+        for batch in 0..<200 {
+            var last = LSN.zero
+            for i in 0..<10 {
+                let seed = batch * 10 + i
+                last = try journal.append(owner: 5, payload: payload(seed, size: 1_000))
+                written.append(Replayed(lsn: last.rawValue, owner: 5, payload: payload(seed, size: 1_000)))
+            }
+            journal.flush()
+            journal.whenDurable(last) { _ in }
+            // Not while the thread is busy (preparing): then the thread syncs.
+            if !journal.syncOnCaller(ifLastSyncTookAtMost: .seconds(60)) {
+                #expect(eventually { journal.statistics.durableThrough >= last })
+            }
+        }
+        // Each sync writes the prepared pages back; what matters is that preparing goes on.
+        #expect(eventually { journal.statistics.preparedBytes >= 1 << 20 }, "\(journal.statistics)")
+        #expect(journal.statistics.durableThrough == LSN(2_000))
+        try expectEveryRecord(
+            written, afterCrashOf: journal, at: path, copy: "prepared-caller-crashed", options: options)
+    }
+
+    @Test(
         "A batch reaching past the mapped space is written with write(2) right after the mapped records; the next segment is mapped again",
         .enabled(if: Self.mapsSegments, "segments are mapped on ext4 and XFS only"))
     func batchPastTheMapping() throws {
