@@ -150,12 +150,15 @@ struct CompiledPatterns: Sendable, Equatable {
     /// The last pattern matching `path` (relative to the root; `isDirectory` tells what it
     /// names), if any.
     func lastMatch(_ path: UnsafeBufferPointer<UInt8>, isDirectory: Bool) -> IgnorePattern? {
+        // The last component, found once: what every pattern without a slash is matched
+        // against, wherever its base is (a path beneath a base ends in the same name).
+        let name = path.lastIndex(of: UInt8(ascii: "/")).map { UnsafeBufferPointer(rebasing: path[($0 + 1)...]) } ?? path
         let index = bytes.withUnsafeBufferPointer { bytes in
             items.withUnsafeBufferPointer { items -> Int? in
                 var index = items.count
                 while index > 0 {
                     index -= 1
-                    if Self.matches(items[index], bytes, path, isDirectory: isDirectory) { return index }
+                    if Self.matches(items[index], bytes, path, name: name, isDirectory: isDirectory) { return index }
                 }
                 return nil
             }
@@ -165,7 +168,8 @@ struct CompiledPatterns: Sendable, Equatable {
 
     @inline(__always)
     private static func matches(
-        _ item: Item, _ bytes: UnsafeBufferPointer<UInt8>, _ path: UnsafeBufferPointer<UInt8>, isDirectory: Bool
+        _ item: Item, _ bytes: UnsafeBufferPointer<UInt8>, _ path: UnsafeBufferPointer<UInt8>,
+        name: UnsafeBufferPointer<UInt8>, isDirectory: Bool
     ) -> Bool {
         func part(_ range: Range<Int32>) -> UnsafeBufferPointer<UInt8> {
             UnsafeBufferPointer(rebasing: bytes[Int(range.lowerBound)..<Int(range.upperBound)])
@@ -180,9 +184,7 @@ struct CompiledPatterns: Sendable, Equatable {
             else { return false }
             subject = UnsafeBufferPointer(rebasing: path[(base.count + 1)...])
         }
-        if !item.anchored, let slash = subject.lastIndex(of: UInt8(ascii: "/")) {
-            subject = UnsafeBufferPointer(rebasing: subject[(slash + 1)...])
-        }
+        if !item.anchored { subject = name }
         let prefix = part(item.prefix)
         let suffix = part(item.suffix)
         guard subject.count >= prefix.count, subject.count >= suffix.count,

@@ -24,6 +24,13 @@ public enum PathName {
     /// The last component: `"a/b.txt"` → `"b.txt"`, `"a/b/"` → `"b"`, `"a"` → `"a"`,
     /// `"/"` → `"/"`, `""` → `""`.
     public static func lastComponent(_ path: String) -> String {
+        // The usual case, a path without a trailing slash, on its bytes in place.
+        let quick = path.utf8.withContiguousStorageIfAvailable { bytes -> String? in
+            guard let end = bytes.last, end != slash else { return nil }
+            guard let separator = bytes.lastIndex(of: slash) else { return path }
+            return String(decoding: UnsafeBufferPointer(rebasing: bytes[(separator + 1)...]), as: UTF8.self)
+        }
+        if let quick, let quick { return quick }
         let trimmed = trimmedEnd(path[...].utf8)
         if trimmed.count == 1, trimmed.first == slash { return "/" }
         guard let separator = trimmed.lastIndex(of: slash) else { return String(Substring(trimmed)) }
@@ -52,7 +59,17 @@ public enum PathName {
 
     /// The extension of the path's last component (`"notes/a.JSON"` → `"JSON"`), or `""`.
     public static func pathExtension(_ path: String) -> String {
-        splitExtension(lastComponent(path)).extension
+        // The usual case, a path without a trailing slash, on its bytes in place: the bytes
+        // after the last dot of the last component, unless that dot begins it.
+        let quick = path.utf8.withContiguousStorageIfAvailable { bytes -> String? in
+            guard let end = bytes.last, end != slash else { return nil }
+            var index = bytes.count - 1
+            while index >= 0, bytes[index] != slash, bytes[index] != dot { index -= 1 }
+            guard index > 0, bytes[index] == dot, bytes[index - 1] != slash else { return "" }
+            return String(decoding: UnsafeBufferPointer(rebasing: bytes[(index + 1)...]), as: UTF8.self)
+        }
+        if let quick, let quick { return quick }
+        return splitExtension(lastComponent(path)).extension
     }
 
     /// `path` relative to `root` when it lies beneath it (`"."` for the root itself), by

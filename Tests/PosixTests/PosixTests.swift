@@ -275,6 +275,7 @@ struct PathNameTests {
                 }
                 let (base, ext) = PathName.splitExtension(last)
                 #expect(ext.isEmpty ? (base == last || base + "." == last) : base + "." + ext == last)
+                #expect(PathName.pathExtension(path) == ext, "\(path.debugDescription)")
                 checked += 1
             }
         }
