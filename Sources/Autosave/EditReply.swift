@@ -1,3 +1,4 @@
+import CLinux
 import Control
 import Documents
 import Foundation
@@ -54,8 +55,17 @@ struct EditReply {
         /// `text`'s JSON string when its bytes cannot stand between quotes as they are
         /// (a quote, a backslash, a control character: ``JSONWriter/string(_:)``'s escapes).
         private static func escaped(_ text: String) -> [UInt8]? {
-            let plain = text.utf8.withContiguousStorageIfAvailable { bytes in
-                !bytes.contains { $0 < 0x20 || $0 == UInt8(ascii: "\"") || $0 == UInt8(ascii: "\\") }
+            let plain = text.utf8.withContiguousStorageIfAvailable { bytes -> Bool in
+                // Sixteen bytes at a time while none is a quote, a backslash, a control
+                // character or outside ASCII (the decoder's scan), then one at a time.
+                guard let start = bytes.baseAddress else { return true }
+                var index = clinux_json_plain_prefix(start, bytes.count)
+                while index < bytes.count {
+                    let byte = bytes[index]
+                    if byte < 0x20 || byte == UInt8(ascii: "\"") || byte == UInt8(ascii: "\\") { return false }
+                    index += 1
+                }
+                return true
             }
             if plain == true { return nil }
             var writer = JSONWriter()
