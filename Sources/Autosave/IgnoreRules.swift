@@ -152,7 +152,8 @@ struct CompiledPatterns: Sendable, Equatable {
     func lastMatch(_ path: UnsafeBufferPointer<UInt8>, isDirectory: Bool) -> IgnorePattern? {
         // The last component, found once: what every pattern without a slash is matched
         // against, wherever its base is (a path beneath a base ends in the same name).
-        let name = path.lastIndex(of: UInt8(ascii: "/")).map { UnsafeBufferPointer(rebasing: path[($0 + 1)...]) } ?? path
+        let name =
+            path.lastIndex(of: UInt8(ascii: "/")).map { UnsafeBufferPointer(rebasing: path[($0 + 1)...]) } ?? path
         let index = bytes.withUnsafeBufferPointer { bytes in
             items.withUnsafeBufferPointer { items -> Int? in
                 var index = items.count
