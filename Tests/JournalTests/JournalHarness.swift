@@ -26,6 +26,11 @@ final class FaultyDisk: Sendable {
     }
 
     let counts = Lock(Counts())
+    /// Whether segments are mapped, as with the system's calls: batches stored in the
+    /// mapping pass by ``JournalIO/write`` (only `fdatasync` failures reach them).
+    let mapsSegments: Bool
+
+    init(mapsSegments: Bool = false) { self.mapsSegments = mapsSegments }
 
     var io: JournalIO {
         JournalIO(
@@ -57,7 +62,8 @@ final class FaultyDisk: Sendable {
                 if delay > 0 { usleep(delay) }
                 if let error { throw error }
                 try fd.dataSync()
-            })
+            },
+            mapsSegments: mapsSegments)
     }
 }
 

@@ -372,6 +372,40 @@ final class ReservedSpaceTests {
     }
 
     @Test(
+        "A failed fdatasync of a mapped segment: its records are written again to a new segment, the failed one cut back to what was durable and let go; a crash copy holds every record",
+        .enabled(if: Self.mapsSegments, "segments are mapped on ext4 and XFS only"))
+    func failedSyncOfAMappedSegment() throws {
+        let path = directory.sub("mapped-failure")
+        let disk = FaultyDisk(mapsSegments: true)
+        let reports = Reports()
+        let options = JournalOptions(mode: .always, io: disk.io)
+        let (journal, _, _) = try openJournal(path, options: options, reports: reports)
+        var written: [Replayed] = []
+        func batch(_ seeds: Range<Int>) throws {
+            for seed in seeds {
+                let lsn = try journal.append(owner: 6, payload: payload(seed))
+                written.append(Replayed(lsn: lsn.rawValue, owner: 6, payload: payload(seed)))
+            }
+            journal.flush()
+        }
+        try batch(0..<10)
+        #expect(eventually { reports.durable == LSN(10) })
+        disk.counts.withLock { $0.failingSyncs = 1 }
+        try batch(10..<15)
+        #expect(eventually { reports.durable == LSN(15) })
+        #expect(reports.failures.map(\.notDurable) == [LSN(11)...LSN(15)])
+        #expect(journal.segmentNames == [Self.first, "00000000000000000011.journal"])
+        #expect(try Disk.status(path + "/" + Self.first).size == Int64(32 + 10 * Self.record))
+        try batch(15..<25)
+        #expect(eventually { reports.durable == LSN(25) })
+        // The two batches before the failure were stored in the mapping; the segment the
+        // rewrite made is written with write(2) (its space was not reserved and mapped).
+        #expect(journal.statistics.mappedWrites == 2, "\(journal.statistics)")
+        try expectEveryRecord(
+            written, afterCrashOf: journal, at: path, copy: "mapped-failure-crashed", options: options)
+    }
+
+    @Test(
         "A batch reaching past the mapped space is written with write(2) right after the mapped records; the next segment is mapped again",
         .enabled(if: Self.mapsSegments, "segments are mapped on ext4 and XFS only"))
     func batchPastTheMapping() throws {
