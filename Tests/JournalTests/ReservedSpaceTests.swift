@@ -44,8 +44,7 @@ final class ReservedSpaceTests {
         let (journal, _, _) = try openJournal(path, options: options)
         var written: [Replayed] = []
         for i in 0..<7 {
-            let lsn = try journal.append(owner: UInt64(i % 2 + 1), payload: payload(i))
-            written.append(Replayed(lsn: lsn.rawValue, owner: UInt64(i % 2 + 1), payload: payload(i)))
+            try record(journal, owner: UInt64(i % 2 + 1), i, into: &written)
             if i % 3 == 2 { journal.flush() }
         }
         journal.flush()
@@ -78,8 +77,7 @@ final class ReservedSpaceTests {
         let (journal, _, _) = try openJournal(path, options: options)
         var written: [Replayed] = []
         for i in 0..<4 {
-            let lsn = try journal.append(owner: 1, payload: payload(i))
-            written.append(Replayed(lsn: lsn.rawValue, owner: 1, payload: payload(i)))
+            try record(journal, owner: 1, i, into: &written)
         }
         journal.flush()
         let damaged = directory.sub("damaged")
@@ -129,8 +127,7 @@ final class ReservedSpaceTests {
         do {
             let (journal, _, _) = try openJournal(path, options: options)
             for i in 0..<6 {
-                let lsn = try journal.append(owner: 1, payload: payload(i))
-                written.append(Replayed(lsn: lsn.rawValue, owner: 1, payload: payload(i)))
+                try record(journal, owner: 1, i, into: &written)
             }
             #expect(journal.close() == nil)
         }
@@ -197,6 +194,17 @@ final class ReservedSpaceTests {
             fd.closeAfter { [0xEF53, 0x5846_5342].contains((try? fd.fileSystemType()) ?? 0) }
         } ?? false
 
+    /// Appends the record of `seed` (``payload(_:size:)``) for `owner` and keeps what replay
+    /// should give back for it in `written`.
+    @discardableResult
+    func record(_ journal: Journal, owner: UInt64, _ seed: Int, size: Int = 100, into written: inout [Replayed]) throws
+        -> LSN
+    {
+        let lsn = try journal.append(owner: owner, payload: payload(seed, size: size))
+        written.append(Replayed(lsn: lsn.rawValue, owner: owner, payload: payload(seed, size: size)))
+        return lsn
+    }
+
     /// Copies the segments of the open `journal` (what a crash leaves), closes it, and
     /// expects both the copy and the closed journal to replay exactly `written`, cleanly.
     func expectEveryRecord(
@@ -222,8 +230,7 @@ final class ReservedSpaceTests {
         let (journal, _, _) = try openJournal(path, options: options)
         var written: [Replayed] = []
         for i in 0..<20 {
-            let lsn = try journal.append(owner: UInt64(i % 3 + 1), payload: payload(i))
-            written.append(Replayed(lsn: lsn.rawValue, owner: UInt64(i % 3 + 1), payload: payload(i)))
+            try record(journal, owner: UInt64(i % 3 + 1), i, into: &written)
             if i % 4 == 3 { journal.flush() }
         }
         let figures = journal.statistics
@@ -251,8 +258,7 @@ final class ReservedSpaceTests {
         var written: [Replayed] = []
         func append(_ seeds: Range<Int>) throws {
             for seed in seeds {
-                let lsn = try journal.append(owner: 7, payload: payload(seed))
-                written.append(Replayed(lsn: lsn.rawValue, owner: 7, payload: payload(seed)))
+                try record(journal, owner: 7, seed, into: &written)
                 if seed % 5 == 4 { journal.flush() }
             }
             journal.flush()
@@ -276,8 +282,7 @@ final class ReservedSpaceTests {
         var written: [Replayed] = []
         // 1,000-byte payloads, 10 a batch: 1 MiB passes the first prepared stretch.
         for seed in 0..<1_000 {
-            let lsn = try journal.append(owner: 3, payload: payload(seed, size: 1_000))
-            written.append(Replayed(lsn: lsn.rawValue, owner: 3, payload: payload(seed, size: 1_000)))
+            try record(journal, owner: 3, seed, size: 1_000, into: &written)
             if seed % 10 == 9 { journal.flush() }
         }
         #expect(eventually { journal.statistics.preparedBytes > 0 }, "\(journal.statistics)")
@@ -302,8 +307,7 @@ final class ReservedSpaceTests {
             var last = LSN.zero
             for i in 0..<10 {
                 let seed = batch * 10 + i
-                last = try journal.append(owner: 5, payload: payload(seed, size: 1_000))
-                written.append(Replayed(lsn: last.rawValue, owner: 5, payload: payload(seed, size: 1_000)))
+                last = try record(journal, owner: 5, seed, size: 1_000, into: &written)
             }
             journal.flush()
             journal.whenDurable(last) { _ in }
@@ -330,8 +334,7 @@ final class ReservedSpaceTests {
         var written: [Replayed] = []
         func batch(_ seeds: Range<Int>, size: Int) throws {
             for seed in seeds {
-                let lsn = try journal.append(owner: 2, payload: payload(seed, size: size))
-                written.append(Replayed(lsn: lsn.rawValue, owner: 2, payload: payload(seed, size: size)))
+                try record(journal, owner: 2, seed, size: size, into: &written)
             }
             journal.flush()
         }
@@ -358,8 +361,7 @@ final class ReservedSpaceTests {
         for batch in 0..<10 {
             for i in 0..<200 {
                 let seed = batch * 200 + i
-                last = try journal.append(owner: 4, payload: payload(seed, size: 1_000))
-                written.append(Replayed(lsn: last.rawValue, owner: 4, payload: payload(seed, size: 1_000)))
+                last = try record(journal, owner: 4, seed, size: 1_000, into: &written)
             }
             journal.flush()
         }
@@ -383,8 +385,7 @@ final class ReservedSpaceTests {
         var written: [Replayed] = []
         func batch(_ seeds: Range<Int>) throws {
             for seed in seeds {
-                let lsn = try journal.append(owner: 6, payload: payload(seed))
-                written.append(Replayed(lsn: lsn.rawValue, owner: 6, payload: payload(seed)))
+                try record(journal, owner: 6, seed, into: &written)
             }
             journal.flush()
         }
@@ -418,8 +419,7 @@ final class ReservedSpaceTests {
         for batch in 0..<3 {
             for i in 0..<20 {
                 let seed = batch * 20 + i
-                let lsn = try journal.append(owner: 1, payload: payload(seed))
-                written.append(Replayed(lsn: lsn.rawValue, owner: 1, payload: payload(seed)))
+                try record(journal, owner: 1, seed, into: &written)
             }
             journal.flush()
         }
