@@ -75,6 +75,12 @@ public enum Daemon {
         return options
     }
 
+    /// What the daemon sets for its whole process before it starts a thread: every thread
+    /// allocates from one `malloc` arena (``Allocator/useOneArena(environment:)``; an
+    /// operator's `MALLOC_ARENA_MAX` or `GLIBC_TUNABLES` arena limit is left as it is). The
+    /// daemon's `main` calls it first; a program embedding the store makes its own choice.
+    public static func prepareProcess() { Allocator.useOneArena() }
+
     /// Runs the daemon until SIGTERM or SIGINT and returns its exit code.
     ///
     /// - Parameter onReady: Called once the store is open and the scheduler runs (used

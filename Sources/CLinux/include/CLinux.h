@@ -152,6 +152,8 @@ static inline void clinux_malloc_usage(size_t *free_bytes, size_t *used_bytes, s
     *mapped_bytes = info.hblkhd;
 }
 static inline int clinux_malloc_trim(void) { return malloc_trim(0); }
+/// Has every thread allocate from the main arena (mallopt M_ARENA_MAX 1); see Allocator.useOneArena.
+static inline int clinux_malloc_one_arena(void) { return mallopt(M_ARENA_MAX, 1); }
 
 /// Asks the CPU to bring the `lines` cache lines from `address` on into its caches, and
 /// returns at once: for memory about to be read whose address is known before the work
