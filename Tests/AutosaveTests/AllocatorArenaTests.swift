@@ -47,12 +47,14 @@ struct AllocatorArenaTests {
         environment["MALLOC_ARENA_MAX"] = nil
         environment["GLIBC_TUNABLES"] = nil
         environment.merge(extra) { $1 }
-        let daemon = try DaemonProcess(Machine.product("autosaved"), ["--config", rig.config], environment: environment)
+        let daemon = try DaemonProcess(
+            Machine.product("autosaved"), ["--config", rig.config], environment: environment)
         rig.daemon = daemon
         await daemon.waitForLine(containing: "started:")
         let client = try rig.client()
         for i in 0..<2000 {
-            try rig.ok(["cmd": "set", "doc": .string("new/doc\(i).txt"), "text": .string("document \(i)\n")], on: client)
+            try rig.ok(
+                ["cmd": "set", "doc": .string("new/doc\(i).txt"), "text": .string("document \(i)\n")], on: client)
         }
         let saved = try rig.ok(["cmd": "save-all", "wait": true], on: client)
         #expect(saved["unsaved"] == 0)
@@ -65,7 +67,8 @@ struct AllocatorArenaTests {
         #expect(try await heapsAfterWork(environment: [:]) == 0)
     }
 
-    @Test("An arena limit in the environment is the operator's: MALLOC_ARENA_MAX=8 gives the threads arenas of their own")
+    @Test(
+        "An arena limit in the environment is the operator's: MALLOC_ARENA_MAX=8 gives the threads arenas of their own")
     func operatorsLimitKept() async throws {
         #expect(try await heapsAfterWork(environment: ["MALLOC_ARENA_MAX": "8"]) >= 1)
     }
