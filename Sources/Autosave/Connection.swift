@@ -166,6 +166,14 @@ final class Connection: Sendable {
         return done
     }
 
+    /// Writes what is queued now, on the loop's thread, rather than at the end of the
+    /// loop's pass: for a reply whose client has waited long (a `save` with `wait`). What
+    /// cannot be written yet stays queued for the loop (the queueing scheduled it).
+    func flushNow() {
+        precondition(loop.isCurrent, "a connection flushed off the loop's thread")
+        _ = flush()
+    }
+
     /// Writes everything still queued before the connection is closed, waiting for the
     /// client to read as needed; gives up when the client is gone.
     func finish(isolation: isolated (any Actor)? = #isolation) async {

@@ -303,16 +303,26 @@ final class ControlSession: Sendable {
         return path
     }
 
-    /// `save`, answered once the save has started or, with `wait`, once it is durable.
+    /// `save`, answered once the save has started or, with `wait`, once it is durable: then
+    /// from inside the save's completion, the moment the file is in place, and written to
+    /// the socket at once (``DocumentStore/save(_:wait:onSaved:)``), not after this task
+    /// has been resumed and the loop's pass has come to its replies. The connection reads
+    /// no further request while this one waits, so no later reply can go before it.
     private func save(
-        _ document: Checked<String>, wait: Checked<Bool>, store: isolated DocumentStore
-    ) async throws -> DocumentInfo {
+        id: LineBytes?, _ document: Checked<String>, wait: Checked<Bool>, store: isolated DocumentStore
+    ) async throws {
         // A document the store holds needs no look at the disk (as for edits); only one
         // it does not hold is checked beneath the root, for the error to name.
         let path = try document.get()
         if !store.isOpen(path) { try server.checkBeneathRoot(path) }
-        try await store.save(path, wait: try wait.get())
-        return try store.info(path)
+        let connection = connection
+        let answered = try await store.save(path, wait: try wait.get()) { info in
+            connection.send { Self.writeDocumentReply(id: id, info, into: &$0) }
+            connection.flushNow()
+        }
+        if answered { return }
+        let info = try store.info(path)
+        connection.send { Self.writeDocumentReply(id: id, info, into: &$0) }
     }
 
     /// The commands that answer with one document's description and need no waiting.
@@ -351,8 +361,7 @@ final class ControlSession: Sendable {
         let id = request.id
         switch request.command {
         case .save(let document, let wait):
-            let info = try await save(document, wait: wait, store: store)
-            connection.send { Self.writeDocumentReply(id: id, info, into: &$0) }
+            try await save(id: id, document, wait: wait, store: store)
         case .status:
             try await status(id: id, store: store)
         case .metrics:

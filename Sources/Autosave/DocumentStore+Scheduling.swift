@@ -516,8 +516,6 @@ extension DocumentStore {
                 entry.savedChangeCount = max(entry.savedChangeCount, token)
                 entry.existingFile = outcome.wrapper
                 entry.fingerprint = outcome.fingerprint
-                Self.didSave(&entry.document, snapshot: snapshot)
-                journalSaved(&entry, path: path, savingRecord: outcome.journalRecord)
                 entry.failure = nil
                 entry.retryAt = nil
                 entry.saves += 1
@@ -525,7 +523,18 @@ extension DocumentStore {
                 entry.lastSaved = now
                 let saved = entry.savedChangeCount
                 let finished = entry.waiters.filter { $0.token <= saved }
-                if !finished.isEmpty { entry.waiters.removeAll { $0.token <= saved } }
+                if !finished.isEmpty {
+                    entry.waiters.removeAll { $0.token <= saved }
+                    // The file is in place: a caller that can be told now is, before the
+                    // bookkeeping below (nothing else runs on the store meanwhile). An edit
+                    // made during the save has scheduled the next one already.
+                    if finished.contains(where: { $0.onSaved != nil }) {
+                        let described = info(path, entry)
+                        for waiter in finished { waiter.onSaved?(described) }
+                    }
+                }
+                Self.didSave(&entry.document, snapshot: snapshot)
+                journalSaved(&entry, path: path, savingRecord: outcome.journalRecord)
                 return (finished, entry.contentType)
             }
             totalSaves += 1

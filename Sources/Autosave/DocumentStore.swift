@@ -90,8 +90,12 @@ public actor DocumentStore {
         /// nothing is journalled for the document until its next save.
         var journalBroken = false
         // Not read by an edit.
-        /// A caller of `save(wait: true)`: the change it waits for, and how it is told.
-        typealias Waiter = (token: UInt64, continuation: CheckedContinuation<Void, any Error>)
+        /// A caller of `save(wait: true)`: the change it waits for, and how it is told (with
+        /// `onSaved`, also at once, from inside the save's completion: ``DocumentStore/save(_:wait:onSaved:)``).
+        typealias Waiter = (
+            token: UInt64, continuation: CheckedContinuation<Void, any Error>,
+            onSaved: (@Sendable (DocumentInfo) -> Void)?
+        )
         var waiters: [Waiter] = []
         /// The LSN of the latest record the save in flight covers.
         var savingLSN: UInt64 = 0
@@ -920,6 +924,15 @@ public actor DocumentStore {
     /// Saves the document now. With `wait`, returns once the edits made before this call
     /// are durable on disk (or throws the save's failure).
     public func save(_ path: String, wait: Bool) async throws {
+        _ = try await save(path, wait: wait, onSaved: nil)
+    }
+
+    /// ``save(_:wait:)``, whose waiting caller is told the moment its edits are durable:
+    /// `onSaved` runs on the store with the document's description, inside the save's
+    /// completion, before the rest of its bookkeeping — not a task resumption later. How the control socket answers a `save` with `wait`: the
+    /// reply goes out while the save's completion goes on. Returns whether `onSaved` ran
+    /// (`false`: nothing needed saving, or no waiting).
+    func save(_ path: String, wait: Bool, onSaved: (@Sendable (DocumentInfo) -> Void)?) async throws -> Bool {
         let path = try DocumentPath.validate(path)
         guard let index = entries.index(forKey: path) else { throw missing(path) }
         // One lookup, the entry changed in place (a copy of it would retain its every reference).
@@ -929,20 +942,22 @@ public actor DocumentStore {
             entry.retryAt = nil
             return entry.changeCount
         }
-        guard let token else { return }
+        guard let token else { return false }
         guard wait else {
             schedule(path)
             // Due now: started here, without waiting for the scheduler's turn.
             processDue()
-            return
+            return false
         }
         try await withCheckedThrowingContinuation { (continuation: CheckedContinuation<Void, any Error>) in
             // The waiter first: a save somebody waits for may run on the loop
             // (``runDeferredSaves(loopWillSleep:)``). Nothing ran since the lookup above.
-            entries[index].waiters.append((token, continuation))
+            entries[index].waiters.append((token, continuation, onSaved))
             schedule(path)
             processDue()
         }
+        // Resumed without an error only by the save that covered `token`, which called `onSaved`.
+        return onSaved != nil
     }
 
     /// Saves every document with unsaved edits; with `wait`, returns once all are durable.

@@ -412,6 +412,46 @@ struct ControlSocketTests {
     }
 
     @Test(
+        "A save --wait is answered with the document as the save left it: clean, or due again when an edit came while it was written",
+        .timeLimit(.minutes(1)))
+    func waitedSaveReplyDescribesTheDocument() async throws {
+        let daemon = try await RunningDaemon()
+        let raw = try Raw(daemon.socket)
+        let other = try Raw(daemon.socket)
+        // Nothing else edits it: the reply tells the save that answers it.
+        try raw.send(#"{"id":1,"cmd":"set","doc":"small.txt","text":"one"}"# + "\n")
+        #expect(try raw.line()?["ok"] == true)
+        try raw.send(#"{"id":2,"cmd":"save","doc":"small.txt","wait":true}"# + "\n")
+        let clean = try #require(try raw.line()?["document"])
+        #expect(clean["state"]?.stringValue == "clean" && clean["saved_changes"] == clean["changes"])
+        #expect(clean["saves"] == 1 && clean["last_saved"]?.stringValue != nil && clean["save_at"] == nil)
+        #expect(try daemon.onDisk("small.txt") == "one")
+        // An edit from another client while the save is written: the save covers the
+        // edits before it, and its reply says the next save is due.
+        try raw.fill("big.txt", megabytes: 16, of: "z")
+        try raw.send(#"{"id":3,"cmd":"save","doc":"big.txt","wait":true}"# + "\n")
+        var running = false
+        for _ in 0..<10_000 {
+            try other.send(#"{"cmd":"status"}"# + "\n")
+            if let saving = try other.line()?["saving"]?.intValue, saving > 0 {
+                running = true
+                break
+            }
+        }
+        #expect(running, "status saw the save running")
+        try other.send(#"{"id":4,"cmd":"append","doc":"big.txt","text":"!"}"# + "\n")
+        #expect(try other.line()?["ok"] == true)
+        let saved = try #require(try raw.line())
+        #expect(saved["id"] == 3 && saved["ok"] == true)
+        let document = try #require(saved["document"])
+        #expect(document["state"]?.stringValue == "scheduled" && document["save_at"]?.stringValue != nil)
+        let changes = try #require(document["changes"]?.intValue)
+        #expect(document["saved_changes"]?.intValue == changes - 1 && document["saves"] == 1)
+        #expect(await daemon.stop() == 0)
+        #expect(try daemon.onDisk("big.txt").hasSuffix("zz!"), "the edit made during the save was saved at exit")
+    }
+
+    @Test(
         "A request sent in a write of its own while the client's save --wait is being written is answered right after the save",
         .timeLimit(.minutes(1)))
     func requestDuringWaitedSave() async throws {
