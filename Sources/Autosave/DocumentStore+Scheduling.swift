@@ -344,6 +344,8 @@ extension DocumentStore {
                 let hashing = ContentHashing(wrapper)
                 let report: DurableWriter.Report
                 let savingRecord = SavingRecord()
+                // Closed once the save has been answered (see `SaveOutcome.leftOpen`).
+                let leftOpen = DescriptorsLeftOpen()
                 let write = {
                     try writer.write(
                         wrapper, to: fullPath, options: [], originalContentsPath: fullPath, expecting: expected,
@@ -353,7 +355,7 @@ extension DocumentStore {
                                     savingRecord.lsn = record(FileIdentity(size: size, hash: hash))
                                 }
                             }
-                        })
+                        }, leftOpen: leftOpen)
                 }
                 do {
                     do {
@@ -379,7 +381,7 @@ extension DocumentStore {
                 let hash = hashing?.value
                 return SaveOutcome(
                     wrapper: wrapper, report: report, fingerprint: status.map { Fingerprint($0, contentHash: hash) },
-                    journalRecord: savingRecord.lsn)
+                    journalRecord: savingRecord.lsn, leftOpen: leftOpen)
             }
             return (result, clock.now - start)
         }
@@ -443,6 +445,8 @@ extension DocumentStore {
         guard let here else { return false }
         let (result, duration) = here.work()
         here.finish(self, result, duration)
+        // After the save's answer (``finishSave``), not on its way.
+        if case .success(let outcome) = result { outcome.leftOpen?.close() }
         return true
     }
 
@@ -694,6 +698,10 @@ struct SaveOutcome: Sendable {
     var fingerprint: Fingerprint?
     /// The LSN of the journal record naming the file the save put in place (0: none).
     var journalRecord: UInt64 = 0
+    /// The descriptors the write left open (the file's, its directory's, the root's): a
+    /// save on the loop closes them once its waiting caller has been answered, a save
+    /// thread as soon as it has written.
+    var leftOpen: DescriptorsLeftOpen?
 }
 
 /// Where a save thread keeps the LSN of its journal record between the writer's
@@ -712,7 +720,10 @@ private final class SaveHandoff: @unchecked Sendable {
 
     /// On the save thread: the save's work, its result kept here; nothing of it stays on
     /// the caller's stack.
-    func run() { outcome = save?.work() }
+    func run() {
+        outcome = save?.work()
+        if case .success(let written)? = outcome?.0 { written.leftOpen?.close() }
+    }
 
     /// On the loop: the save finished, and the box let go of everything it held.
     func finish(_ store: isolated DocumentStore) {

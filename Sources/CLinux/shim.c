@@ -51,6 +51,13 @@ int clinux_openat_beneath(int dirfd, const char *path, int flags, unsigned int m
     return (int)syscall(SYS_openat2, dirfd, path, &how, sizeof(how));
 }
 
+int clinux_openat_no_symlinks(int dirfd, const char *path, int flags) {
+    struct open_how how = {0};
+    how.flags = (uint64_t)flags;
+    how.resolve = RESOLVE_NO_SYMLINKS | RESOLVE_NO_MAGICLINKS;
+    return (int)syscall(SYS_openat2, dirfd, path, &how, sizeof(how));
+}
+
 long clinux_getrandom(void *buffer, size_t count) { return (long)getrandom(buffer, count, 0); }
 
 int clinux_syncfs(int fd) { return syncfs(fd); }

@@ -51,7 +51,8 @@ public struct DurableWriter: Sendable {
     /// A directory every write and prepared write of this writer is confined to: the
     /// destination (and `originalContentsPath`) must lie beneath it, their directories
     /// are opened beneath it without following any symbolic link (`openat2` with
-    /// `RESOLVE_BENEATH | RESOLVE_NO_SYMLINKS`), and no link at the destination is
+    /// `RESOLVE_BENEATH | RESOLVE_NO_SYMLINKS`, or, in one lookup, with
+    /// `RESOLVE_NO_SYMLINKS` on their whole path while no link leads to the root), and no link at the destination is
     /// followed, so a directory swapped for a link between a caller's checks and the
     /// write cannot take the write elsewhere. `nil`: none.
     public var confinement: String?
@@ -60,6 +61,10 @@ public struct DurableWriter: Sendable {
     /// where tests stand in for another program that replaces the file or the directory
     /// in that moment.
     var afterRename: (@Sendable (String) -> Void)?
+    /// Whether a directory beneath ``confinement`` may be opened by its whole path in one
+    /// lookup: shared by this writer's copies, and given up for good once a symbolic link
+    /// is found above the root (see `WriteSession.openDirectory(_:relativeTo:)`).
+    let wholePathLookup = WholePathLookup()
 
     public init(
         symlinkPolicy: SymlinkPolicy = .follow, packageSwap: PackageSwap = .exchange, keepsWrittenContents: Bool = true,
@@ -115,6 +120,10 @@ public struct DurableWriter: Sendable {
     ///     size and modification time once it is written and synced, right before the rename
     ///     that puts it in place (the rename keeps all four): how a caller records which
     ///     file its save is about to leave at `path`.
+    ///   - leftOpen: When given, a regular file's write that succeeds leaves its descriptors
+    ///     (the directories it opened, the file) there for the caller to close, instead of
+    ///     closing them before it returns: a caller waiting to answer for the write closes
+    ///     them once it has answered. A write that fails closes its own.
     /// - Returns: What was written.
     /// - Throws: ``DocumentError`` naming the operation, the path and the errno;
     ///   ``DestinationChanged`` when `expected` does not match, with nothing replaced.
@@ -122,10 +131,13 @@ public struct DurableWriter: Sendable {
     public func write(
         _ wrapper: FileWrapper, to path: String, options: FileWrapper.WritingOptions = [],
         originalContentsPath: String? = nil, expecting expected: ExpectedDestination? = nil,
-        beforeReplacing: ((_ device: UInt64, _ inode: UInt64, _ size: Int64, _ modified: FileTime) -> Void)? = nil
+        beforeReplacing: ((_ device: UInt64, _ inode: UInt64, _ size: Int64, _ modified: FileTime) -> Void)? = nil,
+        leftOpen: DescriptorsLeftOpen? = nil
     ) throws -> Report {
         var session = WriteSession(policy: symlinkPolicy, swap: packageSwap, keepsContents: keepsWrittenContents)
         session.afterRename = afterRename
+        session.wholePathLookup = wholePathLookup
+        if wrapper.isRegularFile, leftOpen != nil { session.closedLater = [] }
         defer { session.closeAll() }
         if let confinement { try session.confine(to: confinement) }
         // A regular file whose destination is known — nothing (a document's first save),
@@ -162,6 +174,7 @@ public struct DurableWriter: Sendable {
         session.commit(updatingNames: options.contains(.withNameUpdating))
         if options.contains(.withNameUpdating) { wrapper.filename = location.name }
         session.report.path = location.path
+        if let leftOpen { leftOpen.descriptors += session.handOverDescriptors() }
         return session.report
     }
 
@@ -227,9 +240,30 @@ struct WriteSession {
         self.keepsContents = keepsContents
     }
 
+    /// Descriptors whose closing waits for the session's end (see ``DurableWriter/write(_:to:options:originalContentsPath:expecting:beforeReplacing:leftOpen:)``):
+    /// `nil` unless the caller closes them itself once the write has succeeded.
+    var closedLater: [FileDescriptor]?
+
+    /// Closes `fd` now, or when the session ends if its caller closes them (``closedLater``).
+    private mutating func closeSoon(_ fd: FileDescriptor) {
+        if closedLater != nil { closedLater?.append(fd) } else { try? fd.close() }
+    }
+
+    /// The descriptors the caller closes: the directories opened and those kept for later.
+    mutating func handOverDescriptors() -> [FileDescriptor] {
+        guard let later = closedLater else { return [] }
+        defer {
+            opened = []
+            closedLater = nil
+        }
+        return opened + later
+    }
+
     mutating func closeAll() {
         for fd in opened { try? fd.close() }
         opened = []
+        for fd in closedLater ?? [] { try? fd.close() }
+        closedLater = nil
         for (fd, _) in unsyncedFiles { try? fd.close() }
         unsyncedFiles = []
     }
@@ -283,29 +317,74 @@ struct WriteSession {
 
     // MARK: Resolving the destination
 
-    /// The directory writes are confined to (see ``DurableWriter/confinement``).
-    private var confinement: (path: String, directory: FileDescriptor)?
+    /// The directory writes are confined to (see ``DurableWriter/confinement``), and its
+    /// descriptor once opened: a directory beneath it is usually reached without it.
+    private var confinement: (path: String, directory: FileDescriptor?)?
+    /// See ``DurableWriter/wholePathLookup``; `nil`: always through the root's descriptor.
+    var wholePathLookup: WholePathLookup?
 
     mutating func confine(to root: String) throws {
-        confinement = (root, try openDirectory(root))
+        confinement = (root, nil)
     }
 
+    /// The root's descriptor (see ``confine(to:)``), opened by path the first time the
+    /// session needs it, and closed with the session.
+    private mutating func rootDirectory() throws -> FileDescriptor {
+        guard let (root, directory) = confinement else { preconditionFailure("a session not confined") }
+        if let directory { return directory }
+        do throws(Errno) {
+            let fd = try FileDescriptor.open(root, .readOnly, options: [.directory])
+            opened.append(fd)
+            confinement = (root, fd)
+            return fd
+        } catch {
+            throw DocumentError(operation: .openDirectory, path: root, errno: error)
+        }
+    }
+
+    /// Opens the directory `path`. Confined: only beneath the root, through no symbolic
+    /// link beneath it — by its whole path in one lookup that follows no link at all
+    /// (`openat2` with `RESOLVE_NO_SYMLINKS`; the root is looked up by its path either way,
+    /// so a file system mounted over it since is seen), or, when that fails, through the
+    /// root's descriptor (`RESOLVE_BENEATH`), which names the failure. A link above the
+    /// root (one the root's own lookup follows) turns the one lookup off for the writer.
     mutating func openDirectory(_ path: String, relativeTo base: FileDescriptor = .currentWorkingDirectory)
         throws -> FileDescriptor
     {
-        do throws(Errno) {
-            let fd: FileDescriptor
-            if let (root, directory) = confinement {
-                // Only beneath the root, and through no symbolic link.
-                guard let relative = PathName.relative(path, to: root) else { throw Errno.crossDevice }
-                // The root itself: the descriptor held for it (opened once, closed once).
-                if relative == "." { return directory }
-                fd = try FileDescriptor.openBeneath(
-                    relative, relativeTo: directory, options: [.directory], noSymlinks: true)
-            } else {
-                fd = try FileDescriptor.open(path, relativeTo: base, .readOnly, options: [.directory])
+        guard let (root, _) = confinement else {
+            do throws(Errno) {
+                let fd = try FileDescriptor.open(path, relativeTo: base, .readOnly, options: [.directory])
+                opened.append(fd)
+                return fd
+            } catch {
+                throw DocumentError(operation: .openDirectory, path: path, errno: error)
             }
+        }
+        guard let relative = PathName.relative(path, to: root) else {
+            throw DocumentError(operation: .openDirectory, path: path, errno: .crossDevice)
+        }
+        // The root itself: its descriptor (opened once, closed once).
+        if relative == "." { return try rootDirectory() }
+        var wholeFailed: Errno?
+        if confinement?.directory == nil, let lookup = wholePathLookup, lookup.isUsable,
+            !PathName.hasParentComponent(relative)
+        {
+            do throws(Errno) {
+                let fd = try FileDescriptor.openWithoutSymlinks(path, options: [.directory])
+                opened.append(fd)
+                return fd
+            } catch {
+                if error == .noSystemCall { lookup.giveUp() }
+                wholeFailed = error
+            }
+        }
+        let directory = try rootDirectory()
+        do throws(Errno) {
+            let fd = try FileDescriptor.openBeneath(
+                relative, relativeTo: directory, options: [.directory], noSymlinks: true)
             opened.append(fd)
+            // A link the whole lookup refused and the lookup beneath the root did not meet: above the root.
+            if wholeFailed == .tooManySymbolicLinks { wholePathLookup?.giveUp() }
             return fd
         } catch {
             throw DocumentError(operation: .openDirectory, path: path, errno: error)
@@ -519,7 +598,6 @@ struct WriteSession {
                 if let file = staged.file {
                     afterRename?(location.path)
                     report.placed = try? file.status()
-                    try? file.close()
                 }
             } else {
                 throw DocumentError(
@@ -564,9 +642,11 @@ struct WriteSession {
             }
             try commit(staged, syncDirectory: syncDirectory)
         } catch {
+            // The file's descriptor is closed here, once (a failed directory sync comes after the rename).
             discard(staged)
             throw error
         }
+        if let file = staged.file { closeSoon(file) }
     }
 
     /// A directory, or a symbolic link where links are refused, found where a regular file
@@ -1047,4 +1127,32 @@ enum TreeRemover {
         }
         try parent.unlink(name, directory: true)
     }
+}
+
+/// Descriptors a successful write leaves open for its caller to close (see
+/// ``DurableWriter/write(_:to:options:originalContentsPath:expecting:beforeReplacing:leftOpen:)``).
+/// Filled by the writer, then used by one thread at a time: the caller's.
+public final class DescriptorsLeftOpen: @unchecked Sendable {
+    fileprivate(set) var descriptors: [FileDescriptor] = []
+
+    public init() {}
+
+    /// Closes every descriptor left (once).
+    public func close() {
+        for fd in descriptors { try? fd.close() }
+        descriptors = []
+    }
+
+    deinit { close() }
+}
+
+/// Whether a writer confined to a root opens directories beneath it by their whole path in
+/// one lookup (see `WriteSession.openDirectory(_:relativeTo:)`): yes until a symbolic link
+/// is found above the root, or the kernel has no `openat2`.
+final class WholePathLookup: Sendable {
+    private let usable = Atomic<Bool>(true)
+
+    var isUsable: Bool { usable.load(ordering: .relaxed) }
+
+    func giveUp() { usable.store(false, ordering: .relaxed) }
 }

@@ -94,6 +94,21 @@ public struct FileDescriptor: RawRepresentable, Hashable {
         }
     }
 
+    /// Opens `path` (not creating it) through no symbolic link on any of its components,
+    /// those above `directory` included (`openat2` with `RESOLVE_NO_SYMLINKS`): a link on
+    /// the way fails it with ``Errno/tooManySymbolicLinks``; without `openat2` (before
+    /// Linux 5.6) it fails with ``Errno/noSystemCall``.
+    public static func openWithoutSymlinks(
+        _ path: String, relativeTo directory: FileDescriptor = .currentWorkingDirectory, _ mode: AccessMode = .readOnly,
+        options: OpenOptions = []
+    ) throws(Errno) -> FileDescriptor {
+        let flags = mode.rawValue | options.rawValue | O_CLOEXEC
+        let fd = try withCPath(path) { p in
+            valueOrErrno { system_openat_no_symlinks(directory.rawValue, p, flags) }
+        }.get()
+        return FileDescriptor(rawValue: fd)
+    }
+
     /// `openBeneath` with `noSymlinks` without `openat2`: each directory component is
     /// checked with `fstatat(AT_SYMLINK_NOFOLLOW)` and opened with `O_PATH|O_NOFOLLOW`.
     static func openBeneathByWalking(

@@ -94,4 +94,20 @@ public enum PathName {
         guard index < bytes.endIndex else { return nil }
         return String(Substring(bytes[index...]))
     }
+
+    /// Whether one of `path`'s components is `..`.
+    public static func hasParentComponent(_ path: String) -> Bool {
+        var dots = 0
+        for byte in path.utf8 {
+            if byte == slash {
+                if dots == 2 { return true }
+                dots = 0
+            } else if byte == UInt8(ascii: "."), dots >= 0 {
+                dots += 1
+            } else {
+                dots = -1
+            }
+        }
+        return dots == 2
+    }
 }

@@ -212,6 +212,15 @@ struct ControlSocketTests {
         func code() throws -> String? { try line()?["error"]?["code"]?.stringValue }
         /// Sets `doc` to `megabytes` MiB of `character`, a mebibyte a request: a document
         /// whose save takes tens of milliseconds.
+        /// Asks `status` until it counts a save running (at most 10,000 times); whether it did.
+        func sawSaveRunning() throws -> Bool {
+            for _ in 0..<10_000 {
+                try send(#"{"cmd":"status"}"# + "\n")
+                if let saving = try line()?["saving"]?.intValue, saving > 0 { return true }
+            }
+            return false
+        }
+
         func fill(_ doc: String, megabytes: Int, of character: Character) throws {
             let chunk = String(repeating: character, count: 1 << 20)
             for index in 0..<megabytes {
@@ -430,15 +439,7 @@ struct ControlSocketTests {
         // edits before it, and its reply says the next save is due.
         try raw.fill("big.txt", megabytes: 16, of: "z")
         try raw.send(#"{"id":3,"cmd":"save","doc":"big.txt","wait":true}"# + "\n")
-        var running = false
-        for _ in 0..<10_000 {
-            try other.send(#"{"cmd":"status"}"# + "\n")
-            if let saving = try other.line()?["saving"]?.intValue, saving > 0 {
-                running = true
-                break
-            }
-        }
-        #expect(running, "status saw the save running")
+        #expect(try other.sawSaveRunning(), "status saw the save running")
         try other.send(#"{"id":4,"cmd":"append","doc":"big.txt","text":"!"}"# + "\n")
         #expect(try other.line()?["ok"] == true)
         let saved = try #require(try raw.line())
@@ -464,15 +465,7 @@ struct ControlSocketTests {
             try raw.send(#"{"id":1,"cmd":"save","doc":"big.txt","wait":true}"# + "\n")
             // Once status says the save runs, its line has been read (and nothing after it):
             // the next line comes with readiness of its own while the client's task waits.
-            var running = false
-            for _ in 0..<10_000 {
-                try observer.send(#"{"cmd":"status"}"# + "\n")
-                if let saving = try observer.line()?["saving"]?.intValue, saving > 0 {
-                    running = true
-                    break
-                }
-            }
-            #expect(running, "status saw the save running")
+            #expect(try observer.sawSaveRunning(), "status saw the save running")
             let command = round == 1 ? "set" : "append"
             try raw.send(#"{"id":2,"cmd":"\#(command)","doc":"small.txt","text":"\#(round)"}"# + "\n")
             let saved = try #require(try raw.line())

@@ -182,6 +182,44 @@ struct DurableWriterFileTests {
         #expect(try Disk.bytes(root + "/d/p.txt") == Data("p".utf8))
     }
 
+    @Test(
+        "Confined beneath a root reached through a symbolic link (as /var/run leads to /run): writes beneath it go through, a link beneath it is still refused"
+    )
+    func rootThroughALink() throws {
+        let real = directory.sub("real")
+        let outside = directory.sub("outside")
+        for path in [real + "/d", outside] {
+            try FileManager.default.createDirectory(atPath: path, withIntermediateDirectories: true)
+        }
+        #expect(symlink(real, directory.sub("via")) == 0)
+        #expect(symlink(outside, real + "/out") == 0)
+        let root = directory.sub("via")
+        let writer = DurableWriter(symlinkPolicy: .refuse, confinedTo: root)
+        // The directory's whole path goes through the link above the root: opened through
+        // the root's descriptor instead, every time.
+        for round in 1...3 {
+            try writer.write(FileWrapper(regularFileWithContents: Data("\(round)".utf8)), to: root + "/d/x.txt")
+            #expect(try Disk.bytes(real + "/d/x.txt") == Data("\(round)".utf8))
+        }
+        try writer.write(FileWrapper(regularFileWithContents: Data("top".utf8)), to: root + "/top.txt")
+        #expect(try Disk.bytes(real + "/top.txt") == Data("top".utf8))
+        #expect {
+            try writer.write(FileWrapper(regularFileWithContents: Data("x".utf8)), to: root + "/out/x.txt")
+        } throws: { error in
+            (error as? DocumentError)?.operation == .openDirectory
+        }
+        #expect(try Disk.names(in: outside).isEmpty, "nothing written through the link beneath the root")
+        // The same beneath the root's real path, where the one lookup serves.
+        let direct = DurableWriter(symlinkPolicy: .refuse, confinedTo: real)
+        try direct.write(FileWrapper(regularFileWithContents: Data("direct".utf8)), to: real + "/d/x.txt")
+        #expect(try Disk.bytes(real + "/d/x.txt") == Data("direct".utf8))
+        #expect(throws: DocumentError.self) {
+            try direct.write(FileWrapper(regularFileWithContents: Data("x".utf8)), to: real + "/out/x.txt")
+        }
+        #expect(try Disk.names(in: outside).isEmpty)
+        #expect(Disk.temporaries(under: real).isEmpty)
+    }
+
     @Test("A dangling link is followed to create its target; a link loop is an error")
     func danglingAndLoops() throws {
         let link = directory.sub("dangling")

@@ -252,6 +252,16 @@ struct PathNameTests {
         for (path, root, relative) in relatives {
             #expect(PathName.relative(path, to: root) == relative, "\(path) under \(root)")
         }
+        // `..` as a component, by the general definition, over every path of up to six
+        // characters from 'a', '.', '/'.
+        var paths = [""]
+        for _ in 1...6 {
+            paths = paths.flatMap { path in ["a", ".", "/"].map { path + $0 } }
+            for path in paths {
+                let expected = path.split(separator: "/", omittingEmptySubsequences: false).contains("..")
+                #expect(PathName.hasParentComponent(path) == expected, "\(path)")
+            }
+        }
     }
 
     @Test("Every path of up to six characters from a, é, '.', '/': parent and last component put it back together")

@@ -65,6 +65,9 @@ int clinux_peer_credentials_get(int socket, clinux_peer_credentials *out);
 /// openat2(2) with RESOLVE_BENEATH | RESOLVE_NO_MAGICLINKS (and optionally RESOLVE_NO_SYMLINKS).
 int clinux_openat_beneath(int dirfd, const char *path, int flags, unsigned int mode, int no_symlinks);
 
+/// openat2(2) with RESOLVE_NO_SYMLINKS | RESOLVE_NO_MAGICLINKS: no symbolic link on the whole path (no O_CREAT).
+int clinux_openat_no_symlinks(int dirfd, const char *path, int flags);
+
 /// getrandom(2) without flags.
 long clinux_getrandom(void *buffer, size_t count);
 /// syncfs(2): flush the file system holding `fd`.

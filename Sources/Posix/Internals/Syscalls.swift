@@ -21,6 +21,10 @@ internal func system_openat_beneath(
     clinux_openat_beneath(dir, path, flags, UInt32(mode), noSymlinks ? 1 : 0)
 }
 
+internal func system_openat_no_symlinks(_ dir: CInt, _ path: UnsafePointer<CChar>, _ flags: CInt) -> CInt {
+    clinux_openat_no_symlinks(dir, path, flags)
+}
+
 internal func system_close(_ fd: CInt) -> CInt { Glibc.close(fd) }
 
 internal func system_read(_ fd: CInt, _ buffer: UnsafeMutableRawPointer?, _ count: Int) -> Int {
