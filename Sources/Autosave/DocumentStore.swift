@@ -929,9 +929,10 @@ public actor DocumentStore {
 
     /// ``save(_:wait:)``, whose waiting caller is told the moment its edits are durable:
     /// `onSaved` runs on the store with the document's description, inside the save's
-    /// completion, before the rest of its bookkeeping — not a task resumption later. How the control socket answers a `save` with `wait`: the
-    /// reply goes out while the save's completion goes on. Returns whether `onSaved` ran
-    /// (`false`: nothing needed saving, or no waiting).
+    /// completion, before the rest of its bookkeeping — not a task resumption later. How
+    /// the control socket answers a `save` with `wait`: the reply goes out while the
+    /// save's completion goes on. Returns whether `onSaved` ran (`false`: nothing needed
+    /// saving, or no waiting).
     func save(_ path: String, wait: Bool, onSaved: (@Sendable (DocumentInfo) -> Void)?) async throws -> Bool {
         let path = try DocumentPath.validate(path)
         guard let index = entries.index(forKey: path) else { throw missing(path) }

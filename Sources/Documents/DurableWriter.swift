@@ -52,9 +52,9 @@ public struct DurableWriter: Sendable {
     /// destination (and `originalContentsPath`) must lie beneath it, their directories
     /// are opened beneath it without following any symbolic link (`openat2` with
     /// `RESOLVE_BENEATH | RESOLVE_NO_SYMLINKS`, or, in one lookup, with
-    /// `RESOLVE_NO_SYMLINKS` on their whole path while no link leads to the root), and no link at the destination is
-    /// followed, so a directory swapped for a link between a caller's checks and the
-    /// write cannot take the write elsewhere. `nil`: none.
+    /// `RESOLVE_NO_SYMLINKS` on their whole path while no link leads to the root), and no
+    /// link at the destination is followed, so a directory swapped for a link between a
+    /// caller's checks and the write cannot take the write elsewhere. `nil`: none.
     public var confinement: String?
     /// Called with the destination's path right after a regular file's rename, before
     /// anything else, and once a package's directory is swapped in or updated in place:
@@ -240,8 +240,9 @@ struct WriteSession {
         self.keepsContents = keepsContents
     }
 
-    /// Descriptors whose closing waits for the session's end (see ``DurableWriter/write(_:to:options:originalContentsPath:expecting:beforeReplacing:leftOpen:)``):
-    /// `nil` unless the caller closes them itself once the write has succeeded.
+    /// Descriptors whose closing waits for the session's end: `nil` unless the caller
+    /// closes them itself once the write has succeeded (`leftOpen` of
+    /// ``DurableWriter/write(_:to:options:originalContentsPath:expecting:beforeReplacing:leftOpen:)``).
     var closedLater: [FileDescriptor]?
 
     /// Closes `fd` now, or when the session ends if its caller closes them (``closedLater``).
