@@ -6,15 +6,17 @@ import Posix
 ///
 /// A burst of work (a `save-all` that makes thousands of documents due at once, a large
 /// request) allocates far more than the daemon keeps afterwards; glibc's `malloc` keeps
-/// the freed pages in its arenas (one per thread that allocated, and only the top of a
-/// heap is ever returned on its own), so resident memory rises in steps with each new
-/// peak and never comes down, although the live data does not grow. Every `interval`
+/// the freed pages in its arenas (the daemon keeps one for all its threads,
+/// ``Daemon/prepareProcess()``; and only the top of a heap is ever returned on its own),
+/// so resident memory rises in steps with each new peak and never comes down, although
+/// the live data does not grow. Every `interval`
 /// the trimmer asks the allocator how much it holds free (`mallinfo2`) and, when that is
 /// both at least `minimumFree` bytes and a quarter of what is in use, calls
 /// `malloc_trim(0)`, which releases every whole free page of every arena (`madvise`);
 /// the pages come back, zeroed, only when they are used again. It runs on a thread of
-/// its own, so the pause (the arenas are locked one at a time while they are walked,
-/// a few milliseconds for tens of megabytes) never holds up a task of the daemon.
+/// its own, so the pause (each arena is locked while it is walked, a few milliseconds
+/// for tens of megabytes) holds up a task of the daemon only when it allocates what its
+/// thread's cache of small blocks cannot give meanwhile.
 package final class MemoryTrimmer: Sendable {
     package struct Totals: Sendable {
         package var trims = 0
