@@ -42,15 +42,9 @@ struct AllocatorArenaTests {
     /// the save threads all allocate), and returns the heaps of other arenas it then has.
     func heapsAfterWork(environment extra: [String: String]) async throws -> Int {
         let rig = try JournalRig()
-        var environment = ProcessInfo.processInfo.environment
-        environment["NOTIFY_SOCKET"] = nil
-        environment["MALLOC_ARENA_MAX"] = nil
-        environment["GLIBC_TUNABLES"] = nil
-        environment.merge(extra) { $1 }
-        let daemon = try DaemonProcess(
-            Machine.product("autosaved"), ["--config", rig.config], environment: environment)
-        rig.daemon = daemon
-        await daemon.waitForLine(containing: "started:")
+        var changes: [String: String?] = ["MALLOC_ARENA_MAX": nil, "GLIBC_TUNABLES": nil]
+        for (name, value) in extra { changes[name] = value }
+        let daemon = try await rig.start(environment: changes)
         let client = try rig.client()
         for i in 0..<2000 {
             try rig.ok(

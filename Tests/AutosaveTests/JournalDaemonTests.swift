@@ -35,11 +35,15 @@ final class JournalRig {
                 + "[Control]\nSocket=\(socket)\n[Journal]\nDirectory=\(journal)\n" + settings, to: config)
     }
 
-    /// Starts the daemon and waits until it is ready.
+    /// Starts the daemon and waits until it is ready; `environment` changes this process's
+    /// for it (`nil` removes a variable).
     @discardableResult
-    func start(sourceLocation: SourceLocation = #_sourceLocation) async throws -> DaemonProcess {
+    func start(environment changes: [String: String?] = [:], sourceLocation: SourceLocation = #_sourceLocation)
+        async throws -> DaemonProcess
+    {
         var environment = ProcessInfo.processInfo.environment
         environment["NOTIFY_SOCKET"] = nil
+        for (name, value) in changes { environment[name] = value }
         let process = try DaemonProcess(Machine.product("autosaved"), ["--config", config], environment: environment)
         daemon = process
         await process.waitForLine(containing: "started:", sourceLocation: sourceLocation)
