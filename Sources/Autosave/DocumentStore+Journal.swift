@@ -694,27 +694,30 @@ extension DocumentStore {
 
     // MARK: Saves and truncation
 
-    /// The record a save writes right before its rename (see ``JournalEntry/saving(path:token:file:)``):
-    /// `nil` when the document has no journalled records.
-    func journalSaving(_ entry: Entry, path: String, token: UInt64) -> (@Sendable (FileIdentity) -> UInt64)? {
+    /// The record of the file a save puts in place (see ``JournalEntry/saving(path:token:file:)``),
+    /// written while the save's bytes are synced and, with `Mode=always`, durable before the
+    /// rename: `nil` when the document has no journalled records.
+    func journalSaving(_ entry: Entry, path: String, token: UInt64) -> SavingJournalRecord? {
         guard let journal, entry.journalOwner != 0, !entry.isPackage else { return nil }
         let owner = entry.journalOwner
-        let waits = configuration.journalMode == .always
-        return { file in
+        let write: @Sendable (FileIdentity) -> UInt64 = { file in
             var bytes: [UInt8] = []
             JournalEntry.saving(path: path, token: token, file: file).encode(into: &bytes)
             // Taken into the document's log when the save is done (``journalSaved``); until
             // then the document's older records keep its segment.
             guard let lsn = try? journal.appendUnattached(owner: owner, payload: bytes) else { return 0 }
             journal.flush()
-            if waits {
-                // With Mode=always the record is durable before the file it names is in place.
-                let synced = DispatchSemaphore(value: 0)
-                journal.whenDurable(lsn) { _ in synced.signal() }
-                _ = synced.wait(timeout: .now() + 10)
-            }
             return lsn.rawValue
         }
+        guard configuration.journalMode == .always else { return SavingJournalRecord(write: write, settle: nil) }
+        // With Mode=always the record is durable before the file it names is in place.
+        let settle: @Sendable (UInt64) -> Void = { lsn in
+            guard lsn != 0 else { return }
+            let synced = DispatchSemaphore(value: 0)
+            journal.whenDurable(LSN(lsn)) { _ in synced.signal() }
+            _ = synced.wait(timeout: .now() + 10)
+        }
+        return SavingJournalRecord(write: write, settle: settle)
     }
 
     /// A durable save of `entry` covering its edits through `token` is done: the records

@@ -322,7 +322,7 @@ extension DocumentStore {
                 token, since, entry.document, entry.existingFile,
                 // Never replace what was not seen: the file as last read or written, or none.
                 entry.fingerprint?.expectedDestination ?? .absent, entry.contentType,
-                // The journal's record of the file this save puts in place, written right before the rename.
+                // The journal's record of the file this save puts in place, written while its bytes are synced.
                 self.journalSaving(entry, path: path, token: token), mayRunOnLoop(entry)
             )
         }
@@ -339,8 +339,8 @@ extension DocumentStore {
             let start = clock.now
             let result = Result { () throws -> SaveOutcome in
                 let wrapper = try snapshot.fileWrapper(configuration: .init(contentType: type, existingFile: existing))
-                // Hashed once, for the fingerprint and for the journal's record of the save;
-                // a large file while it is written and synced.
+                // Hashed once, for the fingerprint and for the journal's record of the save,
+                // while the disk writes the bytes.
                 let hashing = ContentHashing(wrapper)
                 let report: DurableWriter.Report
                 let savingRecord = SavingRecord()
@@ -349,10 +349,17 @@ extension DocumentStore {
                 let write = {
                     try writer.write(
                         wrapper, to: fullPath, options: [], originalContentsPath: fullPath, expecting: expected,
-                        beforeReplacing: journalSaving.map { record in
-                            { _, _, size, _ in
-                                if let hash = hashing?.value {
-                                    savingRecord.lsn = record(FileIdentity(size: size, hash: hash))
+                        beforeReplacing: journalSaving?.settle.map { settle in
+                            { _, _, _, _ in settle(savingRecord.lsn) }
+                        },
+                        whileSyncing: hashing.map { hashing in
+                            { size in
+                                // Both while the disk writes the bytes: any save that puts this
+                                // file in place has its record in the journal first (a record of a
+                                // save that fails names a file that is nowhere, and is passed over).
+                                hashing.compute()
+                                if let journalSaving, let hash = hashing.value {
+                                    savingRecord.lsn = journalSaving.write(FileIdentity(size: size, hash: hash))
                                 }
                             }
                         }, leftOpen: leftOpen)
@@ -710,6 +717,14 @@ final class SavingRecord: @unchecked Sendable {
     var lsn: UInt64 = 0
 }
 
+/// The journal's record of the file a save puts in place (``DocumentStore/journalSaving(_:path:token:)``).
+struct SavingJournalRecord: Sendable {
+    /// Appends and writes the record; its LSN (0: it could not be appended).
+    let write: @Sendable (FileIdentity) -> UInt64
+    /// With `Mode=always`: waits until the record of that LSN is durable (right before the rename).
+    let settle: (@Sendable (UInt64) -> Void)?
+}
+
 /// A save on its way from the loop to a save thread and back (see `submit`): written by
 /// the save thread before it hands the box to the loop, read and emptied by the loop.
 private final class SaveHandoff: @unchecked Sendable {
@@ -734,70 +749,33 @@ private final class SaveHandoff: @unchecked Sendable {
     }
 }
 
-/// The ``StableHash`` of a save's bytes. Bytes of at least ``besideWriteThreshold`` are
-/// hashed on another thread while the save writes and syncs them (the hash is first needed
-/// right before the rename, for the journal's record): a megabyte takes about 0.1 ms to
-/// hash, which a CPU left idle by the `fsync` hides. Smaller ones are hashed at once, on
-/// the save's thread, as a hand-off would cost more than the hash (and so would the
-/// condition variable it needs, which a small save never makes).
-struct ContentHashing: Sendable {
-    static let besideWriteThreshold = 256 << 10
+/// The ``StableHash`` of a save's bytes, for the fingerprint and for the journal's record
+/// of the save (first needed right before the rename). The writer has it computed between
+/// writing the bytes and their `fsync` (``DurableWriter``'s `whileSyncing`), after starting
+/// a large file's write-back: a megabyte's hash, about 0.1 ms, is done on the save's own
+/// thread while the disk writes, with no other thread to wake (which the scheduler may
+/// well run on the save's own CPU first).
+final class ContentHashing {
+    private let file: FileWrapper
+    /// `nil` until computed; then the hash, or `nil` for a file read lazily that can no longer be read.
+    private var hashed: UInt64??
 
-    private let hashed: UInt64?
-    private let beside: Beside?
-
-    /// A hash computed on another thread: `result` is written once, under `condition`,
-    /// and read under it.
-    private final class Beside: @unchecked Sendable {
-        let condition = NSCondition()
-        var result: UInt64?
-    }
-
-    /// The file handed to the hashing thread, let go of there before the hash is published:
-    /// the queue releases the block itself whenever its thread gets to it, and the bytes it
-    /// held (a closed document's, a megabyte or more) would stay allocated until then.
-    private final class Handed: @unchecked Sendable {
-        private var file: FileWrapper?
-        init(_ file: FileWrapper) { self.file = file }
-        func take() -> FileWrapper? {
-            defer { file = nil }
-            return file
-        }
-    }
-
-    /// The hash of a regular-file wrapper's bytes, read from the wrapper as it holds them
-    /// (text from its string, with no `Data` made of it); `nil` for other kinds, or a file
-    /// read lazily that can no longer be read.
+    /// For a regular-file wrapper; `nil` for other kinds. Hashes nothing yet.
     init?(_ file: FileWrapper) {
         guard file.isRegularFile else { return nil }
-        guard let count = file.contentsCount, count >= Self.besideWriteThreshold else {
-            guard let hash = try? file.withContents(StableHash.of) else { return nil }
-            hashed = hash
-            beside = nil
-            return
-        }
-        let beside = Beside()
-        hashed = nil
-        self.beside = beside
-        let handed = Handed(file)
-        DispatchQueue.global(qos: .userInitiated).async {
-            // In memory (its count is known): it cannot fail.
-            let hash = (try? handed.take()?.withContents(StableHash.of)) ?? 0
-            beside.condition.lock()
-            beside.result = hash
-            beside.condition.broadcast()
-            beside.condition.unlock()
-        }
+        self.file = file
     }
 
-    /// The hash, once computed (waits for it).
-    var value: UInt64 {
-        if let hashed { return hashed }
-        let beside = beside!
-        beside.condition.lock()
-        defer { beside.condition.unlock() }
-        while beside.result == nil { beside.condition.wait() }
-        return beside.result!
+    /// Hashes the bytes as the wrapper holds them (text from its string, with no `Data`
+    /// made of it), once.
+    func compute() {
+        if hashed == nil { hashed = .some(try? file.withContents(StableHash.of)) }
+    }
+
+    /// The hash (computed now if it was not yet).
+    var value: UInt64? {
+        compute()
+        return hashed!
     }
 }
 

@@ -62,6 +62,8 @@ long clinux_getrandom(void *buffer, size_t count) { return (long)getrandom(buffe
 
 int clinux_syncfs(int fd) { return syncfs(fd); }
 
+int clinux_start_writeback(int fd) { return sync_file_range(fd, 0, 0, SYNC_FILE_RANGE_WRITE); }
+
 int clinux_peer_groups_get(int socket, uint32_t *groups, int capacity) {
     socklen_t len = (socklen_t)(capacity * sizeof(gid_t));
     if (getsockopt(socket, SOL_SOCKET, SO_PEERGROUPS, groups, &len) != 0) {

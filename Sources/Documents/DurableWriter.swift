@@ -120,6 +120,10 @@ public struct DurableWriter: Sendable {
     ///     size and modification time once it is written and synced, right before the rename
     ///     that puts it in place (the rename keeps all four): how a caller records which
     ///     file its save is about to leave at `path`.
+    ///   - whileSyncing: For a regular file, called with its size once its bytes are written,
+    ///     right before the `fsync` that makes them durable, on the writing thread: work to
+    ///     do while the disk writes (a file of ``writeBackAheadBytes`` or more has its
+    ///     write-back started first, so the disk is busy while it runs).
     ///   - leftOpen: When given, a regular file's write that succeeds leaves its descriptors
     ///     (the directories it opened, the file) there for the caller to close, instead of
     ///     closing them before it returns: a caller waiting to answer for the write closes
@@ -132,7 +136,7 @@ public struct DurableWriter: Sendable {
         _ wrapper: FileWrapper, to path: String, options: FileWrapper.WritingOptions = [],
         originalContentsPath: String? = nil, expecting expected: ExpectedDestination? = nil,
         beforeReplacing: ((_ device: UInt64, _ inode: UInt64, _ size: Int64, _ modified: FileTime) -> Void)? = nil,
-        leftOpen: DescriptorsLeftOpen? = nil
+        whileSyncing: ((_ size: Int64) -> Void)? = nil, leftOpen: DescriptorsLeftOpen? = nil
     ) throws -> Report {
         var session = WriteSession(policy: symlinkPolicy, swap: packageSwap, keepsContents: keepsWrittenContents)
         session.afterRename = afterRename
@@ -162,7 +166,7 @@ public struct DurableWriter: Sendable {
         case .regularFile:
             try session.writeRegularFile(
                 wrapper, at: location, syncDirectory: true, expecting: expected, reportingPlaced: true,
-                beforeReplacing: beforeReplacing)
+                beforeReplacing: beforeReplacing, whileSyncing: whileSyncing)
         case .symbolicLink(let destination):
             try session.writeSymbolicLink(wrapper, destination: destination, at: location, syncDirectory: true)
         case .directory:
@@ -188,6 +192,11 @@ public struct DurableWriter: Sendable {
         }
         return try write(wrapper, to: path)
     }
+
+    /// From this many bytes, a regular file's write-back is started before the work given
+    /// as `whileSyncing` runs (see ``write(_:to:options:originalContentsPath:expecting:beforeReplacing:whileSyncing:leftOpen:)``);
+    /// below it the disk's part is too short to be worth the system call.
+    public static let writeBackAheadBytes = 256 << 10
 }
 
 /// A location to write: a name in an open directory.
@@ -242,7 +251,7 @@ struct WriteSession {
 
     /// Descriptors whose closing waits for the session's end: `nil` unless the caller
     /// closes them itself once the write has succeeded (`leftOpen` of
-    /// ``DurableWriter/write(_:to:options:originalContentsPath:expecting:beforeReplacing:leftOpen:)``).
+    /// ``DurableWriter/write(_:to:options:originalContentsPath:expecting:beforeReplacing:whileSyncing:leftOpen:)``).
     var closedLater: [FileDescriptor]?
 
     /// Closes `fd` now, or when the session ends if its caller closes them (``closedLater``).
@@ -625,9 +634,11 @@ struct WriteSession {
     mutating func writeRegularFile(
         _ wrapper: FileWrapper, at location: Location, syncDirectory: Bool,
         expecting expected: ExpectedDestination? = nil, reportingPlaced: Bool = false,
-        beforeReplacing: ((UInt64, UInt64, Int64, FileTime) -> Void)? = nil
+        beforeReplacing: ((UInt64, UInt64, Int64, FileTime) -> Void)? = nil,
+        whileSyncing: ((_ size: Int64) -> Void)? = nil
     ) throws {
-        let staged = try stageRegularFile(wrapper, at: location, keepingOpen: reportingPlaced)
+        let staged = try stageRegularFile(
+            wrapper, at: location, keepingOpen: reportingPlaced, whileSyncing: whileSyncing)
         do {
             // Looked at again right before the rename: the contents took time to write and sync.
             if let expected {
@@ -720,9 +731,10 @@ struct WriteSession {
         return staged.tree!
     }
 
-    private mutating func stageRegularFile(_ wrapper: FileWrapper, at location: Location, keepingOpen: Bool = false)
-        throws -> Staged
-    {
+    private mutating func stageRegularFile(
+        _ wrapper: FileWrapper, at location: Location, keepingOpen: Bool = false,
+        whileSyncing: ((_ size: Int64) -> Void)? = nil
+    ) throws -> Staged {
         if location.existing?.kind == .directory {
             throw DocumentError(
                 operation: .rename, path: location.path, errno: .isDirectory,
@@ -753,7 +765,7 @@ struct WriteSession {
                 defer { if !keepingOpen { try? fd.close() } }
                 identity = try stageContents(
                     data, into: fd, path: temporaryPath, wrapper: wrapper, existing: existing, location: location,
-                    mode: mode, ownedAsNew: ownedAsNew, modeAtCreation: modeAtCreation)
+                    mode: mode, ownedAsNew: ownedAsNew, modeAtCreation: modeAtCreation, whileSyncing: whileSyncing)
             } catch {
                 if keepingOpen { try? fd.close() }
                 throw error
@@ -771,7 +783,8 @@ struct WriteSession {
     /// Writes a regular file's temporary: its bytes, mode and owner, synced; its identity after the sync.
     private func stageContents(
         _ data: FileBytes, into fd: FileDescriptor, path temporaryPath: String, wrapper: FileWrapper,
-        existing: FileStatus?, location: Location, mode: FilePermissions, ownedAsNew: Bool, modeAtCreation: Bool
+        existing: FileStatus?, location: Location, mode: FilePermissions, ownedAsNew: Bool, modeAtCreation: Bool,
+        whileSyncing: ((_ size: Int64) -> Void)?
     ) throws -> DiskIdentity {
         do throws(Errno) { try data.write(to: fd) } catch {
             throw DocumentError(operation: .write, path: temporaryPath, errno: error)
@@ -784,6 +797,12 @@ struct WriteSession {
             try applyOwnership(
                 to: fd, replacing: location.existing, requested: wrapper.requestedPermissions,
                 defaultMode: Self.newFilePermissions, path: temporaryPath)
+        }
+        if let whileSyncing {
+            // Not waited for, and no error of its own: the `fsync` below waits for what it
+            // started and reports any write-back error (starting one consumes none).
+            if data.count >= DurableWriter.writeBackAheadBytes { try? fd.startWriteBack() }
+            whileSyncing(Int64(data.count))
         }
         do throws(Errno) { try fd.sync() } catch {
             throw DocumentError(operation: .sync, path: temporaryPath, errno: error)
@@ -1131,7 +1150,7 @@ enum TreeRemover {
 }
 
 /// Descriptors a successful write leaves open for its caller to close (see
-/// ``DurableWriter/write(_:to:options:originalContentsPath:expecting:beforeReplacing:leftOpen:)``).
+/// ``DurableWriter/write(_:to:options:originalContentsPath:expecting:beforeReplacing:whileSyncing:leftOpen:)``).
 /// Filled by the writer, then used by one thread at a time: the caller's.
 public final class DescriptorsLeftOpen: @unchecked Sendable {
     fileprivate(set) var descriptors: [FileDescriptor] = []

@@ -238,6 +238,16 @@ extension FileDescriptor {
         try nothingOrErrno { system_fsync(rawValue) }.get()
     }
 
+    /// Starts writing the file's dirty pages back to the storage device and returns without
+    /// waiting for them: a ``sync()`` that follows finds part of its work done or under way.
+    /// Durability still needs that sync (the file's metadata and a write-back error are
+    /// its business).
+    ///
+    /// The corresponding C function is `sync_file_range(SYNC_FILE_RANGE_WRITE)` over the whole file.
+    public func startWriteBack() throws(Errno) {
+        try nothingOrErrno { system_start_writeback(rawValue) }.get()
+    }
+
     /// Flushes the file's data, and the metadata needed to read it back (its size), to the
     /// storage device; unlike ``sync()`` it skips metadata such as the modification time.
     ///

@@ -22,13 +22,16 @@ struct ContentHashingTests {
     }
 
     @Test(
-        "Hashed at once or beside the write, the hash is the same",
-        arguments: [0, 1, 4096, ContentHashing.besideWriteThreshold - 1, ContentHashing.besideWriteThreshold, 1 << 20]
+        "The hash of a regular file's bytes, held as data or as text, computed once when the writer asks or when read",
+        arguments: [0, 1, 4096, DurableWriter.writeBackAheadBytes - 1, DurableWriter.writeBackAheadBytes, 1 << 20]
     )
-    func besideTheWrite(size: Int) throws {
+    func hashOfTheBytes(size: Int) throws {
         let bytes = Self.megabyte.prefix(size)
         let expected = StableHash.of(Data(bytes))
         #expect(try #require(ContentHashing(FileWrapper(regularFileWithContents: Data(bytes)))).value == expected)
+        let computed = try #require(ContentHashing(FileWrapper(regularFileWithContents: Data(bytes))))
+        computed.compute()
+        #expect(computed.value == expected)
         // Text held as a string: hashed from the string's own bytes.
         let text = String(repeating: "x", count: size)
         #expect(
@@ -41,7 +44,7 @@ struct ContentHashingTests {
     func savingRecords() async throws {
         let rig = try JournalRig()
         try await rig.start()
-        let pieces = ContentHashing.besideWriteThreshold / 16 * 2
+        let pieces = DurableWriter.writeBackAheadBytes / 16 * 2
         let large = String(repeating: "0123456789abcdef", count: pieces) + "end\n"
         for (doc, text) in [("small.txt", "a small document\n"), ("large.txt", large)] {
             try rig.ok(["cmd": "set", "doc": .string(doc), "text": .string(text)])

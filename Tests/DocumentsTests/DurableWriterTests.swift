@@ -256,6 +256,30 @@ struct DurableWriterFileTests {
             return e?.operation == .openDirectory && e?.errno == .noSuchFile
         }
     }
+
+    @Test(
+        "Work given to run while a file's bytes are synced runs once, with the file's size, when the temporary holds every byte and the destination is not yet replaced",
+        arguments: [10, DurableWriter.writeBackAheadBytes + 10])
+    func workWhileSyncing(size: Int) throws {
+        let place = directory.sub("syncing-\(size)")
+        try FileManager.default.createDirectory(atPath: place, withIntermediateDirectories: false)
+        let path = place + "/file.txt"
+        try Disk.write("old", to: path)
+        let bytes = Data((0..<size).map { UInt8(truncatingIfNeeded: $0 &* 7) })
+        var seen: [(size: Int64, temporary: Data?, destination: Data?)] = []
+        try DurableWriter().write(
+            FileWrapper(regularFileWithContents: bytes), to: path,
+            whileSyncing: { written in
+                let temporary = Disk.temporaries(under: place).first.flatMap { try? Disk.bytes(place + "/" + $0) }
+                seen.append((written, temporary, try? Disk.bytes(path)))
+            })
+        #expect(seen.count == 1)
+        #expect(seen.first?.size == Int64(size))
+        #expect(seen.first?.temporary == bytes)
+        #expect(seen.first?.destination == Data("old".utf8))
+        #expect(try Disk.bytes(path) == bytes)
+        #expect(Disk.temporaries(under: place).isEmpty)
+    }
 }
 
 @Suite("DurableWriter: packages")

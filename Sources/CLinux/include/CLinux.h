@@ -72,6 +72,9 @@ int clinux_openat_no_symlinks(int dirfd, const char *path, int flags);
 long clinux_getrandom(void *buffer, size_t count);
 /// syncfs(2): flush the file system holding `fd`.
 int clinux_syncfs(int fd);
+/// sync_file_range(2) with SYNC_FILE_RANGE_WRITE over the whole file: starts writing its
+/// dirty pages back without waiting for them.
+int clinux_start_writeback(int fd);
 
 /// SO_PEERGROUPS: the supplementary groups of a Unix socket's peer. Returns the count
 /// (which may exceed `capacity`: call again with more room), or -1.
