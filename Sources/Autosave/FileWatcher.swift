@@ -99,7 +99,10 @@ final class FileWatcher: @unchecked Sendable {
         self.deliver = deliver
         self.log = log
         watchTree("")
-        let thread = Thread { [self] in self.run() }
+        let thread = Thread { [self] in
+            CurrentThread.setName("autosaved-watch")
+            self.run()
+        }
         thread.name = "autosaved-watch"
         thread.start()
     }

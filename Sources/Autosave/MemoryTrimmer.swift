@@ -45,6 +45,7 @@ package final class MemoryTrimmer: Sendable {
             &thread, nil,
             { argument in
                 let trimmer = Unmanaged<MemoryTrimmer>.fromOpaque(argument!).takeRetainedValue()
+                CurrentThread.setName("memory-trim")
                 trimmer.run()
                 return nil
             }, box.toOpaque())

@@ -1,4 +1,5 @@
 import Foundation
+import Posix
 
 /// The threads that serialise and write saves: as many as saves run at once (the store
 /// bounds that by `MaxConcurrentSaves=`), started when first needed and kept, each
@@ -32,8 +33,11 @@ final class SaveThreads: @unchecked Sendable {
         // block on it, and be woken again when it is released.
         if !start { condition.signal() }
         if start {
-            let thread = Thread { [self] in run() }
-            thread.name = "autosaved-save-\(number)"
+            let thread = Thread { [self] in
+                CurrentThread.setName("save-\(number)")
+                run()
+            }
+            thread.name = "save-\(number)"
             thread.start()
         }
     }

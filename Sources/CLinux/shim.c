@@ -11,6 +11,7 @@
 #include <sys/epoll.h>
 #include <sys/file.h>
 #include <sys/mman.h>
+#include <sys/prctl.h>
 #include <sys/eventfd.h>
 #include <sys/random.h>
 #include <sys/un.h>
@@ -61,6 +62,8 @@ int clinux_openat_no_symlinks(int dirfd, const char *path, int flags) {
 long clinux_getrandom(void *buffer, size_t count) { return (long)getrandom(buffer, count, 0); }
 
 int clinux_syncfs(int fd) { return syncfs(fd); }
+
+int clinux_set_thread_name(const char *name) { return prctl(PR_SET_NAME, (unsigned long)name, 0, 0, 0); }
 
 int clinux_start_writeback(int fd) { return sync_file_range(fd, 0, 0, SYNC_FILE_RANGE_WRITE); }
 

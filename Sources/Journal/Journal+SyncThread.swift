@@ -13,7 +13,10 @@ extension Journal {
     }
 
     func startSyncThread() {
-        let thread = Thread { [self] in self.runSyncThread() }
+        let thread = Thread { [self] in
+            CurrentThread.setName("journal-sync")
+            self.runSyncThread()
+        }
         thread.name = "journal-sync"
         thread.start()
     }

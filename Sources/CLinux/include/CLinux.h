@@ -72,6 +72,9 @@ int clinux_openat_no_symlinks(int dirfd, const char *path, int flags);
 long clinux_getrandom(void *buffer, size_t count);
 /// syncfs(2): flush the file system holding `fd`.
 int clinux_syncfs(int fd);
+/// prctl(PR_SET_NAME): the calling thread's name as the kernel shows it (`comm`, in
+/// /proc/PID/task/TID/comm, `top -H`, `perf`), cut to 15 bytes.
+int clinux_set_thread_name(const char *name);
 /// sync_file_range(2) with SYNC_FILE_RANGE_WRITE over the whole file: starts writing its
 /// dirty pages back without waiting for them.
 int clinux_start_writeback(int fd);

@@ -41,6 +41,7 @@ internal func system_write(_ fd: CInt, _ buffer: UnsafeRawPointer?, _ count: Int
 
 internal func system_fsync(_ fd: CInt) -> CInt { Glibc.fsync(fd) }
 internal func system_syncfs(_ fd: CInt) -> CInt { clinux_syncfs(fd) }
+internal func system_set_thread_name(_ name: UnsafePointer<CChar>) -> CInt { clinux_set_thread_name(name) }
 internal func system_start_writeback(_ fd: CInt) -> CInt { clinux_start_writeback(fd) }
 internal func system_fdatasync(_ fd: CInt) -> CInt { Glibc.fdatasync(fd) }
 internal func system_fchmod(_ fd: CInt, _ mode: mode_t) -> CInt { Glibc.fchmod(fd, mode) }
