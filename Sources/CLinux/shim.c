@@ -65,7 +65,9 @@ int clinux_syncfs(int fd) { return syncfs(fd); }
 
 int clinux_set_thread_name(const char *name) { return prctl(PR_SET_NAME, (unsigned long)name, 0, 0, 0); }
 
-int clinux_start_writeback(int fd) { return sync_file_range(fd, 0, 0, SYNC_FILE_RANGE_WRITE); }
+int clinux_start_writeback(int fd, int64_t offset, int64_t count) {
+    return sync_file_range(fd, offset, count, SYNC_FILE_RANGE_WRITE);
+}
 
 int clinux_peer_groups_get(int socket, uint32_t *groups, int capacity) {
     socklen_t len = (socklen_t)(capacity * sizeof(gid_t));

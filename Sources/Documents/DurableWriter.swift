@@ -122,8 +122,9 @@ public struct DurableWriter: Sendable {
     ///     file its save is about to leave at `path`.
     ///   - whileSyncing: For a regular file, called with its size once its bytes are written,
     ///     right before the `fsync` that makes them durable, on the writing thread: work to
-    ///     do while the disk writes (a file of ``writeBackAheadBytes`` or more has its
-    ///     write-back started first, so the disk is busy while it runs).
+    ///     do while the disk writes. A file of ``writeBackAheadBytes`` or more is then
+    ///     written in pieces of that size, each one's write-back started once it is written,
+    ///     so that the disk is busy from the first piece on and while the work runs.
     ///   - leftOpen: When given, a regular file's write that succeeds leaves its descriptors
     ///     (the directories it opened, the file) there for the caller to close, instead of
     ///     closing them before it returns: a caller waiting to answer for the write closes
@@ -193,9 +194,11 @@ public struct DurableWriter: Sendable {
         return try write(wrapper, to: path)
     }
 
-    /// From this many bytes, a regular file's write-back is started before the work given
-    /// as `whileSyncing` runs (see ``write(_:to:options:originalContentsPath:expecting:beforeReplacing:whileSyncing:leftOpen:)``);
-    /// below it the disk's part is too short to be worth the system call.
+    /// From this many bytes, a regular file written with work to do while it syncs is
+    /// written in pieces of this size, each one's write-back started as soon as it is
+    /// written (see ``write(_:to:options:originalContentsPath:expecting:beforeReplacing:whileSyncing:leftOpen:)``);
+    /// below it the disk's part is too short to be worth the system calls. (Pieces of
+    /// 128 KiB measured slower for a megabyte, 512 KiB the same.)
     public static let writeBackAheadBytes = 256 << 10
 }
 
@@ -472,6 +475,35 @@ struct WriteSession {
             switch self {
             case .data(let data): try fd.writeAll(data)
             case .text(let text): try fd.writeAll(text.utf8)
+            }
+        }
+
+        /// Writes the bytes in pieces of `piece` bytes, starting each one's write-back once it
+        /// is written: the disk works on the first pieces while the next are copied.
+        func write(to fd: FileDescriptor, startingWriteBackEvery piece: Int) throws(Errno) {
+            func pieces(_ buffer: UnsafeRawBufferPointer) -> Result<Void, Errno> {
+                Result { () throws(Errno) in
+                    var offset = 0
+                    while offset < buffer.count {
+                        let end = min(buffer.count, offset + piece)
+                        try fd.writeAll(UnsafeRawBufferPointer(rebasing: buffer[offset..<end]))
+                        // Not waited for, and no error of its own: the `fsync` that follows
+                        // waits for it and reports any write-back error.
+                        try? fd.startWriteBack(from: Int64(offset), count: Int64(end - offset))
+                        offset = end
+                    }
+                }
+            }
+            switch self {
+            case .data(let data):
+                try data.withUnsafeBytes { pieces($0) }.get()
+            case .text(let text):
+                if let result = text.utf8.withContiguousStorageIfAvailable({ pieces(UnsafeRawBufferPointer($0)) }) {
+                    try result.get()
+                } else {
+                    try fd.writeAll(text.utf8)
+                    try? fd.startWriteBack()
+                }
             }
         }
     }
@@ -786,7 +818,16 @@ struct WriteSession {
         existing: FileStatus?, location: Location, mode: FilePermissions, ownedAsNew: Bool, modeAtCreation: Bool,
         whileSyncing: ((_ size: Int64) -> Void)?
     ) throws -> DiskIdentity {
-        do throws(Errno) { try data.write(to: fd) } catch {
+        // A large file that is to be synced after work done meanwhile has its write-back
+        // started piece by piece as it is written: the disk works on it from its first piece.
+        let startsWriteBack = whileSyncing != nil && data.count >= DurableWriter.writeBackAheadBytes
+        do throws(Errno) {
+            if startsWriteBack {
+                try data.write(to: fd, startingWriteBackEvery: DurableWriter.writeBackAheadBytes)
+            } else {
+                try data.write(to: fd)
+            }
+        } catch {
             throw DocumentError(operation: .write, path: temporaryPath, errno: error)
         }
         if ownedAsNew, !modeAtCreation {
@@ -798,12 +839,7 @@ struct WriteSession {
                 to: fd, replacing: location.existing, requested: wrapper.requestedPermissions,
                 defaultMode: Self.newFilePermissions, path: temporaryPath)
         }
-        if let whileSyncing {
-            // Not waited for, and no error of its own: the `fsync` below waits for what it
-            // started and reports any write-back error (starting one consumes none).
-            if data.count >= DurableWriter.writeBackAheadBytes { try? fd.startWriteBack() }
-            whileSyncing(Int64(data.count))
-        }
+        whileSyncing?(Int64(data.count))
         do throws(Errno) { try fd.sync() } catch {
             throw DocumentError(operation: .sync, path: temporaryPath, errno: error)
         }

@@ -258,17 +258,23 @@ struct DurableWriterFileTests {
     }
 
     @Test(
-        "Work given to run while a file's bytes are synced runs once, with the file's size, when the temporary holds every byte and the destination is not yet replaced",
-        arguments: [10, DurableWriter.writeBackAheadBytes + 10])
-    func workWhileSyncing(size: Int) throws {
-        let place = directory.sub("syncing-\(size)")
+        "Work given to run while a file's bytes are synced runs once, with the file's size, when the temporary holds every byte (a large one written in pieces, data or text) and the destination is not yet replaced",
+        arguments: [10, DurableWriter.writeBackAheadBytes + 10, 3 * DurableWriter.writeBackAheadBytes + 1],
+        [false, true])
+    func workWhileSyncing(size: Int, asText: Bool) throws {
+        let place = directory.sub("syncing-\(size)-\(asText)")
         try FileManager.default.createDirectory(atPath: place, withIntermediateDirectories: false)
         let path = place + "/file.txt"
         try Disk.write("old", to: path)
-        let bytes = Data((0..<size).map { UInt8(truncatingIfNeeded: $0 &* 7) })
+        // Printable, and different at every offset within a piece and from piece to piece.
+        let bytes = Data((0..<size).map { UInt8(ascii: "a") + UInt8(($0 / 7 + $0 % 13) % 26) })
+        let wrapper =
+            asText
+            ? FileWrapper(regularFileWithText: String(decoding: bytes, as: UTF8.self))
+            : FileWrapper(regularFileWithContents: bytes)
         var seen: [(size: Int64, temporary: Data?, destination: Data?)] = []
         try DurableWriter().write(
-            FileWrapper(regularFileWithContents: bytes), to: path,
+            wrapper, to: path,
             whileSyncing: { written in
                 let temporary = Disk.temporaries(under: place).first.flatMap { try? Disk.bytes(place + "/" + $0) }
                 seen.append((written, temporary, try? Disk.bytes(path)))

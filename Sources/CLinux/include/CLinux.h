@@ -75,9 +75,9 @@ int clinux_syncfs(int fd);
 /// prctl(PR_SET_NAME): the calling thread's name as the kernel shows it (`comm`, in
 /// /proc/PID/task/TID/comm, `top -H`, `perf`), cut to 15 bytes.
 int clinux_set_thread_name(const char *name);
-/// sync_file_range(2) with SYNC_FILE_RANGE_WRITE over the whole file: starts writing its
-/// dirty pages back without waiting for them.
-int clinux_start_writeback(int fd);
+/// sync_file_range(2) with SYNC_FILE_RANGE_WRITE over `count` bytes from `offset` (0: to
+/// the end of the file): starts writing those dirty pages back without waiting for them.
+int clinux_start_writeback(int fd, int64_t offset, int64_t count);
 
 /// SO_PEERGROUPS: the supplementary groups of a Unix socket's peer. Returns the count
 /// (which may exceed `capacity`: call again with more room), or -1.

@@ -42,7 +42,9 @@ internal func system_write(_ fd: CInt, _ buffer: UnsafeRawPointer?, _ count: Int
 internal func system_fsync(_ fd: CInt) -> CInt { Glibc.fsync(fd) }
 internal func system_syncfs(_ fd: CInt) -> CInt { clinux_syncfs(fd) }
 internal func system_set_thread_name(_ name: UnsafePointer<CChar>) -> CInt { clinux_set_thread_name(name) }
-internal func system_start_writeback(_ fd: CInt) -> CInt { clinux_start_writeback(fd) }
+internal func system_start_writeback(_ fd: CInt, _ offset: Int64, _ count: Int64) -> CInt {
+    clinux_start_writeback(fd, offset, count)
+}
 internal func system_fdatasync(_ fd: CInt) -> CInt { Glibc.fdatasync(fd) }
 internal func system_fchmod(_ fd: CInt, _ mode: mode_t) -> CInt { Glibc.fchmod(fd, mode) }
 internal func system_fchown(_ fd: CInt, _ uid: uid_t, _ gid: gid_t) -> CInt { Glibc.fchown(fd, uid, gid) }
