@@ -750,11 +750,11 @@ private final class SaveHandoff: @unchecked Sendable {
 }
 
 /// The ``StableHash`` of a save's bytes, for the fingerprint and for the journal's record
-/// of the save (first needed right before the rename). The writer has it computed between
-/// writing the bytes and their `fsync` (``DurableWriter``'s `whileSyncing`), after starting
-/// a large file's write-back: a megabyte's hash, about 0.1 ms, is done on the save's own
-/// thread while the disk writes, with no other thread to wake (which the scheduler may
-/// well run on the save's own CPU first).
+/// of the save. The writer has it computed between writing the bytes and their `fsync`
+/// (``DurableWriter``'s `whileSyncing`), a large file's write-back already under way: a
+/// megabyte's hash, about 0.1 ms, is done on the save's own thread while the disk writes,
+/// with no other thread to wake (which the scheduler may well run on the save's own CPU
+/// first).
 final class ContentHashing {
     private let file: FileWrapper
     /// `nil` until computed; then the hash, or `nil` for a file read lazily that can no longer be read.
