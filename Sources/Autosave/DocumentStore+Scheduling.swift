@@ -357,8 +357,8 @@ extension DocumentStore {
                                 // Both while the disk writes the bytes: any save that puts this
                                 // file in place has its record in the journal first (a record of a
                                 // save that fails names a file that is nowhere, and is passed over).
-                                hashing.compute()
-                                if let journalSaving, let hash = hashing.value {
+                                let hash = hashing.value
+                                if let journalSaving, let hash {
                                     savingRecord.lsn = journalSaving.write(FileIdentity(size: size, hash: hash))
                                 }
                             }
@@ -757,8 +757,6 @@ private final class SaveHandoff: @unchecked Sendable {
 /// first).
 final class ContentHashing {
     private let file: FileWrapper
-    /// `nil` until computed; then the hash, or `nil` for a file read lazily that can no longer be read.
-    private var hashed: UInt64??
 
     /// For a regular-file wrapper; `nil` for other kinds. Hashes nothing yet.
     init?(_ file: FileWrapper) {
@@ -766,17 +764,10 @@ final class ContentHashing {
         self.file = file
     }
 
-    /// Hashes the bytes as the wrapper holds them (text from its string, with no `Data`
-    /// made of it), once.
-    func compute() {
-        if hashed == nil { hashed = .some(try? file.withContents(StableHash.of)) }
-    }
-
-    /// The hash (computed now if it was not yet).
-    var value: UInt64? {
-        compute()
-        return hashed!
-    }
+    /// The hash of the bytes as the wrapper holds them (text from its string, with no
+    /// `Data` made of it), computed on first use; `nil` for a file read lazily that can no
+    /// longer be read.
+    lazy var value: UInt64? = try? file.withContents(StableHash.of)
 }
 
 extension Duration {

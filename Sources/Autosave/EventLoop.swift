@@ -144,12 +144,7 @@ final class EventLoop: SerialExecutor, @unchecked Sendable {
         wakeup = try FileDescriptor.eventFD()
         try epoll.add(wakeup, events: .readable, tag: Self.wakeupTag)
         taskExecutor.loop.withLock { $0 = self }
-        let thread = Thread { [self] in
-            CurrentThread.setName(name)
-            self.run()
-        }
-        thread.name = name
-        thread.start()
+        NamedThread.start(name) { [self] in self.run() }
     }
 
     // MARK: The executor

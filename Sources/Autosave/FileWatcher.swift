@@ -99,12 +99,7 @@ final class FileWatcher: @unchecked Sendable {
         self.deliver = deliver
         self.log = log
         watchTree("")
-        let thread = Thread { [self] in
-            CurrentThread.setName("autosaved-watch")
-            self.run()
-        }
-        thread.name = "autosaved-watch"
-        thread.start()
+        NamedThread.start("autosaved-watch") { [self] in self.run() }
     }
 
     func stop() {

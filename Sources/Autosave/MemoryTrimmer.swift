@@ -39,17 +39,7 @@ package final class MemoryTrimmer: Sendable {
 
     /// Starts the trimmer's thread.
     func start() {
-        var thread = pthread_t()
-        let box = Unmanaged.passRetained(self)
-        let made = pthread_create(
-            &thread, nil,
-            { argument in
-                let trimmer = Unmanaged<MemoryTrimmer>.fromOpaque(argument!).takeRetainedValue()
-                CurrentThread.setName("memory-trim")
-                trimmer.run()
-                return nil
-            }, box.toOpaque())
-        if made != 0 { box.release() } else { pthread_detach(thread) }
+        NamedThread.start("memory-trim") { [self] in run() }
     }
 
     /// Stops the thread (at its next wake-up; it holds nothing that needs waiting for).

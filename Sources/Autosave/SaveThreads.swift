@@ -33,12 +33,7 @@ final class SaveThreads: @unchecked Sendable {
         // block on it, and be woken again when it is released.
         if !start { condition.signal() }
         if start {
-            let thread = Thread { [self] in
-                CurrentThread.setName("save-\(number)")
-                run()
-            }
-            thread.name = "save-\(number)"
-            thread.start()
+            NamedThread.start("save-\(number)") { [self] in run() }
         }
     }
 

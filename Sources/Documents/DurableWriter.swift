@@ -497,13 +497,9 @@ struct WriteSession {
             switch self {
             case .data(let data):
                 try data.withUnsafeBytes { pieces($0) }.get()
-            case .text(let text):
-                if let result = text.utf8.withContiguousStorageIfAvailable({ pieces(UnsafeRawBufferPointer($0)) }) {
-                    try result.get()
-                } else {
-                    try fd.writeAll(text.utf8)
-                    try? fd.startWriteBack()
-                }
+            case .text(var text):
+                // The string's own storage (a native string's already is contiguous).
+                try text.withUTF8 { pieces(UnsafeRawBufferPointer($0)) }.get()
             }
         }
     }

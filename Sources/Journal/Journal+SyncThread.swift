@@ -13,12 +13,7 @@ extension Journal {
     }
 
     func startSyncThread() {
-        let thread = Thread { [self] in
-            CurrentThread.setName("journal-sync")
-            self.runSyncThread()
-        }
-        thread.name = "journal-sync"
-        thread.start()
+        NamedThread.start("journal-sync") { [self] in self.runSyncThread() }
     }
 
     private func runSyncThread() {

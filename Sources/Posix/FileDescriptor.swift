@@ -238,13 +238,13 @@ extension FileDescriptor {
         try nothingOrErrno { system_fsync(rawValue) }.get()
     }
 
-    /// Starts writing the file's dirty pages within `count` bytes from `offset` (`count` 0:
-    /// to the end of the file) back to the storage device, and returns without waiting for
-    /// them: a ``sync()`` that follows finds part of its work done or under way. Durability
-    /// still needs that sync (the file's metadata and a write-back error are its business).
+    /// Starts writing the file's dirty pages within `count` bytes from `offset` back to the
+    /// storage device, and returns without waiting for them: a ``sync()`` that follows
+    /// finds part of its work done or under way. Durability still needs that sync (the
+    /// file's metadata and a write-back error are its business).
     ///
     /// The corresponding C function is `sync_file_range(SYNC_FILE_RANGE_WRITE)`.
-    public func startWriteBack(from offset: Int64 = 0, count: Int64 = 0) throws(Errno) {
+    public func startWriteBack(from offset: Int64, count: Int64) throws(Errno) {
         try nothingOrErrno { system_start_writeback(rawValue, offset, count) }.get()
     }
 
