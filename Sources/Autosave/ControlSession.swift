@@ -750,6 +750,8 @@ final class ControlSession: Sendable {
         writer.integer(journal.bytes)
         writer.key("segments")
         writer.integer(journal.segments)
+        writer.key("spare_segments")
+        writer.integer(journal.spareSegments)
         writer.key("memory_bytes")
         writer.integer(journal.memoryBytes)
         writer.key("unsaved_records")

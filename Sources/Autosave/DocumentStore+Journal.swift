@@ -45,6 +45,8 @@ public struct JournalSummary: Sendable, Equatable {
     public var directory: String
     public var bytes: Int
     public var segments: Int
+    /// Obsolete segments kept to be reused (docs/JOURNAL.md, "Recycled segments").
+    public var spareSegments: Int
     /// Memory the journal holds for its records (see ``JournalStatistics/memoryBytes``).
     public var memoryBytes: Int
     /// Records not yet covered by a durable save.
@@ -89,7 +91,9 @@ extension DocumentStore {
             // Segments small beside MaxSize=, so that saving the documents that pin the oldest frees space.
             options: JournalOptions(
                 mode: mode, segmentSize: min(16 << 20, max(256 << 10, configuration.journalMaxSize / 8)),
-                maxPayloadSize: 256 << 20),
+                maxPayloadSize: 256 << 20,
+                // Obsolete segments are reused while all of them together stay within MaxSize=.
+                recycleWithin: configuration.journalMaxSize),
             onDurable: { lsn in gate.advance(durable: lsn.rawValue) },
             onFailure: { failure in
                 gate.lastFailure.withLock { $0 = failure.description }
@@ -787,7 +791,8 @@ extension DocumentStore {
         let figures = journal.statistics
         return JournalSummary(
             mode: configuration.journalMode.rawValue, directory: journal.directory, bytes: figures.bytes,
-            segments: figures.segments, memoryBytes: figures.memoryBytes, unsavedRecords: figures.unreleasedRecords,
+            segments: figures.segments, spareSegments: figures.spareSegments, memoryBytes: figures.memoryBytes,
+            unsavedRecords: figures.unreleasedRecords,
             writtenThrough: figures.writtenThrough.rawValue, durableThrough: figures.durableThrough.rawValue,
             syncs: figures.syncs, lastSyncAgo: figures.lastSync.map { ContinuousClock.now - $0 },
             failure: figures.failure?.description, unjournalledEdits: unjournalledEdits,

@@ -136,6 +136,10 @@ public final class Metrics: Sendable {
                 "autosaved_journal_segments", "gauge", "The edit journal's segment files.",
                 [("", "\(journal.segments)")])
             text.family(
+                "autosaved_journal_spare_segments", "gauge",
+                "Segment files no longer needed, kept to be reused as the next segments.",
+                [("", "\(journal.spareSegments)")])
+            text.family(
                 "autosaved_journal_unsaved_records", "gauge", "Journal records no durable save covers yet.",
                 [("", "\(journal.unsavedRecords)")])
             text.family(

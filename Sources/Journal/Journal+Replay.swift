@@ -21,9 +21,11 @@ extension Journal {
         var tornHeader = false
         /// The first bad record, when the segment does not end cleanly.
         var defect: (offset: Int, defect: JournalProblem.RecordDefect)?
-        /// Zeros after the records: space reserved when the segment was made (see
-        /// ``Journal/preallocate(_:)``), not counted in `size`.
+        /// Bytes after the records' end (a zero record length): space reserved when the
+        /// segment was made (see ``Journal/preallocate(_:)``), zeros, or in a recycled
+        /// segment an earlier segment's records (`stale`); not counted in `size`.
         var reserved = 0
+        var stale = false
     }
 
     /// Delivers every valid, unreleased record in LSN order, then opens a fresh segment and
@@ -113,6 +115,11 @@ extension Journal {
                 try? directoryFD.unlink(entry.name)
                 continue
             }
+            // An obsolete segment kept for reuse by the last run.
+            if entry.name.hasPrefix(SegmentFormat.sparePrefix), entry.name.hasSuffix(SegmentFormat.suffix) {
+                try? directoryFD.unlink(entry.name)
+                continue
+            }
             guard let base = SegmentFormat.base(ofName: entry.name) else { continue }
             scans.append(Scan(name: entry.name, base: base, size: 0, last: base.previous))
         }
@@ -163,10 +170,13 @@ extension Journal {
             var offset = SegmentFormat.headerSize
             var expected = scan.base
             while offset < b.count {
-                if b[offset] == 0, Self.onlyZeros(UnsafeRawBufferPointer(rebasing: b[offset...])) {
-                    // The segment's reserved space: the records end here.
+                let rest = UnsafeRawBufferPointer(rebasing: b[offset...])
+                if b[offset] == 0, rest.count < 4 ? Self.onlyZeros(rest) : rest.loadLittleEndianUInt32(at: 0) == 0 {
+                    // A zero record length: the records end here. After it, the segment's
+                    // reserved zeros, or a recycled file's earlier records (see SegmentFormat).
                     scan.reserved = b.count - offset
                     scan.size = offset
+                    scan.stale = !Self.onlyZeros(rest)
                     break
                 }
                 if let defect = Self.checkRecord(b, at: offset, expected: expected) {
@@ -267,12 +277,14 @@ extension Journal {
             let isLast = i == scans.count - 1
             if let defect = scans[i].header {
                 if isLast,
-                    defect == .tooShort
+                    try defect == .tooShort
                         || (defect == .zeros
                             && (scans[i].size < SegmentFormat.headerSize || scans[i].reserved == scans[i].size))
+                        || recycledBeforeItsHeader(scans[i], defect)
                 {
                     // Created, then the crash came before its header was written (a segment
-                    // whose space was reserved is all zeros then): nothing in it was ever synced.
+                    // whose space was reserved is all zeros then, a recycled one still has
+                    // the header it had before): nothing in it was ever synced.
                     if scans[i].size > 0 {
                         report.problems.append(
                             JournalProblem(
@@ -290,6 +302,23 @@ extension Journal {
                 report.problems.append(
                     JournalProblem(
                         kind: .missingRecords(expected...scans[i].base.previous), segment: scans[i].name, offset: 0))
+            }
+            if scans[i].stale, scans[i].defect == nil {
+                // A zero record length with an earlier segment's records after it: the end,
+                // unless records of this segment, numbered after its last good one, follow.
+                let offset = scans[i].size
+                let beyond = try recordsBeyond(scans[i].name, from: offset, after: scans[i].last)
+                if !beyond.isEmpty {
+                    highest = max(highest, beyond.last?.lsn ?? .zero)
+                    let owners = Set(beyond.map(\.owner)).subtracting([Self.reservedOwner]).sorted()
+                    scans[i].defect = (offset, .badLength(0))
+                    report.problems.append(
+                        JournalProblem(
+                            kind: .badRecord(.badLength(0), skippedOwners: owners), segment: scans[i].name,
+                            offset: offset))
+                    expectedNext = nil
+                    continue
+                }
             }
             if let (offset, defect) = scans[i].defect {
                 let beyond = try recordsBeyond(scans[i].name, from: offset, after: scans[i].last)
@@ -318,6 +347,20 @@ extension Journal {
             }
             expectedNext = max(expectedNext ?? .zero, scans[i].last.next)
         }
+    }
+
+    /// Whether the last segment is a recycled file whose new header did not reach the disk
+    /// (see ``Journal/recycle(_:as:base:)``): all zeros or the header of a segment numbered
+    /// below its name, and no record numbered from its name on in it.
+    private func recycledBeforeItsHeader(_ scan: Scan, _ defect: JournalProblem.HeaderDefect) throws(JournalFailure)
+        -> Bool
+    {
+        switch defect {
+        case .zeros: break
+        case .baseMismatch(let found) where found < scan.base: break
+        default: return false
+        }
+        return try recordsBeyond(scan.name, from: SegmentFormat.headerSize - 1, after: scan.base.previous).isEmpty
     }
 
     private func cutTail(_ name: String, at offset: Int) throws(JournalFailure) {
@@ -372,6 +415,7 @@ extension Journal {
                 base: last.base, name: last.name, descriptor: fd.rawValue,
                 mapping: preallocate(fd, size: reserved) ? mapSegment(fd, size: reserved) : nil,
                 size: last.size, syncedSize: 0, needsDirectorySync: true)
+            if last.stale { current.staleEnd = last.size + last.reserved }
         } else {
             current = try createSegment(base: next)
         }

@@ -382,10 +382,15 @@ extension Journal {
         guard !victims.isEmpty else { return }
         var failure: JournalFailure?
         var done = 0
-        for victim in victims {
+        var spares: [(name: String, size: Int)] = []
+        for var victim in victims {
             do {
                 if victim.damaged {
                     try directoryFD.rename(victim.name, to: victim.name + SegmentFormat.damagedSuffix)
+                } else if let spare = spareName(for: victim, pending: spares) {
+                    victim.closeFile()
+                    try directoryFD.rename(victim.name, to: spare)
+                    spares.append((spare, victim.size))
                 } else {
                     try directoryFD.unlink(victim.name)
                 }
@@ -401,11 +406,32 @@ extension Journal {
                 failure = JournalFailure(.fsyncDirectory, path: directory, errno: error)
             }
         }
+        // A spare is reused only once its new name is durable: a segment made from it could
+        // otherwise come back, after a power loss, under the old segment's name with a
+        // header that does not match it. (After a failed sync, the next start removes it.)
         state.withLock { s in
             s.segments.insert(contentsOf: victims[done...], at: 0)
             s.statistics.segmentsDeleted -= victims.count - done
+            if failure == nil { s.spares += spares }
         }
         if let failure { onFailure(failure) }
+    }
+}
+
+extension Journal {
+    /// The name to keep an obsolete segment under for reuse, or `nil` to delete it: only a
+    /// full segment (one that reached ``JournalOptions/segmentSize``, the size of the next
+    /// one), on a file system with blocks to keep (not in memory), while the segment files
+    /// stay within ``JournalOptions/recycleWithin`` (`pending`: spares this housekeeping
+    /// made, not yet published).
+    func spareName(for victim: SegmentEntry, pending: [(name: String, size: Int)]) -> String? {
+        state.withLock { s -> String? in
+            guard reservesSpace, options.recycleWithin > 0, victim.size >= options.segmentSize else { return nil }
+            let files = s.segments.reduce(0) { $0 + $1.size } + (s.spares + pending).reduce(0) { $0 + $1.size }
+            guard files + victim.size <= options.recycleWithin else { return nil }
+            s.sparesMade += 1
+            return SegmentFormat.spareName(s.sparesMade)
+        }
     }
 }
 

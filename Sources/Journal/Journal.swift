@@ -237,7 +237,8 @@ public final class Journal: Sendable {
             }
             if s.segments[s.segments.count - 1].size >= options.segmentSize {
                 do throws(JournalFailure) {
-                    s.segments.append(try createSegment(base: first))
+                    s.segments.append(try createSegment(base: first, reusing: s.spares.popLast()))
+                    if s.segments[s.segments.count - 1].staleEnd > 0 { s.statistics.segmentsRecycled += 1 }
                 } catch {
                     s.statistics.writeFailures += 1
                     return (s.writtenThrough, enterRecovery(&s, error), true)
@@ -253,6 +254,9 @@ public final class Journal: Sendable {
             let fd = FileDescriptor(rawValue: s.segments[current].descriptor!)
             do throws(Errno) {
                 let offset = s.segments[current].size
+                if offset + batch.bytes.count < s.segments[current].staleEnd {
+                    try markEnd(s.segments[current], fd, at: offset + batch.bytes.count, resumingAt: offset)
+                }
                 if let mapping = s.segments[current].mapping, !s.segments[current].pastMapping {
                     if batch.bytes.count <= mapping.length - offset {
                         let end = offset + batch.bytes.count
@@ -316,6 +320,21 @@ public final class Journal: Sendable {
         return written
     }
 
+    /// In a recycled segment, writes a zero record length at `end`, over the earlier
+    /// segment's bytes there, before the batch that ends at `end` is written: replay
+    /// stops there. Written first, so that a crash in between leaves the batch unwritten
+    /// (or a prefix of it, a torn record) rather than the batch followed by stale bytes.
+    func markEnd(_ segment: SegmentEntry, _ fd: FileDescriptor, at end: Int, resumingAt offset: Int) throws(Errno) {
+        let count = min(4, segment.staleEnd - end)
+        if let mapping = segment.mapping, !segment.pastMapping, end + count <= mapping.length {
+            withUnsafeBytes(of: UInt32(0)) { mapping.store(UnsafeRawBufferPointer(rebasing: $0[..<count]), at: end) }
+        } else {
+            try fd.seek(to: Int64(end))
+            try options.io.write(fd, contentsOf: [UInt8](repeating: 0, count: count))
+            try fd.seek(to: Int64(offset))
+        }
+    }
+
     /// How many pages from `start` to `end` of a mapped segment the loop's stores would
     /// fault in: those past the one `start` is on (stored into by the batch before, unless
     /// `start` begins it) and past the pages prepared ahead (``performPrepare()``, up to
@@ -326,9 +345,16 @@ public final class Journal: Sendable {
         return end > first ? (end - first + page - 1) / page : 0
     }
 
-    /// Creates a segment file with its header, not yet synced.
-    func createSegment(base: LSN) throws(JournalFailure) -> SegmentEntry {
+    /// Creates a segment file with its header, not yet synced: from `spare` when one is
+    /// given and can be recycled, else a new file.
+    func createSegment(base: LSN, reusing spare: (name: String, size: Int)? = nil) throws(JournalFailure)
+        -> SegmentEntry
+    {
         let name = SegmentFormat.name(base: base)
+        if let spare {
+            if let segment = recycle(spare, as: name, base: base) { return segment }
+            try? directoryFD.unlink(spare.name)
+        }
         let fd: FileDescriptor
         do {
             fd = try FileDescriptor.open(name, relativeTo: directoryFD, .readWrite, options: [.exclusiveCreate])
@@ -347,6 +373,39 @@ public final class Journal: Sendable {
         return SegmentEntry(
             base: base, name: name, descriptor: fd.rawValue, mapping: mapping, size: header.count, syncedSize: 0,
             needsDirectorySync: true)
+    }
+
+    /// Makes the file of an obsolete segment, kept under a spare name, the segment `name`:
+    /// its new header (and a zero record length after it) written over the old one, then
+    /// renamed. Its blocks are allocated and its pages most likely in the page cache still,
+    /// so records stored into it take neither a block nor a zeroed page (see
+    /// ``JournalOptions/recycleWithin``). The earlier records past what is written stay
+    /// until written over; replay tells them by their LSNs, below the new base, and stops
+    /// at the zero record length written after each batch (``SegmentEntry/staleEnd``).
+    /// Should the rename reach the disk and the header not, replay finds the last segment
+    /// named above the base its header gives, with no record numbered from its name on:
+    /// nothing of it was synced, and it goes as a segment cut inside its header does.
+    /// Returns `nil` when the file cannot be used.
+    func recycle(_ spare: (name: String, size: Int), as name: String, base: LSN) -> SegmentEntry? {
+        guard let fd = try? FileDescriptor.open(spare.name, relativeTo: directoryFD, .readWrite) else { return nil }
+        var header = SegmentFormat.header(base: base)
+        header.append(contentsOf: [0, 0, 0, 0])
+        let size: Int
+        do throws(Errno) {
+            size = Int(try fd.status().size)
+            guard size >= options.segmentSize else { throw Errno.invalidArgument }
+            try options.io.write(fd, contentsOf: header)
+            try fd.seek(to: Int64(SegmentFormat.headerSize))
+            try directoryFD.rename(spare.name, to: name)
+        } catch {
+            try? fd.close()
+            return nil
+        }
+        var segment = SegmentEntry(
+            base: base, name: name, descriptor: fd.rawValue, mapping: mapSegment(fd, size: options.segmentSize),
+            size: SegmentFormat.headerSize, syncedSize: 0, needsDirectorySync: true)
+        segment.staleEnd = size
+        return segment
     }
 
     /// Reserves the segment's space up front: its size becomes `size` (by default
@@ -523,6 +582,8 @@ public final class Journal: Sendable {
             figures.writtenThrough = s.writtenThrough
             figures.durableThrough = s.durableThrough
             figures.failure = s.failure
+            figures.spareSegments = s.spares.count
+            figures.spareBytes = s.spares.reduce(0) { $0 + $1.size }
             figures.memoryBytes = s.pending.capacity + s.unsynced.reduce(0) { $0 + $1.bytes.capacity } + s.spareBytes
             return figures
         }
@@ -559,6 +620,9 @@ public final class Journal: Sendable {
                     }
                     s.segments[i].closeFile()
                 }
+                // Spare segments are kept for this run's next segments only.
+                for spare in s.spares { try? directoryFD.unlink(spare.name) }
+                s.spares = []
                 try? FileDescriptor(rawValue: directoryDescriptor).close()
                 s.phase = .closed
             }

@@ -32,6 +32,13 @@ public struct JournalOptions: Sendable {
     /// memory under a heavy load, and the buffers are reused rather than new memory
     /// touched page by page.
     public var unsyncedBytesLimit: Int
+    /// A segment whose records are all obsolete is not deleted but kept, under a spare name,
+    /// and made the next segment (see ``Journal/recycle(_:as:base:)``) while the segment
+    /// files, the spare ones included, take at most this many bytes; 0 deletes each at once.
+    /// A recycled file's blocks are allocated and its pages most likely still in the page
+    /// cache: records stored into it find their pages there, where a new segment's pages are
+    /// allocated and zeroed one by one, and its blocks' state changed as they are written.
+    public var recycleWithin: Int
     /// The wait before the first retry after a failed write or sync; it doubles up to
     /// `maxRetryDelay` while the failures go on.
     public var retryDelay: Duration
@@ -44,6 +51,7 @@ public struct JournalOptions: Sendable {
         segmentSize: Int = 16 << 20,
         maxPayloadSize: Int = 16 << 20,
         unsyncedBytesLimit: Int = 8 << 20,
+        recycleWithin: Int = 256 << 20,
         retryDelay: Duration = .milliseconds(100),
         maxRetryDelay: Duration = .seconds(5),
         io: JournalIO = .system
@@ -52,6 +60,7 @@ public struct JournalOptions: Sendable {
         self.segmentSize = segmentSize
         self.maxPayloadSize = maxPayloadSize
         self.unsyncedBytesLimit = unsyncedBytesLimit
+        self.recycleWithin = recycleWithin
         self.retryDelay = retryDelay
         self.maxRetryDelay = maxRetryDelay
         self.io = io

@@ -24,6 +24,11 @@ struct SegmentEntry {
     var needsDirectorySync: Bool
     /// Replay found it damaged: it is set aside rather than deleted.
     var damaged = false
+    /// A recycled segment (``Journal/recycle(_:as:base:)``): up to this offset, the file
+    /// holds an earlier segment's records past those written to it. Each batch written
+    /// below it is preceded by a zero record length right after where the batch ends,
+    /// where replay stops.
+    var staleEnd = 0
     /// The LSNs of the records attributed to it: delivered from it by replay (and kept,
     /// ``Journal/noteReplayed(owner:lsn:)``) or written to it. A segment's name gives only
     /// where its LSNs start; a damaged or forged file can be named inside another
@@ -103,6 +108,10 @@ struct JournalState {
     var failure: JournalFailure?
 
     var housekeeping = false
+    /// Segment files whose records are all obsolete, renamed to spare names and kept to be
+    /// made the next segments (see ``JournalOptions/recycleWithin``), with their sizes.
+    var spares: [(name: String, size: Int)] = []
+    var sparesMade = 0
     /// The loop's stores are nearing the end of the current segment's prepared pages:
     /// the sync thread is to fault in the next ones (see ``Journal/performPrepare()``).
     var prepareWanted = false

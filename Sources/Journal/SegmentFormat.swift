@@ -12,7 +12,11 @@
 /// records of one segment carry consecutive LSNs starting at the header's base LSN,
 /// which is also the segment's file name (20 decimal digits + `.journal`). A segment's
 /// space is reserved when it is made (``Journal/preallocate(_:)``): a record length of
-/// zero followed by nothing but zeros is the end of its records.
+/// zero is the end of its records. What follows it is zeros, or, in a segment made from
+/// the file of an obsolete one (``Journal/recycle(_:as:base:)``), that segment's records,
+/// numbered below this one's base: a zero length is written right after each batch that
+/// ends there before the batch itself. A zero length with records numbered after the last
+/// good one beyond it is damage, as any bad record is.
 enum SegmentFormat {
     static let magic: [UInt8] = Array("ASJOURNL".utf8)
     static let version: UInt32 = 1
@@ -48,6 +52,11 @@ enum SegmentFormat {
         else { return nil }
         return LSN(value)
     }
+
+    /// The name an obsolete segment is kept under until it is recycled; replay deletes
+    /// leftovers.
+    static func spareName(_ number: Int) -> String { ".spare-\(number)" + suffix }
+    static let sparePrefix = ".spare-"
 
     /// The name a recovery segment is written under before it is renamed into place.
     static func temporaryName(base: LSN) -> String { "." + name(base: base) + ".tmp" }

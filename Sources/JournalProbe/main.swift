@@ -36,7 +36,8 @@ let directory = arguments.removeFirst()
 }
 
 @MainActor func mode() -> JournalOptions.SyncMode {
-    text("--mode", default: "periodic") == "always" ? .always : .periodic(.seconds(1))
+    text("--mode", default: "periodic") == "always"
+        ? .always : .periodic(.milliseconds(option("--interval-ms", default: 1000)))
 }
 
 /// The payload the crash test expects for a record: derived from its LSN and owner alone.
@@ -53,18 +54,29 @@ func payload(lsn: LSN, owner: UInt64, size: Int) -> [UInt8] {
 }
 
 /// Replays, checking each payload against ``payload(lsn:owner:size:)`` and that the LSNs
-/// run 1, 2, 3, … without a gap; each stays pinned (the probe never releases). Returns the
-/// report and the number of records that failed.
-func checkedReplay(_ journal: Journal) throws -> (JournalReplayReport, Int) {
+/// run 1, 2, 3, … without a gap — or, with `released` (records are released, and the marks
+/// saying so take LSNs of their own), that each owner's records do; each stays pinned.
+/// Returns the report, the number of records that failed, and each owner delivered with
+/// its first and last LSN, in order.
+func checkedReplay(_ journal: Journal, released: Bool = false) throws -> (
+    JournalReplayReport, Int, [(owner: UInt64, first: LSN, last: LSN)]
+) {
     var bad = 0
     var expected = LSN(1)
+    var owners: [(owner: UInt64, first: LSN, last: LSN)] = []
     let report = try journal.replay { record in
         let bytes = payload(lsn: record.lsn, owner: record.owner, size: record.payload.count)
+        if released, owners.last?.owner != record.owner { expected = record.lsn }
         if !record.payload.elementsEqual(bytes) || record.lsn != expected { bad += 1 }
         expected = record.lsn.next
         journal.noteReplayed(owner: record.owner, lsn: record.lsn)
+        if owners.last?.owner == record.owner {
+            owners[owners.count - 1].last = record.lsn
+        } else {
+            owners.append((record.owner, record.lsn, record.lsn))
+        }
     }
-    return (report, bad)
+    return (report, bad, owners)
 }
 
 func milliseconds(_ d: Duration) -> Double {
@@ -74,27 +86,45 @@ func milliseconds(_ d: Duration) -> Double {
 do {
     switch command {
     case "append":
-        // append DIR [--mode periodic|always] [--payload N] [--batch K]: appends batches of K
-        // records forever; after each flush (periodic) or once durable (always) prints the
-        // batch's last LSN: every record up to it is acknowledged.
+        // append DIR [--mode periodic|always] [--interval-ms I] [--payload N] [--batch K]
+        //            [--keep B --segment-size S]: appends batches of K records forever; after
+        // each flush (periodic) or once durable (always) prints the batch's last LSN: every
+        // record up to it is acknowledged. With --keep, each batch has an owner of its own
+        // and all but the last B batches are released, oldest first: segments (of S bytes)
+        // go obsolete and are recycled; each line also gives how many were and the batch's
+        // first LSN. Prints "ready COUNT LAST" after replay, with --keep followed by the
+        // LSNs of each batch delivered, FIRST-LAST.
         let size = option("--payload", default: 100)
         let batch = option("--batch", default: 8)
+        let keep = option("--keep", default: 0)
         let acknowledged = Lock(LSN.zero)
         let syncMode = mode()
         let journal = try Journal(
-            directory: directory, options: JournalOptions(mode: syncMode),
+            directory: directory,
+            options: JournalOptions(mode: syncMode, segmentSize: option("--segment-size", default: 16 << 20)),
             onDurable: { lsn in acknowledged.withLock { $0 = max($0, lsn) } })
-        let (report, bad) = try checkedReplay(journal)
-        if bad > 0 { fail("\(bad) replayed records with a wrong payload") }
-        say("ready \(report.records) \(report.lastLSN?.rawValue ?? 0)")
-        var owner: UInt64 = 1
+        let (report, bad, replayed) = try checkedReplay(journal, released: keep > 0)
+        if bad > 0 { fail("\(bad) replayed records with a wrong payload or out of order") }
+        let batches = replayed.map { " \($0.first.rawValue)-\($0.last.rawValue)" }.joined()
+        say("ready \(report.records) \(report.lastLSN?.rawValue ?? 0)" + (keep > 0 ? batches : ""))
+        var owner: UInt64 = (replayed.map(\.owner).max() ?? 0) + 1
+        var unreleased = replayed.map { ($0.owner, $0.last) }
         while true {
             var last = LSN.zero
+            let first = journal.statistics.lastLSN.next
             for _ in 0..<batch {
-                owner = owner % 7 + 1
+                if keep == 0 { owner = owner % 7 + 1 }
                 let lsn = journal.statistics.lastLSN.next
                 last = try journal.append(owner: owner, payload: payload(lsn: lsn, owner: owner, size: size))
                 precondition(last == lsn)
+            }
+            if keep > 0 {
+                unreleased.append((owner, last))
+                while unreleased.count > keep {
+                    let (oldest, through) = unreleased.removeFirst()
+                    journal.release(owner: oldest, through: through)
+                }
+                owner += 1
             }
             let written = journal.flush()
             if syncMode == .always {
@@ -102,7 +132,9 @@ do {
             } else if written < last {
                 fail("flush left \(last) unwritten")
             }
-            say("\(last.rawValue)")
+            say(
+                keep > 0
+                    ? "\(last.rawValue) \(journal.statistics.segmentsRecycled) \(first.rawValue)" : "\(last.rawValue)")
         }
 
     case "sync-failure":
@@ -154,7 +186,7 @@ do {
     case "replay":
         // replay DIR: prints the replay report and the record count.
         let journal = try Journal(directory: directory)
-        let (report, bad) = try checkedReplay(journal)
+        let (report, bad, _) = try checkedReplay(journal)
         say(report.description)
         if bad > 0 { say("\(bad) records with an unexpected payload") }
         journal.close()

@@ -14,10 +14,10 @@ final class JournalCrashTests {
 
     /// Runs the probe until it has acknowledged a random number of batches, kills it, and
     /// returns the lines it printed: "ready COUNT LAST", then acknowledged LSNs.
-    func runAndKill(_ path: String, mode: String) throws -> [String] {
+    func runAndKill(_ path: String, mode: String, _ extra: [String] = []) throws -> [String] {
         let process = Process()
         process.executableURL = URL(fileURLWithPath: Machine.product("JournalProbe"))
-        process.arguments = ["append", path, "--mode", mode, "--batch", String(Int.random(in: 1...20))]
+        process.arguments = ["append", path, "--mode", mode, "--batch", String(Int.random(in: 1...20))] + extra
         let out = Pipe()
         process.standardOutput = out
         let errors = Pipe()
@@ -61,6 +61,48 @@ final class JournalCrashTests {
         }
         let (journal, report, records) = try openJournal(path)
         #expect(UInt64(records.count) >= acknowledged)
+        #expect(records.last.map { $0.lsn >= acknowledged } ?? (acknowledged == 0))
+        #expect(report.problems.allSatisfy { if case .tornTail = $0.kind { true } else { false } }, "\(report)")
+        journal.close()
+    }
+
+    /// Segments of 16 KiB, each batch its own owner, all but the last four batches released:
+    /// segments go obsolete within a run and the next ones are made from their files, whose
+    /// earlier records lie past the new ones when the kill comes.
+    @Test(
+        "Every acknowledged record that is not released survives SIGKILL while segments are recycled",
+        arguments: ["periodic", "always"])
+    func acknowledgedRecordsSurviveRecycling(mode: String) throws {
+        let path = directory.sub("recycled-\(mode)")
+        let keep = 4
+        var acknowledged: UInt64 = 0
+        // The batches acknowledged last and not released when the probe was killed: the
+        // last keep - 1 (one more batch may have been written, releasing the oldest of the
+        // last keep, before its line was printed).
+        var unreleased: [ClosedRange<UInt64>] = []
+        var recycled = 0
+        for _ in 0..<Self.kills {
+            let lines = try runAndKill(
+                path, mode: mode, ["--keep", String(keep), "--segment-size", "16384", "--interval-ms", "20"])
+            let ready = try #require(lines.first, "the probe failed to start")
+            let fields = ready.split(separator: " ")
+            #expect(fields.first == "ready", "\(ready)")
+            let last = UInt64(fields[2])!
+            let delivered = fields.dropFirst(3).map { field in
+                let ends = field.split(separator: "-").map { UInt64($0)! }
+                return ends[0]...ends[1]
+            }
+            #expect(last >= acknowledged, "acknowledged through \(acknowledged), replayed through \(last)")
+            for batch in unreleased {
+                #expect(delivered.contains(batch), "batch \(batch) acknowledged and not released: \(ready)")
+            }
+            let acks = lines.dropFirst().map { $0.split(separator: " ").map { UInt64($0)! } }
+            acknowledged = acks.last?[0] ?? last
+            unreleased = acks.suffix(keep - 1).map { $0[2]...$0[0] }
+            recycled += Int(acks.last?[1] ?? 0)
+        }
+        #expect(recycled > 0, "the runs recycled segments")
+        let (journal, report, records) = try openJournal(path)
         #expect(records.last.map { $0.lsn >= acknowledged } ?? (acknowledged == 0))
         #expect(report.problems.allSatisfy { if case .tornTail = $0.kind { true } else { false } }, "\(report)")
         journal.close()
