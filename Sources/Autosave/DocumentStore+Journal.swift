@@ -86,13 +86,14 @@ extension DocumentStore {
             configuration.journalMode == .always ? .always : .periodic(configuration.journalSyncInterval)
         let gate = replyGate
         let log = log
+        let segmentSize = min(16 << 20, max(256 << 10, configuration.journalMaxSize / 8))
         let journal = try Journal(
             directory: configuration.journalDirectory,
             // Segments small beside MaxSize=, so that saving the documents that pin the oldest frees space.
             options: JournalOptions(
-                mode: mode, segmentSize: min(16 << 20, max(256 << 10, configuration.journalMaxSize / 8)),
+                mode: mode, segmentSize: segmentSize,
                 maxPayloadSize: 256 << 20,
-                // Obsolete segments are reused while all of them together stay within MaxSize=.
+                // Obsolete segments are kept for reuse: two, and more within MaxSize=.
                 recycleWithin: configuration.journalMaxSize),
             onDurable: { lsn in gate.advance(durable: lsn.rawValue) },
             onFailure: { failure in

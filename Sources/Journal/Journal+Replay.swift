@@ -169,14 +169,21 @@ extension Journal {
             }
             var offset = SegmentFormat.headerSize
             var expected = scan.base
+            let recycled = SegmentFormat.isRecycled(b)
             while offset < b.count {
                 let rest = UnsafeRawBufferPointer(rebasing: b[offset...])
-                if b[offset] == 0, rest.count < 4 ? Self.onlyZeros(rest) : rest.loadLittleEndianUInt32(at: 0) == 0 {
-                    // A zero record length: the records end here. After it, the segment's
-                    // reserved zeros, or a recycled file's earlier records (see SegmentFormat).
+                if b[offset] == 0, Self.onlyZeros(rest) {
+                    // The segment's reserved space: the records end here.
                     scan.reserved = b.count - offset
                     scan.size = offset
-                    scan.stale = !Self.onlyZeros(rest)
+                    break
+                }
+                if recycled, rest.count >= 4, rest.loadLittleEndianUInt32(at: 0) == 0 {
+                    // A recycled segment's zero record length: the records end here; past it
+                    // lie the earlier records of the file (see SegmentFormat).
+                    scan.reserved = b.count - offset
+                    scan.size = offset
+                    scan.stale = true
                     break
                 }
                 if let defect = Self.checkRecord(b, at: offset, expected: expected) {
@@ -312,6 +319,8 @@ extension Journal {
                     highest = max(highest, beyond.last?.lsn ?? .zero)
                     let owners = Set(beyond.map(\.owner)).subtracting([Self.reservedOwner]).sorted()
                     scans[i].defect = (offset, .badLength(0))
+                    // Kept whole for inspection: what lies past the zero is not cut off.
+                    scans[i].reserved = 0
                     report.problems.append(
                         JournalProblem(
                             kind: .badRecord(.badLength(0), skippedOwners: owners), segment: scans[i].name,
@@ -432,7 +441,8 @@ extension Journal {
         current.needsDirectorySync = false
         // The space a crash left reserved in segments no longer written to goes back:
         // otherwise every restart while records stay pinned would keep a segment's size.
-        for scan in scans where scan.reserved > 0 && scan.header == nil && scan.name != current.name {
+        for scan in scans
+        where scan.reserved > 0 && scan.header == nil && scan.defect == nil && scan.name != current.name {
             guard let file = try? FileDescriptor.open(scan.name, relativeTo: directoryFD, .writeOnly) else { continue }
             try? file.truncate(to: Int64(scan.size))
             try? file.close()

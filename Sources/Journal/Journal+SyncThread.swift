@@ -390,7 +390,7 @@ extension Journal {
                 } else if let spare = spareName(for: victim, pending: spares) {
                     victim.closeFile()
                     try directoryFD.rename(victim.name, to: spare)
-                    spares.append((spare, victim.size))
+                    spares.append((spare, max(victim.size, victim.staleEnd)))
                 } else {
                     try directoryFD.unlink(victim.name)
                 }
@@ -408,7 +408,10 @@ extension Journal {
         }
         // A spare is reused only once its new name is durable: a segment made from it could
         // otherwise come back, after a power loss, under the old segment's name with a
-        // header that does not match it. (After a failed sync, the next start removes it.)
+        // header that does not match it. After a failure they go (as deleted segments do).
+        if failure != nil {
+            for spare in spares { try? directoryFD.unlink(spare.name) }
+        }
         state.withLock { s in
             s.segments.insert(contentsOf: victims[done...], at: 0)
             s.statistics.segmentsDeleted -= victims.count - done
@@ -421,14 +424,17 @@ extension Journal {
 extension Journal {
     /// The name to keep an obsolete segment under for reuse, or `nil` to delete it: only a
     /// full segment (one that reached ``JournalOptions/segmentSize``, the size of the next
-    /// one), on a file system with blocks to keep (not in memory), while the segment files
-    /// stay within ``JournalOptions/recycleWithin`` (`pending`: spares this housekeeping
-    /// made, not yet published).
+    /// one), on a file system with blocks to keep (not in memory): two, and more within
+    /// ``JournalOptions/recycleWithin`` (`pending`: spares this housekeeping made, not yet
+    /// published).
     func spareName(for victim: SegmentEntry, pending: [(name: String, size: Int)]) -> String? {
         state.withLock { s -> String? in
             guard reservesSpace, options.recycleWithin > 0, victim.size >= options.segmentSize else { return nil }
-            let files = s.segments.reduce(0) { $0 + $1.size } + (s.spares + pending).reduce(0) { $0 + $1.size }
-            guard files + victim.size <= options.recycleWithin else { return nil }
+            let spares = s.spares + pending
+            if spares.count >= 2 {
+                let bytes = s.segments.reduce(0) { $0 + $1.size } + spares.reduce(0) { $0 + $1.size }
+                guard bytes + victim.size <= options.recycleWithin else { return nil }
+            }
             s.sparesMade += 1
             return SegmentFormat.spareName(s.sparesMade)
         }

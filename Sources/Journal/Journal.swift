@@ -376,8 +376,8 @@ public final class Journal: Sendable {
     }
 
     /// Makes the file of an obsolete segment, kept under a spare name, the segment `name`:
-    /// its new header (and a zero record length after it) written over the old one, then
-    /// renamed. Its blocks are allocated and its pages most likely in the page cache still,
+    /// its new header (flagged recycled, a zero record length after it) written over the
+    /// old one, then renamed. Its blocks are allocated and its pages most likely in the page cache still,
     /// so records stored into it take neither a block nor a zeroed page (see
     /// ``JournalOptions/recycleWithin``). The earlier records past what is written stay
     /// until written over; replay tells them by their LSNs, below the new base, and stops
@@ -388,7 +388,7 @@ public final class Journal: Sendable {
     /// Returns `nil` when the file cannot be used.
     func recycle(_ spare: (name: String, size: Int), as name: String, base: LSN) -> SegmentEntry? {
         guard let fd = try? FileDescriptor.open(spare.name, relativeTo: directoryFD, .readWrite) else { return nil }
-        var header = SegmentFormat.header(base: base)
+        var header = SegmentFormat.header(base: base, recycled: true)
         header.append(contentsOf: [0, 0, 0, 0])
         let size: Int
         do throws(Errno) {

@@ -33,8 +33,10 @@ public struct JournalOptions: Sendable {
     /// touched page by page.
     public var unsyncedBytesLimit: Int
     /// A segment whose records are all obsolete is not deleted but kept, under a spare name,
-    /// and made the next segment (see ``Journal/recycle(_:as:base:)``) while the segment
-    /// files, the spare ones included, take at most this many bytes; 0 deletes each at once.
+    /// and made the next segment (see ``Journal/recycle(_:as:base:)``): two at any time, and
+    /// more while the live segments' records and the spares take at most this many bytes
+    /// (after the saves that free many segments at once, most of the next segments are
+    /// then recycled ones); 0 deletes each at once.
     /// A recycled file's blocks are allocated and its pages most likely still in the page
     /// cache: records stored into it find their pages there, where a new segment's pages are
     /// allocated and zeroed one by one, and its blocks' state changed as they are written.

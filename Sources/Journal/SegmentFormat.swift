@@ -3,7 +3,7 @@
 /// A segment is a 32-byte header followed by records, all integers little-endian:
 ///
 ///     header:  magic "ASJOURNL" | version u32 = 1 | header size u32 = 32 | base LSN u64
-///              | reserved u32 = 0 | CRC-32C of the 28 bytes before it
+///              | flags u32 | CRC-32C of the 28 bytes before it
 ///     record:  length u32 | CRC-32C u32 | LSN u64 | owner u64 | payload
 ///
 /// A record's `length` counts what follows the 8-byte record header (LSN, owner and
@@ -12,11 +12,12 @@
 /// records of one segment carry consecutive LSNs starting at the header's base LSN,
 /// which is also the segment's file name (20 decimal digits + `.journal`). A segment's
 /// space is reserved when it is made (``Journal/preallocate(_:)``): a record length of
-/// zero is the end of its records. What follows it is zeros, or, in a segment made from
-/// the file of an obsolete one (``Journal/recycle(_:as:base:)``), that segment's records,
-/// numbered below this one's base: a zero length is written right after each batch that
-/// ends there before the batch itself. A zero length with records numbered after the last
-/// good one beyond it is damage, as any bad record is.
+/// zero followed by nothing but zeros is the end of its records. A segment made from the
+/// file of an obsolete one (``Journal/recycle(_:as:base:)``) says so in its header's
+/// flags (``recycledFlag``): past its records lie that segment's, numbered below its base,
+/// and a zero length is written right after each batch that ends among them, before the
+/// batch itself; there a zero length is the end whatever follows, unless records numbered
+/// after the last good one lie beyond it (damage, as any bad record is).
 enum SegmentFormat {
     static let magic: [UInt8] = Array("ASJOURNL".utf8)
     static let version: UInt32 = 1
@@ -61,12 +62,16 @@ enum SegmentFormat {
     /// The name a recovery segment is written under before it is renamed into place.
     static func temporaryName(base: LSN) -> String { "." + name(base: base) + ".tmp" }
 
-    static func header(base: LSN) -> [UInt8] {
+    /// The header's flag of a recycled segment. (Builds before it read the word as reserved
+    /// and ignore it.)
+    static let recycledFlag: UInt32 = 1
+
+    static func header(base: LSN, recycled: Bool = false) -> [UInt8] {
         var bytes = magic
         bytes.appendLittleEndian(version)
         bytes.appendLittleEndian(UInt32(headerSize))
         bytes.appendLittleEndian(base.rawValue)
-        bytes.appendLittleEndian(UInt32(0))
+        bytes.appendLittleEndian(recycled ? recycledFlag : 0)
         bytes.appendLittleEndian(CRC32C.checksum(of: bytes))
         return bytes
     }
@@ -88,6 +93,12 @@ enum SegmentFormat {
         let base = LSN(head.loadLittleEndianUInt64(at: 16))
         if base != expectedBase { return .baseMismatch(base) }
         return nil
+    }
+
+    /// Whether a valid header (``checkHeader(_:expectedBase:)`` found nothing wrong) is a
+    /// recycled segment's.
+    static func isRecycled(_ bytes: UnsafeRawBufferPointer) -> Bool {
+        bytes.loadLittleEndianUInt32(at: 24) & recycledFlag != 0
     }
 
     /// Appends one framed record to `buffer`.

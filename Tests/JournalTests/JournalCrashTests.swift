@@ -80,6 +80,8 @@ final class JournalCrashTests {
         // last keep - 1 (one more batch may have been written, releasing the oldest of the
         // last keep, before its line was printed).
         var unreleased: [ClosedRange<UInt64>] = []
+        // The first LSN of the oldest batch that may be unreleased at the kill.
+        var floor: UInt64?
         var recycled = 0
         for _ in 0..<Self.kills {
             let lines = try runAndKill(
@@ -96,9 +98,14 @@ final class JournalCrashTests {
             for batch in unreleased {
                 #expect(delivered.contains(batch), "batch \(batch) acknowledged and not released: \(ready)")
             }
+            // Nothing released comes back: no record older than the oldest batch left unreleased.
+            if let floor {
+                #expect(delivered.allSatisfy { $0.lowerBound >= floor }, "released records delivered: \(ready)")
+            }
             let acks = lines.dropFirst().map { $0.split(separator: " ").map { UInt64($0)! } }
             acknowledged = acks.last?[0] ?? last
             unreleased = acks.suffix(keep - 1).map { $0[2]...$0[0] }
+            floor = acks.count >= keep ? acks[acks.count - keep][2] : nil
             recycled += Int(acks.last?[1] ?? 0)
         }
         #expect(recycled > 0, "the runs recycled segments")

@@ -79,6 +79,10 @@ struct RecycledPowerLossTests {
         for batch in acknowledged.suffix(Self.keep - 1).map({ $0[2]...$0[0] }) {
             #expect(batch.allSatisfy(delivered.contains), "batch \(batch) was acknowledged and not released: \(report)")
         }
+        if acknowledged.count >= Self.keep {
+            let floor = acknowledged[acknowledged.count - Self.keep][2]
+            #expect(delivered.allSatisfy { $0 >= floor }, "released records delivered: \(report)")
+        }
         #expect(report.problems.allSatisfy { if case .tornTail = $0.kind { true } else { false } }, "\(report)")
     }
 }

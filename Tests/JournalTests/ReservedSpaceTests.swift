@@ -71,9 +71,7 @@ final class ReservedSpaceTests {
         third.close()
     }
 
-    @Test(
-        "A byte that is not zero past the zero record length that ends the records is no record: every record before it kept, nothing reported, the space given back"
-    )
+    @Test("A byte that is not zero inside the reserved space is damage: reported and cut, the records before it kept")
     func nonZeroInsideReservedSpace() throws {
         let path = directory.sub("stray")
         let (journal, _, _) = try openJournal(path, options: options)
@@ -90,12 +88,13 @@ final class ReservedSpaceTests {
         bytes[end + 5000] = 0x5A
         try Bytes.write(bytes, to: damaged + "/" + Self.first)
 
-        // As the earlier records of a recycled segment's file lie past its end (see
-        // RecycledSegmentTests): only records numbered after the last good one would be damage.
         let (again, report, records) = try openJournal(damaged, options: options, pin: true)
         #expect(records == written)
-        #expect(report.isClean, "\(report)")
-        #expect(try Disk.status(damaged + "/" + Self.first).size == Int64(end), "the space is given back")
+        #expect(
+            report.problems == [
+                JournalProblem(kind: .tornTail(bytesDropped: Self.segmentSize - end), segment: Self.first, offset: end)
+            ], "\(report)")
+        #expect(try Disk.status(damaged + "/" + Self.first).size == Int64(end), "the tail is cut off")
         again.close()
     }
 
