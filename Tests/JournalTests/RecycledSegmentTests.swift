@@ -79,6 +79,17 @@ final class RecycledSegmentTests {
         return Recycled(journal: journal, written: written, name: name, before: old, inodesBefore: inodes)
     }
 
+    /// A recycled segment made in `name` (``recycledSegment(_:mapped:)``), and crash copies
+    /// of its directory, one per suffix; the journal is closed after.
+    func crashCopies(_ name: String, _ suffixes: [String]) throws -> (Recycled, [String]) {
+        let path = directory.sub(name)
+        let recycled = try recycledSegment(path)
+        let copies = suffixes.map { directory.sub("\(name)-\($0)") }
+        for copy in copies { try crashCopy(path, copy) }
+        recycled.journal.close()
+        return (recycled, copies)
+    }
+
     /// The segment files as a crash leaves them (spares are not segments: replay deletes them).
     func crashCopy(_ source: String, _ destination: String) throws {
         try FileManager.default.createDirectory(atPath: destination, withIntermediateDirectories: false)
@@ -141,13 +152,8 @@ final class RecycledSegmentTests {
         "In a recycled segment a torn last record is cut as a torn tail, and a zero length with a later record beyond it is damage"
     )
     func damageInRecycledSegment() throws {
-        let path = directory.sub("damage")
-        let recycled = try recycledSegment(path)
-        let torn = directory.sub("damage-torn")
-        let zeroed = directory.sub("damage-zeroed")
-        try crashCopy(path, torn)
-        try crashCopy(path, zeroed)
-        recycled.journal.close()
+        let (recycled, copies) = try crashCopies("damage", ["torn", "zeroed"])
+        let (torn, zeroed) = (copies[0], copies[1])
         let third = 32 + 2 * Self.record
 
         var bytes = try Bytes.read(torn + "/" + recycled.name)
@@ -180,13 +186,8 @@ final class RecycledSegmentTests {
         "A recycled segment whose new header never reached the disk (its old header, or zeros, then its old records) is cut as a segment cut in its header, not reported as bad"
     )
     func recycledHeaderNotOnDisk() throws {
-        let path = directory.sub("header")
-        let recycled = try recycledSegment(path)
-        let old = directory.sub("header-old")
-        let zeros = directory.sub("header-zeros")
-        try crashCopy(path, old)
-        try crashCopy(path, zeros)
-        recycled.journal.close()
+        let (recycled, copies) = try crashCopies("header", ["old", "zeros"])
+        let (old, zeros) = (copies[0], copies[1])
         let base = LSN(recycled.written[recycled.written.count - 3].lsn)
         try Bytes.write(recycled.before, to: old + "/" + recycled.name)
         var zeroed = recycled.before
