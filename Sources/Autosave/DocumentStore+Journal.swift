@@ -523,8 +523,16 @@ extension DocumentStore {
             guard append(journal, &entry) else { return }
             entry.journalHasBase = true
         }
-        JournalEntry.encodeEdit(token: entry.changeCount, edit, into: &journalBuffer)
-        _ = append(journal, &entry)
+        // Encoded straight into the journal's batch.
+        let token = entry.changeCount
+        do {
+            let (lsn, size) = try journal.append(
+                owner: entry.journalOwner, log: &entry.journalLog, sizeBound: JournalEntry.editSizeBound(edit)
+            ) { bytes in JournalEntry.encodeEdit(token: token, edit, appendingTo: &bytes) }
+            noteAppended(lsn.rawValue, size: size, &entry)
+        } catch {
+            tooLargeForJournal(error, &entry)
+        }
     }
 
     /// Journals a new, empty document (`create`): a base naming no file.
@@ -543,19 +551,27 @@ extension DocumentStore {
     private func append(_ journal: Journal, _ entry: inout Entry) -> Bool {
         do {
             let lsn = try journal.append(owner: entry.journalOwner, payload: journalBuffer, log: &entry.journalLog)
-                .rawValue
-            journalBytesSinceCheck &+= journalBuffer.count + 24
-            entry.lastJournalLSN = lsn
-            lastJournalLSN = lsn
+            noteAppended(lsn.rawValue, size: journalBuffer.count, &entry)
             return true
         } catch {
-            // Larger than a record may be: the document is saved soon instead, and its later
-            // edits are journalled again once that save is done.
-            entry.journalBroken = true
-            entry.forcedToken = entry.changeCount
-            log.warning("an edit was too large for the journal: \(error); the document is saved at once")
+            tooLargeForJournal(error, &entry)
             return false
         }
+    }
+
+    @inline(__always)
+    private func noteAppended(_ lsn: UInt64, size: Int, _ entry: inout Entry) {
+        journalBytesSinceCheck &+= size + 24
+        entry.lastJournalLSN = lsn
+        lastJournalLSN = lsn
+    }
+
+    /// Larger than a record may be: the document is saved soon instead, and its later
+    /// edits are journalled again once that save is done.
+    private func tooLargeForJournal(_ error: JournalRecordTooLarge, _ entry: inout Entry) {
+        entry.journalBroken = true
+        entry.forcedToken = entry.changeCount
+        log.warning("an edit was too large for the journal: \(error); the document is saved at once")
     }
 
     /// The document's contents for a base, taken before its first edit after a durable

@@ -91,6 +91,28 @@ enum JournalEntry: Equatable {
     /// An edit record written straight into `bytes` (the path every edit takes).
     static func encodeEdit(token: UInt64, _ edit: DocumentEdit, into bytes: inout [UInt8]) {
         bytes.removeAll(keepingCapacity: true)
+        encodeEdit(token: token, edit, appendingTo: &bytes)
+    }
+
+    /// At most how many bytes ``encodeEdit(token:_:appendingTo:)`` appends for `edit`: what
+    /// the journal holds against its record limit before the edit is encoded into its batch.
+    static func editSizeBound(_ edit: DocumentEdit) -> Int {
+        // The entry's kind and token, the edit's kind, a replace's offset and length; a
+        // length prefix (``appendLength(_:)``) takes 4 bytes.
+        let fixed = 1 + 8 + 1 + 16
+        let prefix = 4
+        switch edit {
+        case .setText(let text), .append(let text), .replace(_, _, let text), .setJSON(let text),
+            .mergePatch(let text), .removeMember(let text):
+            return fixed + prefix + text.utf8.count
+        case .putMember(let member, let data): return fixed + 2 * prefix + member.utf8.count + data.count
+        case .setData(let data): return fixed + prefix + data.count
+        }
+    }
+
+    /// ``encodeEdit(token:_:into:)`` after what `bytes` holds already.
+    @inline(__always)
+    static func encodeEdit(token: UInt64, _ edit: DocumentEdit, appendingTo bytes: inout [UInt8]) {
         bytes.append(Kind.edit.rawValue)
         bytes.appendLittleEndian(token)
         encode(edit, into: &bytes)

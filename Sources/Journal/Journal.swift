@@ -177,6 +177,31 @@ public final class Journal: Sendable {
         }
     }
 
+    /// ``append(owner:payload:log:)`` with the payload written by `encode` straight into the
+    /// batch, after the record's header: no copy of it is made first. `encode` appends at
+    /// most `sizeBound` bytes to the buffer it is given (and does nothing else with it); it
+    /// runs under the journal's lock.
+    ///
+    /// - Returns: The record's LSN and the payload's size.
+    /// - Throws: ``JournalRecordTooLarge`` when `sizeBound` passes the limit; nothing is
+    ///   appended then.
+    @discardableResult
+    public func append(owner: UInt64, log: inout JournalOwnerLog, sizeBound: Int, encode: (inout [UInt8]) -> Void)
+        throws(JournalRecordTooLarge) -> (lsn: LSN, size: Int)
+    {
+        try check(owner: owner, size: sizeBound)
+        return state.withLock { s in
+            precondition(s.phase == .running, "Journal.append before replay(_:) or after close()")
+            let lsn = s.nextLSN
+            let size = SegmentFormat.appendRecord(to: &s.pending, lsn: lsn, owner: owner, encode: encode)
+            precondition(size <= sizeBound, "an encoded payload of \(size) bytes, above its bound of \(sizeBound)")
+            s.nextLSN = lsn.next
+            if s.pendingFirst == nil { s.pendingFirst = lsn }
+            s.note(lsn, owner: owner, in: &log)
+            return (lsn, size)
+        }
+    }
+
     /// Appends a record that no log counts yet: it is not unreleased and pins nothing until
     /// ``adopt(_:owner:into:)`` takes it into its owner's log. For a record appended where
     /// the log is out of reach (another thread), while the owner's older records keep its

@@ -101,6 +101,28 @@ enum SegmentFormat {
         bytes.loadLittleEndianUInt32(at: 24) & recycledFlag != 0
     }
 
+    /// Appends one framed record to `buffer`, its payload appended by `encode` right after
+    /// the record's header. Returns the payload's size.
+    @inline(__always)
+    static func appendRecord(to buffer: inout [UInt8], lsn: LSN, owner: UInt64, encode: (inout [UInt8]) -> Void)
+        -> Int
+    {
+        let start = buffer.count
+        // The header's fixed part in one append: length and CRC-32C filled in below.
+        let header: (UInt64, UInt64, UInt64) = (0, lsn.rawValue.littleEndian, owner.littleEndian)
+        withUnsafeBytes(of: header) { buffer.append(contentsOf: $0) }
+        encode(&buffer)
+        let size = buffer.count - start - recordOverhead
+        buffer.withUnsafeMutableBytes { all in
+            all.storeBytes(of: UInt32(recordFixedSize + size).littleEndian, toByteOffset: start, as: UInt32.self)
+            let lengthBytes = UnsafeRawBufferPointer(rebasing: all[start..<start + 4])
+            let body = UnsafeRawBufferPointer(rebasing: all[(start + recordHeaderSize)...])
+            let crc = CRC32C.checksum(of: body, continuing: CRC32C.checksum(of: lengthBytes))
+            all.storeBytes(of: crc.littleEndian, toByteOffset: start + 4, as: UInt32.self)
+        }
+        return size
+    }
+
     /// Appends one framed record to `buffer`.
     @inline(__always)
     static func appendRecord(to buffer: inout [UInt8], lsn: LSN, owner: UInt64, payload: UnsafeRawBufferPointer) {

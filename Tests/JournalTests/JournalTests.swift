@@ -83,6 +83,43 @@ final class JournalTests {
         journal.close()
     }
 
+    @Test(
+        "Records encoded straight into the batch come back as those appended from a payload do; a size bound over the limit is refused and nothing is appended"
+    )
+    func encodedInPlace() throws {
+        var written: [Replayed] = []
+        do {
+            let (journal, _, _) = try openJournal(path, options: JournalOptions(maxPayloadSize: 300))
+            var log = JournalOwnerLog()
+            for i in 0..<50 {
+                let bytes = payload(i, size: i * 7 % 301)
+                if i % 3 == 0 {
+                    let lsn = try journal.append(owner: 4, payload: bytes, log: &log)
+                    written.append(Replayed(lsn: lsn.rawValue, owner: 4, payload: bytes))
+                } else {
+                    let (lsn, size) = try journal.append(owner: 4, log: &log, sizeBound: bytes.count + i % 2) {
+                        $0.append(contentsOf: bytes)
+                    }
+                    #expect(size == bytes.count)
+                    written.append(Replayed(lsn: lsn.rawValue, owner: 4, payload: bytes))
+                }
+                if i % 4 == 3 { journal.flush() }
+            }
+            var called = false
+            #expect(throws: JournalRecordTooLarge.self) {
+                try journal.append(owner: 4, log: &log, sizeBound: 301) { _ in called = true }
+            }
+            #expect(!called, "nothing is encoded past the limit")
+            #expect(journal.statistics.lastLSN == LSN(50))
+            #expect(log.count == 50)
+            #expect(journal.close() == nil)
+        }
+        let (journal, report, records) = try openJournal(path)
+        #expect(records == written)
+        #expect(report.isClean, "\(report)")
+        journal.close()
+    }
+
     @Test("Group commit: one write per flush; the loop writes while a sync runs; one fdatasync covers many batches")
     func groupCommit() throws {
         let disk = FaultyDisk()
