@@ -26,6 +26,12 @@ extension Journal {
         /// segment an earlier segment's records (`stale`); not counted in `size`.
         var reserved = 0
         var stale = false
+        /// With `stale`: valid records numbered after `last` past the zero length (damage).
+        var beyondStale: [(offset: Int, lsn: LSN, owner: UInt64)] = []
+        /// A header of zeros or of a segment numbered below the name, and no record
+        /// numbered from the name on: a recycled file whose new header never reached the
+        /// disk (see ``Journal/recycle(_:as:base:)``).
+        var headerNeverWritten = false
     }
 
     /// Delivers every valid, unreleased record in LSN order, then opens a fresh segment and
@@ -165,6 +171,12 @@ extension Journal {
             if let defect = SegmentFormat.checkHeader(b, expectedBase: scan.base) {
                 scan.header = defect
                 if defect == .zeros, Self.onlyZeros(b) { scan.reserved = b.count }
+                switch defect {
+                case .zeros, .baseMismatch(..<scan.base):
+                    scan.headerNeverWritten =
+                        Self.recordsBeyond(in: b, from: SegmentFormat.headerSize - 1, after: scan.base.previous).isEmpty
+                default: break
+                }
                 return
             }
             var offset = SegmentFormat.headerSize
@@ -184,6 +196,7 @@ extension Journal {
                     scan.reserved = b.count - offset
                     scan.size = offset
                     scan.stale = true
+                    scan.beyondStale = Self.recordsBeyond(in: b, from: offset, after: expected.previous)
                     break
                 }
                 if let defect = Self.checkRecord(b, at: offset, expected: expected) {
@@ -254,26 +267,30 @@ extension Journal {
     private func recordsBeyond(_ name: String, from offset: Int, after: LSN) throws(JournalFailure) -> [(
         offset: Int, lsn: LSN, owner: UInt64
     )] {
-        let bytes = try readSegment(name)
-        return bytes.withUnsafeBytes { b in
-            var found: [(offset: Int, lsn: LSN, owner: UInt64)] = []
-            var q = offset + 1
-            let limit = UInt64(b.count / SegmentFormat.recordOverhead + 1)
-            while q + SegmentFormat.recordOverhead <= b.count {
-                let length = Int(b.loadLittleEndianUInt32(at: q))
-                let lsn = b.loadLittleEndianUInt64(at: q + 8)
-                if length >= SegmentFormat.recordFixedSize, q + SegmentFormat.recordHeaderSize + length <= b.count,
-                    lsn > after.rawValue, lsn - after.rawValue <= limit,
-                    Self.checkRecord(b, at: q, expected: nil) == nil
-                {
-                    found.append((q, LSN(lsn), b.loadLittleEndianUInt64(at: q + 16)))
-                    q += SegmentFormat.recordHeaderSize + length
-                } else {
-                    q += 1
-                }
+        try readSegment(name).withUnsafeBytes { b in Self.recordsBeyond(in: b, from: offset, after: after) }
+    }
+
+    /// ``recordsBeyond(_:from:after:)`` in a segment's bytes.
+    static func recordsBeyond(in b: UnsafeRawBufferPointer, from offset: Int, after: LSN) -> [(
+        offset: Int, lsn: LSN, owner: UInt64
+    )] {
+        var found: [(offset: Int, lsn: LSN, owner: UInt64)] = []
+        var q = offset + 1
+        let limit = UInt64(b.count / SegmentFormat.recordOverhead + 1)
+        while q + SegmentFormat.recordOverhead <= b.count {
+            let length = Int(b.loadLittleEndianUInt32(at: q))
+            let lsn = b.loadLittleEndianUInt64(at: q + 8)
+            if length >= SegmentFormat.recordFixedSize, q + SegmentFormat.recordHeaderSize + length <= b.count,
+                lsn > after.rawValue, lsn - after.rawValue <= limit,
+                Self.checkRecord(b, at: q, expected: nil) == nil
+            {
+                found.append((q, LSN(lsn), b.loadLittleEndianUInt64(at: q + 16)))
+                q += SegmentFormat.recordHeaderSize + length
+            } else {
+                q += 1
             }
-            return found
         }
+        return found
     }
 
     /// Turns each segment's scan into problems: cuts a torn tail, tells a damaged middle
@@ -284,10 +301,10 @@ extension Journal {
             let isLast = i == scans.count - 1
             if let defect = scans[i].header {
                 if isLast,
-                    try defect == .tooShort
+                    defect == .tooShort
                         || (defect == .zeros
                             && (scans[i].size < SegmentFormat.headerSize || scans[i].reserved == scans[i].size))
-                        || recycledBeforeItsHeader(scans[i], defect)
+                        || scans[i].headerNeverWritten
                 {
                     // Created, then the crash came before its header was written (a segment
                     // whose space was reserved is all zeros then, a recycled one still has
@@ -314,7 +331,7 @@ extension Journal {
                 // A zero record length with an earlier segment's records after it: the end,
                 // unless records of this segment, numbered after its last good one, follow.
                 let offset = scans[i].size
-                let beyond = try recordsBeyond(scans[i].name, from: offset, after: scans[i].last)
+                let beyond = scans[i].beyondStale
                 if !beyond.isEmpty {
                     highest = max(highest, beyond.last?.lsn ?? .zero)
                     let owners = Set(beyond.map(\.owner)).subtracting([Self.reservedOwner]).sorted()
@@ -356,20 +373,6 @@ extension Journal {
             }
             expectedNext = max(expectedNext ?? .zero, scans[i].last.next)
         }
-    }
-
-    /// Whether the last segment is a recycled file whose new header did not reach the disk
-    /// (see ``Journal/recycle(_:as:base:)``): all zeros or the header of a segment numbered
-    /// below its name, and no record numbered from its name on in it.
-    private func recycledBeforeItsHeader(_ scan: Scan, _ defect: JournalProblem.HeaderDefect) throws(JournalFailure)
-        -> Bool
-    {
-        switch defect {
-        case .zeros: break
-        case .baseMismatch(let found) where found < scan.base: break
-        default: return false
-        }
-        return try recordsBeyond(scan.name, from: SegmentFormat.headerSize - 1, after: scan.base.previous).isEmpty
     }
 
     private func cutTail(_ name: String, at offset: Int) throws(JournalFailure) {

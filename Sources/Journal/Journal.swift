@@ -191,12 +191,8 @@ public final class Journal: Sendable {
     {
         try check(owner: owner, size: sizeBound)
         return state.withLock { s in
-            precondition(s.phase == .running, "Journal.append before replay(_:) or after close()")
-            let lsn = s.nextLSN
-            let size = SegmentFormat.appendRecord(to: &s.pending, lsn: lsn, owner: owner, encode: encode)
+            let (lsn, size) = append(&s, owner, encode: encode)
             precondition(size <= sizeBound, "an encoded payload of \(size) bytes, above its bound of \(sizeBound)")
-            s.nextLSN = lsn.next
-            if s.pendingFirst == nil { s.pendingFirst = lsn }
             s.note(lsn, owner: owner, in: &log)
             return (lsn, size)
         }
@@ -234,12 +230,21 @@ public final class Journal: Sendable {
     }
 
     private func append(_ s: inout JournalState, _ owner: UInt64, _ payload: UnsafeRawBufferPointer) -> LSN {
+        append(&s, owner) { $0.append(contentsOf: payload) }.lsn
+    }
+
+    /// Appends a record whose payload `encode` appends to the batch; returns its LSN and
+    /// the payload's size.
+    @inline(__always)
+    private func append(_ s: inout JournalState, _ owner: UInt64, encode: (inout [UInt8]) -> Void) -> (
+        lsn: LSN, size: Int
+    ) {
         precondition(s.phase == .running, "Journal.append before replay(_:) or after close()")
         let lsn = s.nextLSN
         s.nextLSN = lsn.next
-        SegmentFormat.appendRecord(to: &s.pending, lsn: lsn, owner: owner, payload: payload)
+        let size = SegmentFormat.appendRecord(to: &s.pending, lsn: lsn, owner: owner, encode: encode)
         if s.pendingFirst == nil { s.pendingFirst = lsn }
-        return lsn
+        return (lsn, size)
     }
 
     /// Writes the batch appended since the last flush to the current segment with one
@@ -525,16 +530,12 @@ public final class Journal: Sendable {
     private func release(_ s: inout JournalState, owner: UInt64, through lsn: LSN, log: inout JournalOwnerLog) -> Bool {
         guard s.release(owner: owner, through: lsn, in: &log) else { return false }
         if s.phase == .running {
-            var mark: [UInt8] = []
-            mark.appendLittleEndian(owner)
             // Never past the records there are: replay takes a mark to cover only what precedes it.
-            mark.appendLittleEndian(min(lsn, s.nextLSN.previous).rawValue)
-            let markLSN = s.nextLSN
-            s.nextLSN = markLSN.next
-            mark.withUnsafeBytes { bytes in
-                SegmentFormat.appendRecord(to: &s.pending, lsn: markLSN, owner: Self.reservedOwner, payload: bytes)
+            let through = min(lsn, s.nextLSN.previous)
+            _ = append(&s, Self.reservedOwner) { mark in
+                mark.appendLittleEndian(owner)
+                mark.appendLittleEndian(through.rawValue)
             }
-            if s.pendingFirst == nil { s.pendingFirst = markLSN }
         }
         if !s.housekeeping && s.oldestIsObsolete() {
             s.housekeeping = true
@@ -608,7 +609,6 @@ public final class Journal: Sendable {
             figures.durableThrough = s.durableThrough
             figures.failure = s.failure
             figures.spareSegments = s.spares.count
-            figures.spareBytes = s.spares.reduce(0) { $0 + $1.size }
             figures.memoryBytes = s.pending.capacity + s.unsynced.reduce(0) { $0 + $1.bytes.capacity } + s.spareBytes
             return figures
         }

@@ -26,9 +26,8 @@ public struct JournalStatistics: Sendable, Hashable {
     public var rewrites = 0
     public var segmentsDeleted = 0
     /// Obsolete segments kept to be reused (``JournalOptions/recycleWithin``): how many
-    /// are waiting, their bytes, and how many new segments were made from one.
+    /// are waiting, and how many new segments were made from one.
     public var spareSegments = 0
-    public var spareBytes = 0
     public var segmentsRecycled = 0
     /// Memory the journal holds for its records: the batch being appended, the batches
     /// written and waiting for a sync (kept to be written again should it fail), and

@@ -115,30 +115,10 @@ enum SegmentFormat {
         let size = buffer.count - start - recordOverhead
         buffer.withUnsafeMutableBytes { all in
             all.storeBytes(of: UInt32(recordFixedSize + size).littleEndian, toByteOffset: start, as: UInt32.self)
-            let lengthBytes = UnsafeRawBufferPointer(rebasing: all[start..<start + 4])
-            let body = UnsafeRawBufferPointer(rebasing: all[(start + recordHeaderSize)...])
-            let crc = CRC32C.checksum(of: body, continuing: CRC32C.checksum(of: lengthBytes))
+            let crc = recordChecksum(UnsafeRawBufferPointer(all), at: start, length: recordFixedSize + size)
             all.storeBytes(of: crc.littleEndian, toByteOffset: start + 4, as: UInt32.self)
         }
         return size
-    }
-
-    /// Appends one framed record to `buffer`.
-    @inline(__always)
-    static func appendRecord(to buffer: inout [UInt8], lsn: LSN, owner: UInt64, payload: UnsafeRawBufferPointer) {
-        let start = buffer.count
-        let length = UInt32(recordFixedSize + payload.count)
-        buffer.appendLittleEndian(length)
-        buffer.appendLittleEndian(UInt32(0))
-        buffer.appendLittleEndian(lsn.rawValue)
-        buffer.appendLittleEndian(owner)
-        buffer.append(contentsOf: payload)
-        buffer.withUnsafeMutableBytes { all in
-            let lengthBytes = UnsafeRawBufferPointer(rebasing: all[start..<start + 4])
-            let body = UnsafeRawBufferPointer(rebasing: all[(start + recordHeaderSize)...])
-            let crc = CRC32C.checksum(of: body, continuing: CRC32C.checksum(of: lengthBytes))
-            all.storeBytes(of: crc.littleEndian, toByteOffset: start + 4, as: UInt32.self)
-        }
     }
 
     /// The checksum a record at `offset` should carry, for a body of `length` bytes.
