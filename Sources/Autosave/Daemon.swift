@@ -41,7 +41,8 @@ public enum Daemon {
         With no configuration file the embedded defaults apply: documents under
         $STATE_DIRECTORY, else $XDG_STATE_HOME/autosaved, else ./autosave-data.
 
-        SIGNALS: SIGTERM and SIGINT save every unsaved edit, then exit 0;
+        SIGNALS: SIGTERM and SIGINT save every unsaved edit, then exit 0 (1 if
+        some could not be saved);
         SIGHUP reloads the configuration (a bad file is reported and the old
         configuration kept).
         """
@@ -260,7 +261,7 @@ public enum Daemon {
         if let failure = journal.failure {
             log.error(
                 "the edit journal could not be synced at shutdown: \(failure)",
-                ["message_id": MessageID.journalFailed, "path": failure.path])
+                ["message_id": MessageID.journalFailed, "path": failure.path, "errno_name": failure.errno.name])
         }
         if !report.unsaved.isEmpty {
             let kept = Set(journal.keptDocuments)

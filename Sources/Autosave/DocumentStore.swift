@@ -332,6 +332,9 @@ public actor DocumentStore {
             log.warning("Root= changed to \(new.root); the store keeps \(root) until the daemon is restarted")
             applied.root = root
         }
+        for key in Self.keepStartValues(of: &applied, from: configuration) {
+            log.warning("\(key) changed; the running value is kept until the daemon is restarted")
+        }
         let old = configuration
         configuration = applied
         for path in entries.keys where entries[path]!.isDirty { schedule(path) }
@@ -356,6 +359,33 @@ public actor DocumentStore {
                 log.error("cannot watch \(root) for changes by other programs: \(error)")
             }
         }
+    }
+
+    /// Puts back into `applied` the settings read only at start-up — the journal was
+    /// opened with them, the document types built from them, the control socket and the
+    /// metrics writer started with them — so that the store's configuration (and
+    /// `status`) says what runs. Returns the keys whose new values were not taken.
+    static func keepStartValues(of applied: inout Configuration, from running: Configuration) -> [String] {
+        var kept: [String] = []
+        func keep<Value: Equatable>(_ key: String, _ path: WritableKeyPath<Configuration, Value>) {
+            guard applied[keyPath: path] != running[keyPath: path] else { return }
+            applied[keyPath: path] = running[keyPath: path]
+            kept.append(key)
+        }
+        keep("[Store] PackageExtensions=", \.packageExtensions)
+        keep("[Journal] Mode=", \.journalMode)
+        keep("[Journal] SyncInterval=", \.journalSyncInterval)
+        keep("[Journal] Directory=", \.journalDirectorySetting)
+        keep("[Control] Socket=", \.socketPath)
+        keep("[Control] SocketMode=", \.socketMode)
+        keep("[Control] AllowUsers=", \.allowUsers)
+        keep("[Control] AllowGroups=", \.allowGroups)
+        keep("[Control] MaxConnections=", \.maxConnections)
+        keep("[Control] MaxRequestSize=", \.maxRequestSize)
+        keep("[Control] ExportDirectories=", \.exportDirectories)
+        keep("[Metrics] TextfileDirectory=", \.metricsTextfileDirectory)
+        keep("[Metrics] Interval=", \.metricsInterval)
+        return kept
     }
 
     // MARK: Opening and creating

@@ -189,6 +189,6 @@ enum Catalog {
         \(subcommands.map { "  " + $0.name.padding(toLength: 24, withPad: " ", startingAt: 0) + $0.abstract }.joined(separator: "\n"))
 
         EXIT STATUS: 0 done; 1 the daemon refused (its error is printed); 64 usage error;
-        69 the daemon cannot be reached.
+        69 the daemon cannot be reached; 130 interrupted (subscribe: 0) or export cancelled.
         """
 }

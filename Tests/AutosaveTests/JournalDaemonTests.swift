@@ -235,6 +235,28 @@ struct JournalDaemonTests {
     }
 
     @Test(
+        "A reload keeps what the running journal was opened with (Mode=, SyncInterval=), says so, and status tells the running mode"
+    )
+    func reloadKeepsJournalSettings() async throws {
+        let rig = try JournalRig("[Journal]\nSyncInterval=1h\n")
+        let daemon = try await rig.start()
+        try rig.configure("[Journal]\nMode=always\nSyncInterval=1s\n[Store]\nPackageExtensions=pkg\n")
+        let reply = try rig.client().call(["cmd": "reload"])
+        #expect(reply["ok"] == true)
+        for key in ["[Journal] Mode=", "[Journal] SyncInterval=", "[Store] PackageExtensions="] {
+            #expect(
+                await daemon.waitForLine(
+                    containing: "\(key) changed; the running value is kept until the daemon is restarted") != nil)
+        }
+        // Still periodic, syncing once an hour: an edit is answered before its record is synced.
+        #expect(try rig.status()["journal"]?["mode"] == "periodic")
+        try rig.ok(["cmd": "set", "doc": "a.txt", "text": "after the reload"])
+        let journal = try rig.status()["journal"]
+        #expect(journal?["durable_lsn"]?.intValue ?? 0 < journal?["written_lsn"]?.intValue ?? 0)
+        #expect(rig.stop() == 0)
+    }
+
+    @Test(
         "Changed while the daemon was down: both versions are kept and the conflict is reported, never a blind replay")
     func changedWhileDown() async throws {
         let rig = try JournalRig()
