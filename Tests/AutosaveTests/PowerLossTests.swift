@@ -38,6 +38,8 @@ struct Acknowledged {
     /// even when the save that would have removed the file was cut.
     var removals: Set<String> = []
     var saves = 0
+    /// Whether the workload ran to its end (it stops at the first request that fails).
+    var completed = false
 }
 
 /// One workload the daemon runs on the power-loss mount; it stops at the first failure
@@ -77,6 +79,7 @@ enum Workload: String, CaseIterable, CustomStringConvertible {
                 else { return }
                 acks.versions[doc] = step
             }
+            acks.completed = true
         case .package:
             let doc = "book.package"
             guard ok(["cmd": "create", "doc": .string(doc)]) else { return }
@@ -99,6 +102,7 @@ enum Workload: String, CaseIterable, CustomStringConvertible {
                 for member in changed { acks.versions[doc + "/" + member] = step }
                 if step == 4 { acks.versions[doc + "/m1"] = -1 }
             }
+            acks.completed = true
         case .conflict:
             let doc = "c.txt"
             guard ok(["cmd": "set", "doc": .string(doc), "text": .string(Versions.text(doc, 1))]), save(doc) else {
@@ -126,6 +130,7 @@ enum Workload: String, CaseIterable, CustomStringConvertible {
                 return
             }
             acks.versions[doc] = 4
+            acks.completed = true
         }
     }
 
@@ -359,6 +364,9 @@ struct PowerLossTests {
         var counts: [String: Int]
         var temporaries: Int
         var recoveryWasCut: Bool
+        /// Whether the workload ran to its end before the cut, and the conflict copies announced.
+        var completed: Bool
+        var conflictCopies: Int
     }
 
     /// One cut: the workload to the cut, a restart (its recovery cut too, if asked), the checks.
@@ -378,7 +386,7 @@ struct PowerLossTests {
         }
         return Outcome(
             problems: described, crashed: line != nil, counts: counts, temporaries: rig.temporariesAfterCut,
-            recoveryWasCut: rig.recoveryWasCut)
+            recoveryWasCut: rig.recoveryWasCut, completed: acks.completed, conflictCopies: acks.conflictCopies.count)
     }
 
     static func environment(_ name: String) -> Int? { ProcessInfo.processInfo.environment[name].flatMap { Int($0) } }
@@ -389,6 +397,10 @@ struct PowerLossTests {
     func cutAtTheEnd(workload: Workload) async throws {
         let outcome = try await cut(workload, at: nil)
         #expect(outcome.problems.isEmpty, "\(outcome.problems.joined(separator: "\n"))")
+        // Without a cut every request of the workload succeeds: a refused save or a missing
+        // conflict copy would otherwise end the run early and leave less to check.
+        #expect(outcome.completed, "the \(workload) workload stopped before its end without a cut")
+        if workload == .conflict { #expect(outcome.conflictCopies == 1, "the conflict copy was announced") }
         let counts = outcome.counts
         #expect((counts["fsync"] ?? 0) > 0 && (counts["rename"] ?? 0) > 0, "the run saved: \(counts)")
     }

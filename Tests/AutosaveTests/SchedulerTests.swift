@@ -145,6 +145,15 @@ struct SchedulerTests {
         }
         var arrivals = gate.arrived.makeAsyncIterator()
         _ = await arrivals.next()
+        // Looked at once the other document's save is due too (its quiet period is over):
+        // queued for the one slot — or, were the limit broken, started as well.
+        let deadline = ContinuousClock.now + .seconds(30)
+        while gate.arrivedCount == 1, await !harness.store.isQueuedForSave("a.gated"),
+            await !harness.store.isQueuedForSave("b.gated")
+        {
+            try #require(ContinuousClock.now < deadline, "the second save never became due")
+            try await Task.sleep(for: .milliseconds(1))
+        }
         let status = await harness.store.status()
         #expect(status.saving == 1)
         #expect(status.unsaved == 2)

@@ -15,6 +15,9 @@ final class RecycledSegmentTests {
     /// 100-byte payloads: 124 bytes a record.
     static let record = 124
 
+    /// `mapped: false` takes the `write(2)` path through a fault-free `FaultyDisk`: the
+    /// journal maps segments only with the system's own I/O, and this file system (ext4)
+    /// would always be mapped otherwise; nothing is injected.
     func options(mapped: Bool = true) -> JournalOptions {
         JournalOptions(
             mode: .always, segmentSize: Self.segmentSize, recycleWithin: 1 << 20,

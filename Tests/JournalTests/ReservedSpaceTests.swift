@@ -167,6 +167,9 @@ final class ReservedSpaceTests {
     @Test("Where the file system cannot reserve space, segments grow as they are written")
     func withoutFallocate() throws {
         let path = directory.sub("no-fallocate")
+        // Stands for a file system without fallocate(2) (such as ext3 or some FUSE file
+        // systems), which this machine's disks are not: the real writes and syncs, with
+        // the reservation refused as such a file system refuses it.
         let refusing = JournalIO(
             write: { fd, bytes throws(Errno) in try fd.writeAll(bytes) },
             dataSync: { fd throws(Errno) in try fd.dataSync() },
