@@ -682,17 +682,18 @@ struct ControlSocketTests {
         #expect(await daemon.stop() == 0)
     }
 
-    @Test("A client that sends nothing, and one that disconnects mid-request, delay nobody")
+    /// Were the loop held by the idle client, the requests below would never be answered:
+    /// the time limit ends the test as failed.
+    @Test(
+        "A client that sends nothing, and one that disconnects mid-request, delay nobody", .timeLimit(.minutes(1)))
     func idleAndHalf() async throws {
         let daemon = try await RunningDaemon()
         let idle = try Raw(daemon.socket)
         let half = try Raw(daemon.socket)
         try half.send(#"{"cmd": "set", "doc": "half.txt", "te"#)
         try half.fd.close()
-        let start = ContinuousClock.now
         for i in 0..<20 { #expect(try daemon.ctl("set", "x\(i).txt", "--text", "\(i)").status == 0) }
         _ = idle
-        #expect(ContinuousClock.now - start < .seconds(60))
         #expect(try daemon.ctl("get", "half.txt").status == 1, "the half request was never applied")
         #expect(await daemon.stop() == 0)
     }
