@@ -134,8 +134,13 @@ struct DaemonProcessTests {
     @Test("A process that prints nothing is described by its threads' states, and one that ended by how")
     func describesItsState() async throws {
         let sleeper = try DaemonProcess("/bin/sleep", ["30"])
-        try await Task.sleep(for: .milliseconds(200))
-        let running = sleeper.state
+        // Until the child has become /bin/sleep and sleeps (under load that takes a while).
+        let deadline = ContinuousClock.now + .seconds(20)
+        var running = sleeper.state
+        while !running.contains("sleep: state S"), ContinuousClock.now < deadline {
+            try await Task.sleep(for: .milliseconds(10))
+            running = sleeper.state
+        }
         #expect(running.contains("runs: /bin/sleep 30"), "\(running)")
         #expect(running.contains("thread \(sleeper.process.processIdentifier) sleep: state S"), "\(running)")
         sleeper.signal(SIGKILL)
