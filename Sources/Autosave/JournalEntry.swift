@@ -88,12 +88,6 @@ enum JournalEntry: Equatable {
         }
     }
 
-    /// An edit record written straight into `bytes` (the path every edit takes).
-    static func encodeEdit(token: UInt64, _ edit: DocumentEdit, into bytes: inout [UInt8]) {
-        bytes.removeAll(keepingCapacity: true)
-        encodeEdit(token: token, edit, appendingTo: &bytes)
-    }
-
     /// At most how many bytes ``encodeEdit(token:_:appendingTo:)`` appends for `edit`: what
     /// the journal holds against its record limit before the edit is encoded into its batch.
     static func editSizeBound(_ edit: DocumentEdit) -> Int {
@@ -110,7 +104,8 @@ enum JournalEntry: Equatable {
         }
     }
 
-    /// ``encodeEdit(token:_:into:)`` after what `bytes` holds already.
+    /// An edit record appended to `bytes` (the path every edit takes: straight into the
+    /// journal's batch).
     @inline(__always)
     static func encodeEdit(token: UInt64, _ edit: DocumentEdit, appendingTo bytes: inout [UInt8]) {
         bytes.append(Kind.edit.rawValue)
