@@ -89,7 +89,24 @@ extension Journal {
         if s.closing { return (.exit, nil) }
         s.syncThreadIdle = true
         s.syncThreadWaitsForSignal = deadline == nil
+        s.idlePasses &+= 1
         return (nil, deadline)
+    }
+
+    /// Wakes the sync thread and waits until it has looked at the state as it is now and
+    /// found nothing left to do: every sync, rewrite, page preparing and deletion that the
+    /// state calls for at this moment is done (a periodic sync not yet due is not). For
+    /// tests that show something does *not* happen. Returns `false` if that took longer
+    /// than `seconds` (a recovery waiting for its retry time never settles).
+    func settled(within seconds: Double = 10) -> Bool {
+        let before = state.withLock { s in s.idlePasses }
+        let end = ContinuousClock.now + .milliseconds(Int(seconds * 1000))
+        while ContinuousClock.now < end {
+            signalSyncThread()
+            if state.withLock({ s in s.idlePasses != before }) { return true }
+            usleep(500)
+        }
+        return false
     }
 
     /// Makes the records written so far durable on the caller's thread, when waiting for

@@ -122,6 +122,9 @@ struct JournalState {
     var lastSyncMark = ContinuousClock.now
     var threadExited = false
     var syncThreadIdle = false
+    /// How many times the sync thread has looked at the state and found nothing to do
+    /// (``Journal/settled(within:)`` waits for the next one).
+    var idlePasses: UInt64 = 0
     /// A group commit is under way (on the sync thread, or on a caller's through
     /// ``Journal/syncOnCaller(ifLastSyncTookAtMost:)``): nobody else syncs, rewrites or
     /// closes descriptors meanwhile.

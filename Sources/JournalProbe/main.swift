@@ -93,16 +93,21 @@ do {
         // and all but the last B batches are released, oldest first: segments (of S bytes)
         // go obsolete and are recycled; each line also gives how many were and the batch's
         // first LSN. Prints "ready COUNT LAST" after replay, with --keep followed by the
-        // LSNs of each batch delivered, FIRST-LAST.
+        // LSNs of each batch delivered, FIRST-LAST. In always mode, the first failure the
+        // journal reports is printed ("failed OP ERRNO") while a batch waits for its sync,
+        // after the lines of every batch acknowledged before it.
         let size = option("--payload", default: 100)
         let batch = option("--batch", default: 8)
         let keep = option("--keep", default: 0)
         let acknowledged = Lock(LSN.zero)
+        let firstFailure = Lock<JournalFailure?>(nil)
+        var failureSaid = false
         let syncMode = mode()
         let journal = try Journal(
             directory: directory,
             options: JournalOptions(mode: syncMode, segmentSize: option("--segment-size", default: 16 << 20)),
-            onDurable: { lsn in acknowledged.withLock { $0 = max($0, lsn) } })
+            onDurable: { lsn in acknowledged.withLock { $0 = max($0, lsn) } },
+            onFailure: { failure in firstFailure.withLock { $0 = $0 ?? failure } })
         let (report, bad, replayed) = try checkedReplay(journal, released: keep > 0)
         if bad > 0 { fail("\(bad) replayed records with a wrong payload or out of order") }
         let batches = replayed.map { " \($0.first.rawValue)-\($0.last.rawValue)" }.joined()
@@ -128,7 +133,13 @@ do {
             }
             let written = journal.flush()
             if syncMode == .always {
-                while acknowledged.withLock({ $0 }) < last { usleep(100) }
+                while acknowledged.withLock({ $0 }) < last {
+                    if !failureSaid, let failure = firstFailure.withLock({ $0 }) {
+                        say("failed \(failure.operation.rawValue) \(failure.errno.name)")
+                        failureSaid = true
+                    }
+                    usleep(100)
+                }
             } else if written < last {
                 fail("flush left \(last) unwritten")
             }

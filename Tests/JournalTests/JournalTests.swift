@@ -1,8 +1,9 @@
 import Foundation
-import Journal
 import Posix
 import TestSupport
 import Testing
+
+@testable import Journal
 
 @Suite("Journal: appending, group commit, rollover, release")
 final class JournalTests {
@@ -182,7 +183,7 @@ final class JournalTests {
             path, options: JournalOptions(mode: .periodic(.seconds(3600))), reports: reports)
         let first = try journal.append(owner: 1, payload: payload(1))
         journal.flush()
-        usleep(50_000)
+        #expect(journal.settled(), "the sync thread settles")
         #expect(reports.durable == .zero, "nothing syncs before the interval unless asked")
         let answered = Lock<[JournalFailure?]>([])
         let lsn = try journal.append(owner: 1, payload: payload(2))
@@ -209,7 +210,7 @@ final class JournalTests {
             return last
         }
         for n in 0..<8 { _ = try batch(n) }
-        usleep(50_000)
+        #expect(journal.settled(), "the sync thread settles")
         #expect(reports.durable == .zero, "9,920 bytes wait: below the limit, nothing syncs before the interval")
         #expect(journal.statistics.syncs == 0)
         let crossing = try batch(8)
@@ -217,7 +218,7 @@ final class JournalTests {
         #expect(journal.statistics.syncs == 1)
         // Counted again from the sync: eight more batches stay below the limit, the ninth crosses it.
         for n in 9..<17 { _ = try batch(n) }
-        usleep(50_000)
+        #expect(journal.settled(), "the sync thread settles")
         #expect(reports.durable == crossing)
         let second = try batch(17)
         #expect(eventually { reports.durable == second })
@@ -267,7 +268,7 @@ final class JournalTests {
             #expect(journal.pinningOwners() == [1, 2])
             journal.release(owner: 1, through: lastOfOne)
             journal.flush()
-            usleep(100_000)
+            #expect(journal.settled(), "the sync thread settles")
             #expect(journal.statistics.segments == segments, "owner 2 still pins the oldest segment")
             #expect(journal.pinningOwners() == [2])
             #expect(journal.statistics.unreleasedRecords == 2)
@@ -333,7 +334,7 @@ final class JournalTests {
             #expect(log.count == 61 && log.first == first)
             #expect(journal.statistics.unreleasedRecords == 61)
             #expect(journal.pinningOwners() == [5])
-            usleep(100_000)
+            #expect(journal.settled(), "the sync thread settles")
             #expect(journal.statistics.segmentsDeleted == 0, "the oldest record is still counted as pinning")
             journal.release(owner: 5, through: log.last, log: &log)
             journal.flush()

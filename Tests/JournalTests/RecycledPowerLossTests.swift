@@ -57,13 +57,18 @@ struct RecycledPowerLossTests {
             let mount = try PowerLossMount(backing: backing, at: mountPoint, crash: point)
             let (process, lines) = try probe(journal)
             let crashed = mount.waitForCrash(within: .seconds(60))
-            // What was acknowledged before the cut; nothing after it is (the syncs fail).
-            usleep(200_000)
+            // What was acknowledged before the cut; nothing after it is (the syncs fail):
+            // the probe says so once a batch waits for a sync that failed, after the lines
+            // of every batch acknowledged before.
+            let failed = lines.first(containing: "failed", within: .seconds(30))
             stop(process)
             lines.waitForEnd(within: .seconds(10))
-            acknowledged = lines.all.dropFirst().map { $0.split(separator: " ").compactMap { UInt64($0) } }
+            acknowledged = lines.all.dropFirst().filter { !$0.hasPrefix("failed") }.map {
+                $0.split(separator: " ").compactMap { UInt64($0) }
+            }
             try mount.unmount()
             #expect(crashed, "the cut after \(point) never came")
+            #expect(failed != nil, "the probe never reported the failure that follows the cut after \(point)")
         }
         let recycled = acknowledged.last?[1] ?? 0
         #expect(
