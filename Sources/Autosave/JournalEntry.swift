@@ -31,14 +31,14 @@ enum JournalEntry: Equatable {
     /// The largest document whose contents a ``base`` carries.
     static let baseContentsLimit = 64 << 10
 
-    private enum Kind: UInt8 {
+    fileprivate enum Kind: UInt8 {
         case base = 1
         case edit = 2
         case saving = 3
         case moved = 4
     }
 
-    private enum EditKind: UInt8 {
+    fileprivate enum EditKind: UInt8 {
         case setText = 1
         case append = 2
         case replace = 3
@@ -108,9 +108,19 @@ enum JournalEntry: Equatable {
     /// journal's batch).
     @inline(__always)
     static func encodeEdit(token: UInt64, _ edit: DocumentEdit, appendingTo bytes: inout [UInt8]) {
-        bytes.append(Kind.edit.rawValue)
-        bytes.appendLittleEndian(token)
-        encode(edit, into: &bytes)
+        // The edits of one string (nearly all of them): the entry's kind, the token, the
+        // edit's kind and the string's length in one append, then the string's bytes.
+        switch edit {
+        case .setText(let text): bytes.appendEdit(token: token, .setText, text)
+        case .append(let text): bytes.appendEdit(token: token, .append, text)
+        case .setJSON(let text): bytes.appendEdit(token: token, .setJSON, text)
+        case .mergePatch(let text): bytes.appendEdit(token: token, .mergePatch, text)
+        case .removeMember(let member): bytes.appendEdit(token: token, .removeMember, member)
+        default:
+            bytes.append(Kind.edit.rawValue)
+            bytes.appendLittleEndian(token)
+            encode(edit, into: &bytes)
+        }
     }
 
     private static func encode(_ edit: DocumentEdit, into bytes: inout [UInt8]) {
@@ -407,6 +417,37 @@ extension [UInt8] {
             appendLength(utf8.count)
             append(contentsOf: utf8)
         }
+    }
+
+    /// An edit entry of one string, as ``JournalEntry/encode(_:into:)`` writes it after the
+    /// entry's kind and token: its fixed part (14 bytes) in one append.
+    @inline(__always)
+    fileprivate mutating func appendEdit(token: UInt64, _ kind: JournalEntry.EditKind, _ string: String) {
+        if let done = string.utf8.withContiguousStorageIfAvailable({ utf8 -> Void in
+            appendEditHead(token: token, kind, count: utf8.count)
+            append(contentsOf: utf8)
+        }) {
+            return done
+        }
+        var string = string
+        string.withUTF8 { utf8 in
+            appendEditHead(token: token, kind, count: utf8.count)
+            append(contentsOf: utf8)
+        }
+    }
+
+    @inline(__always)
+    private mutating func appendEditHead(token: UInt64, _ kind: JournalEntry.EditKind, count: Int) {
+        // kind u8 | token u64 | edit kind u8 | length u32, packed.
+        var head: (UInt64, UInt64) = (0, 0)
+        Swift.withUnsafeMutableBytes(of: &head) { raw in
+            raw.storeBytes(of: JournalEntry.Kind.edit.rawValue, toByteOffset: 0, as: UInt8.self)
+            raw.storeBytes(of: token.littleEndian, toByteOffset: 1, as: UInt64.self)
+            raw.storeBytes(of: kind.rawValue, toByteOffset: 9, as: UInt8.self)
+            raw.storeBytes(
+                of: UInt32(truncatingIfNeeded: count).littleEndian, toByteOffset: 10, as: UInt32.self)
+        }
+        Swift.withUnsafeBytes(of: head) { append(contentsOf: UnsafeRawBufferPointer(rebasing: $0[..<14])) }
     }
 
     fileprivate mutating func appendBytes(_ data: Data) {

@@ -345,6 +345,11 @@ uint32_t clinux_crc32c(uint32_t crc, const void *bytes, size_t length) {
     if (length & 1) c32 = __builtin_ia32_crc32qi(c32, *p);
     return ~c32;
 }
+
+__attribute__((target("sse4.2")))
+uint32_t clinux_crc32c_word_then(uint32_t word, const void *bytes, size_t length) {
+    return clinux_crc32c(~__builtin_ia32_crc32si(~0u, word), bytes, length);
+}
 #else
 int clinux_crc32c_available(void) { return 0; }
 
@@ -352,5 +357,12 @@ uint32_t clinux_crc32c(uint32_t crc, const void *bytes, size_t length) {
     (void)bytes;
     (void)length;
     return crc;
+}
+
+uint32_t clinux_crc32c_word_then(uint32_t word, const void *bytes, size_t length) {
+    (void)word;
+    (void)bytes;
+    (void)length;
+    return 0;
 }
 #endif

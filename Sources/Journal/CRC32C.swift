@@ -33,6 +33,13 @@ public enum CRC32C {
         return tableChecksum(of: bytes, continuing: crc)
     }
 
+    /// The checksum of `word`'s four bytes (little-endian, as stored) followed by `bytes`:
+    /// a record's length word and then its body, in one call.
+    public static func checksum(word: UInt32, thenOf bytes: UnsafeRawBufferPointer) -> UInt32 {
+        if hardware { return HardwareCRC32C.checksum(word: word, thenOf: bytes) }
+        return tableChecksum(of: bytes, continuing: withUnsafeBytes(of: word.littleEndian) { tableChecksum(of: $0) })
+    }
+
     /// ``checksum(of:continuing:)`` computed with the tables, whatever the CPU.
     public static func tableChecksum(of bytes: UnsafeRawBufferPointer, continuing crc: UInt32 = 0) -> UInt32 {
         guard var p = bytes.baseAddress else { return crc }

@@ -124,10 +124,9 @@ enum SegmentFormat {
     /// The checksum a record at `offset` should carry, for a body of `length` bytes.
     @inline(__always)
     static func recordChecksum(_ bytes: UnsafeRawBufferPointer, at offset: Int, length: Int) -> UInt32 {
-        let lengthBytes = UnsafeRawBufferPointer(rebasing: bytes[offset..<offset + 4])
         let bodyStart = offset + recordHeaderSize
         let body = UnsafeRawBufferPointer(rebasing: bytes[bodyStart..<bodyStart + length])
-        return CRC32C.checksum(of: body, continuing: CRC32C.checksum(of: lengthBytes))
+        return CRC32C.checksum(word: bytes.loadLittleEndianUInt32(at: offset), thenOf: body)
     }
 }
 

@@ -11,4 +11,13 @@ public enum HardwareCRC32C {
         guard let base = bytes.baseAddress else { return crc }
         return system_crc32c(crc, base, bytes.count)
     }
+
+    /// The checksum of `word`'s four bytes (little-endian, as stored) followed by `bytes`,
+    /// in one call: `checksum(of: bytes, continuing: checksum(of: <word's bytes>))`.
+    public static func checksum(word: UInt32, thenOf bytes: UnsafeRawBufferPointer) -> UInt32 {
+        guard let base = bytes.baseAddress else {
+            return withUnsafeBytes(of: word.littleEndian) { checksum(of: $0) }
+        }
+        return system_crc32c_word_then(word, base, bytes.count)
+    }
 }

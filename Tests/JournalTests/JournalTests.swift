@@ -38,6 +38,13 @@ final class JournalTests {
                 #expect(
                     HardwareCRC32C.checksum(of: rest, continuing: HardwareCRC32C.checksum(of: first))
                         == CRC32C.tableChecksum(of: all))
+                // A record's checksum: a length word, then the body.
+                let word = UInt32.random(in: 0...UInt32.max, using: &generator)
+                let chained = withUnsafeBytes(of: word.littleEndian) {
+                    CRC32C.tableChecksum(of: all, continuing: CRC32C.tableChecksum(of: $0))
+                }
+                #expect(HardwareCRC32C.checksum(word: word, thenOf: all) == chained)
+                #expect(CRC32C.checksum(word: word, thenOf: all) == chained)
             }
         }
         #expect(CRC32C.tableChecksum(of: UnsafeRawBufferPointer(start: nil, count: 0)) == 0)

@@ -124,6 +124,9 @@ int clinux_crc32c_available(void);
 /// what came before, 0 to start), with the CPU's instruction; only when
 /// `clinux_crc32c_available()`.
 uint32_t clinux_crc32c(uint32_t crc, const void *bytes, size_t length);
+/// CRC-32C of the 4 bytes of `word` (as stored little-endian) followed by `length` bytes,
+/// in one call: a journal record's checksum (its length word, then its body).
+uint32_t clinux_crc32c_word_then(uint32_t word, const void *bytes, size_t length);
 
 /// How many bytes at the start of `bytes` (a multiple of 16, at most `length`) hold no
 /// byte that ends a JSON string's plain run — a quote, a backslash, a control character,

@@ -182,6 +182,9 @@ internal func system_crc32c_available() -> Bool { clinux_crc32c_available() != 0
 internal func system_crc32c(_ crc: UInt32, _ bytes: UnsafeRawPointer, _ count: Int) -> UInt32 {
     clinux_crc32c(crc, bytes, count)
 }
+internal func system_crc32c_word_then(_ word: UInt32, _ bytes: UnsafeRawPointer, _ count: Int) -> UInt32 {
+    clinux_crc32c_word_then(word, bytes, count)
+}
 
 internal func system_map_shared(_ fd: CInt, _ length: Int) -> UnsafeMutableRawPointer? { clinux_map_shared(fd, length) }
 internal func system_store_forward(_ to: UnsafeMutableRawPointer, _ from: UnsafeRawPointer, _ count: Int) {
