@@ -1,0 +1,45 @@
+import Foundation
+import Testing
+
+@testable import Autosave
+
+@Suite("Journal entries: every edit encoded as the journal takes it and decoded back")
+struct JournalEntryTests {
+    /// Strings of each kind the encoder meets: empty, ASCII, multi-byte UTF-8, small
+    /// (stored inline in the string value), large, and bridged from Foundation (whose
+    /// bytes are not contiguous UTF-8 until copied).
+    static let strings: [String] = [
+        "", "a", "buy milk\n", "naïve — ✓ 🎉\n", String(repeating: "0123456789", count: 500),
+        NSString(string: "from Foundation: ünïcode").description,
+        String(decoding: Array("{\"k\": [1, 2, 3]}".utf8), as: UTF8.self),
+    ]
+
+    static var edits: [DocumentEdit] {
+        strings.flatMap { text -> [DocumentEdit] in
+            [
+                .setText(text), .append(text), .setJSON(text), .mergePatch(text), .removeMember(text),
+                .replace(offset: 3, length: text.utf8.count, with: text),
+                .putMember(text, Data(text.utf8)), .setData(Data(text.utf8)),
+            ]
+        }
+    }
+
+    @Test("encodeEdit, then init(decoding:), gives the edit and its token back; the size stays within its bound")
+    func roundTrip() throws {
+        for (index, edit) in Self.edits.enumerated() {
+            let token = UInt64(index) * 0x0101_0101_0101 + 1
+            var bytes: [UInt8] = [0xEE]  // as in a batch: the record starts after other bytes
+            JournalEntry.encodeEdit(token: token, edit, appendingTo: &bytes)
+            #expect(bytes.count - 1 <= JournalEntry.editSizeBound(edit), "\(edit)")
+            let decoded = try JournalEntry(decoding: bytes[1...])
+            #expect(decoded == .edit(token: token, edit))
+        }
+    }
+
+    @Test("A text edit's encoding: kind 2, the token, the edit's kind, the text's length and bytes")
+    func layout() {
+        var bytes: [UInt8] = []
+        JournalEntry.encodeEdit(token: 0x0102_0304_0506_0708, .append("hé"), appendingTo: &bytes)
+        #expect(bytes == [2, 8, 7, 6, 5, 4, 3, 2, 1, 2, 3, 0, 0, 0, 0x68, 0xC3, 0xA9])
+    }
+}
