@@ -511,17 +511,24 @@ class Soak:
             conn[1].close()
 
     async def settled_descriptors(self):
-        """The daemon's descriptors once the count has stopped changing (it closes a
-        connection's socket when it reads the end of file, a moment after the client)."""
-        deadline = time.monotonic() + 20
-        previous = self.descriptor_targets()
-        while time.monotonic() < deadline:
-            await asyncio.sleep(0.5)
-            current = self.descriptor_targets()
-            if len(current) == len(previous):
-                return current
-            previous = current
-        return previous
+        """The daemon's descriptors once every client's connection is closed but the one
+        asking: it closes a connection's socket when it reads the end of file, a moment
+        after the client, and counts the connection out (`status`'s `connections`) only
+        after closing it. Both counts (before and after the soak) include that one socket."""
+        conn = await self.connect()
+        try:
+            deadline = time.monotonic() + 20
+            while True:
+                connections = (await self.call(conn, {"cmd": "status"})).get("connections")
+                if connections == 1:
+                    return self.descriptor_targets()
+                if time.monotonic() > deadline:
+                    self.failures.add("descriptors", "%s connections still open 20 s after every client closed"
+                                      % connections)
+                    return self.descriptor_targets()
+                await asyncio.sleep(0.05)
+        finally:
+            conn[1].close()
 
     async def soak(self):
         fd_before = await self.settled_descriptors()
