@@ -100,7 +100,11 @@ extension DocumentStore {
         for event in batch {
             switch event {
             case .changed(let path):
+                // Directories remembered missing that this report shows are there now.
+                let made = missingDirectories.isEmpty ? [] : missingDirectories(atOrAbove: path)
+                if !knownDirectories.isEmpty, !isStoreOwn(path) { forgetKnownDirectories(above: path) }
                 forgetMissingDirectories(atOrUnder: path)
+                for directory in made { learnDirectory(directory) }
                 if let waiter = syncWaiters.removeValue(forKey: path) {
                     waiter.resume()
                     continue
@@ -132,6 +136,7 @@ extension DocumentStore {
                 }
             case .removed(let path):
                 if path.hasPrefix(Self.syncCookiePrefix) || isTemporary(path) { continue }
+                if !knownDirectories.isEmpty, !isStoreOwn(path) { forgetKnownDirectories(atOrUnder: path) }
                 if ignore.current.isIgnoreFile(PathName.lastComponent(path)) {
                     ignoreFileChanged(in: PathName.parent(path))
                     continue
@@ -152,6 +157,11 @@ extension DocumentStore {
                     for inside in documents(under: path) { removedExternally(inside) }
                 }
             case .renamed(let from, let to, let isDirectory):
+                // A save's temporary put in place is reported as a change of its destination.
+                if !knownDirectories.isEmpty, !isTemporary(from) {
+                    forgetKnownDirectories(atOrUnder: from)
+                    forgetKnownDirectories(atOrUnder: to)
+                }
                 forgetMissingDirectories(atOrUnder: to)
                 renamedExternally(from: from, to: to, isDirectory: isDirectory)
             case .overflow:

@@ -181,6 +181,10 @@ public actor DocumentStore {
     /// Directories known not to be there while inotify watches every directory: a new
     /// document in one needs no look at the disk (DocumentStore+MissingDirectories.swift).
     var missingDirectories: Set<String> = []
+    /// Directories (relative to the root, "" for the root) whose every entry is an open
+    /// document or a save's temporary file, while inotify watches every directory: a name
+    /// that is no document there is not there (DocumentStore+MissingDirectories.swift).
+    var knownDirectories: Set<String> = []
     var heap = DeadlineHeap()
     var ready = ReadyQueue()
     var savesInFlight = 0
@@ -580,6 +584,8 @@ public actor DocumentStore {
     func remove(_ path: String, keepingJournal: Bool = false) -> Entry? {
         guard var entry = entries.removeValue(forKey: path) else { return nil }
         countDirectories(of: path, by: -1)
+        // Its file may stay (a document closed): its directory is no longer all documents.
+        if !knownDirectories.isEmpty { forgetKnownDirectories(atOrUnder: path) }
         if !ownRenames.isEmpty { ownRenames.removeValue(forKey: path) }
         if !journalCompactionDocuments.isEmpty { journalCompactionDocuments.remove(path) }
         if !keepingJournal { journalDiscard(&entry, closing: true) }
@@ -745,7 +751,7 @@ public actor DocumentStore {
             return (try apply(edit, at: existing, path: valid), valid)
         }
         let exists: Bool
-        if create, isInMissingDirectory(valid) {
+        if create, isInMissingDirectory(valid) || isNewInKnownDirectory(valid) {
             exists = false
         } else {
             exists = try unopened.checkUnopened(valid: valid)
