@@ -70,37 +70,60 @@ struct ReadyQueue {
 
 /// A min-heap of (deadline, document) pairs. Entries may be stale: the scheduler checks
 /// each popped entry against the document's current deadline.
+///
+/// The deadlines and the paths are kept apart: a step of a sift compares deadlines side by
+/// side in one array and moves paths without touching their strings (no reference count
+/// changed, no string's memory read), so that taking the next due save off a heap of
+/// hundreds of thousands costs its comparisons, not a cache miss on each level's path.
 struct DeadlineHeap {
-    private var items: [(Moment, String)] = []
+    private var times: [Moment] = []
+    private var paths: [String] = []
 
-    var isEmpty: Bool { items.isEmpty }
-    var first: Moment? { items.first?.0 }
+    var isEmpty: Bool { times.isEmpty }
+    var first: Moment? { times.first }
 
     mutating func push(_ time: Moment, _ path: String) {
-        items.append((time, path))
-        var child = items.count - 1
-        while child > 0 {
-            let parent = (child - 1) / 2
-            guard items[child].0 < items[parent].0 else { break }
-            items.swapAt(child, parent)
-            child = parent
+        times.append(time)
+        paths.append(path)
+        let count = times.count
+        times.withUnsafeMutableBufferPointer { times in
+            paths.withUnsafeMutableBufferPointer { paths in
+                var child = count - 1
+                while child > 0 {
+                    let parent = (child - 1) / 2
+                    guard time < times[parent] else { break }
+                    times[child] = times[parent]
+                    paths.swapAt(child, parent)
+                    child = parent
+                }
+                times[child] = time
+            }
         }
     }
 
     mutating func pop() -> (Moment, String)? {
-        guard !items.isEmpty else { return nil }
-        items.swapAt(0, items.count - 1)
-        let top = items.removeLast()
-        var parent = 0
-        while true {
-            let left = 2 * parent + 1
-            let right = left + 1
-            var smallest = parent
-            if left < items.count, items[left].0 < items[smallest].0 { smallest = left }
-            if right < items.count, items[right].0 < items[smallest].0 { smallest = right }
-            if smallest == parent { break }
-            items.swapAt(parent, smallest)
-            parent = smallest
+        guard let lastTime = times.popLast(), let lastPath = paths.popLast() else { return nil }
+        guard !times.isEmpty else { return (lastTime, lastPath) }
+        let top = (times[0], paths[0])
+        let count = times.count
+        // The last pair sinks from the top's place; the top's path, moved down the same
+        // way, is written over at the end (its count given to the copy returned).
+        times.withUnsafeMutableBufferPointer { times in
+            paths.withUnsafeMutableBufferPointer { paths in
+                var hole = 0
+                while true {
+                    let left = 2 * hole + 1
+                    guard left < count else { break }
+                    var child = left
+                    if left + 1 < count, times[left + 1] < times[left] { child = left + 1 }
+                    guard times[child] < lastTime else { break }
+                    times[hole] = times[child]
+                    paths.swapAt(hole, child)
+                    hole = child
+                }
+                times[hole] = lastTime
+                paths[hole] = lastPath
+            }
         }
         return top
     }
