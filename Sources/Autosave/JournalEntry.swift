@@ -423,17 +423,14 @@ extension [UInt8] {
     /// entry's kind and token: its fixed part (14 bytes) in one append.
     @inline(__always)
     fileprivate mutating func appendEdit(token: UInt64, _ kind: JournalEntry.EditKind, _ string: String) {
-        if let done = string.utf8.withContiguousStorageIfAvailable({ utf8 -> Void in
+        func put(_ utf8: UnsafeBufferPointer<UInt8>) {
             appendEditHead(token: token, kind, count: utf8.count)
             append(contentsOf: utf8)
-        }) {
-            return done
         }
+        // A native string's bytes in place; any other's through a copy made contiguous.
+        if string.utf8.withContiguousStorageIfAvailable(put) != nil { return }
         var string = string
-        string.withUTF8 { utf8 in
-            appendEditHead(token: token, kind, count: utf8.count)
-            append(contentsOf: utf8)
-        }
+        string.withUTF8(put)
     }
 
     @inline(__always)

@@ -31,6 +31,14 @@ struct KnownDirectoryTests {
         var count: Int { looks.load(ordering: .relaxed) }
     }
 
+    /// A store watching its root, edits held an hour, and the look it is given counted.
+    func watchedStore(openNewFiles: Bool = true) async throws -> (StoreHarness, DocumentStore, CountedLook) {
+        let harness = await StoreHarness(
+            quiet: .seconds(3600), maxDelay: .seconds(3600), configure: { $0.openNewFiles = openNewFiles })
+        try await harness.store.startWatching()
+        return (harness, harness.store, CountedLook(root: harness.root))
+    }
+
     func set(_ path: String, _ text: String, in store: DocumentStore, look: CountedLook) async throws {
         _ = try await store.apply(.setText(text), named: path, create: true, unopened: look)
     }
@@ -41,11 +49,7 @@ struct KnownDirectoryTests {
     func madeBySave() async throws {
         // New files are opened only when a client names them: the `set` of the other
         // program's file below is what opens it.
-        let harness = await StoreHarness(
-            quiet: .seconds(3600), maxDelay: .seconds(3600), configure: { $0.openNewFiles = false })
-        let store = harness.store
-        try await store.startWatching()
-        let look = CountedLook(root: harness.root)
+        let (harness, store, look) = try await watchedStore(openNewFiles: false)
 
         try await set("made/a.txt", "a\n", in: store, look: look)
         #expect(look.count == 1, "the first new document looks")
@@ -76,10 +80,7 @@ struct KnownDirectoryTests {
         "A document closed in a directory known whole keeps its file there: the directory is no longer known whole, and the next set of that path opens the file",
         .timeLimit(.minutes(1)))
     func documentClosed() async throws {
-        let harness = await StoreHarness(quiet: .seconds(3600), maxDelay: .seconds(3600))
-        let store = harness.store
-        try await store.startWatching()
-        let look = CountedLook(root: harness.root)
+        let (harness, store, look) = try await watchedStore()
 
         try await set("kept/a.txt", "saved\n", in: store, look: look)
         try await store.save("kept/a.txt", wait: true)
@@ -100,10 +101,7 @@ struct KnownDirectoryTests {
         "A directory made by another program where the store found none is not known whole when something else is in it",
         .timeLimit(.minutes(1)))
     func madeByAnotherProgram() async throws {
-        let harness = await StoreHarness(quiet: .seconds(3600), maxDelay: .seconds(3600))
-        let store = harness.store
-        try await store.startWatching()
-        let look = CountedLook(root: harness.root)
+        let (harness, store, look) = try await watchedStore()
 
         try await set("theirs/a.txt", "a\n", in: store, look: look)
         try FileManager.default.createDirectory(
