@@ -42,32 +42,6 @@ extension Int64 {
     }
 }
 
-/// Documents due for a save, in the order they became due: appending and taking the
-/// first cost O(1) each (an array's `removeFirst` walked it, with thousands of documents
-/// due at once). A document is queued once: its entry's `isReady` says it is in the queue.
-struct ReadyQueue {
-    private var order: [String] = []
-    private var head = 0
-
-    var isEmpty: Bool { head == order.count }
-
-    mutating func append(_ path: String) { order.append(path) }
-
-    mutating func popFirst() -> String? {
-        guard head < order.count else { return nil }
-        let path = order[head]
-        head += 1
-        if head == order.count {
-            order.removeAll(keepingCapacity: true)
-            head = 0
-        } else if head > 1024, head * 2 > order.count {
-            order.removeFirst(head)
-            head = 0
-        }
-        return path
-    }
-}
-
 /// A min-heap of (deadline, document) pairs. Entries may be stale: the scheduler checks
 /// each popped entry against the document's current deadline.
 ///
@@ -80,6 +54,7 @@ struct DeadlineHeap {
     private var paths: [String] = []
 
     var isEmpty: Bool { times.isEmpty }
+    var count: Int { times.count }
     var first: Moment? { times.first }
 
     mutating func push(_ time: Moment, _ path: String) {
@@ -247,7 +222,16 @@ extension DocumentStore {
     /// sleeps for it). When it fires, the due saves start right there, on the loop's
     /// thread: the scheduler's task stays asleep, since resuming it would hand the work to
     /// another thread and back (for every `save` with `wait`, whose deadline is now).
+    ///
+    /// A deadline already past while every save slot is taken is not armed: the timer
+    /// would fire at once and find no slot. The scheduler then waits on the slots instead
+    /// (``allSlotsTaken``): the next save to finish starts the next due document.
     private func arm(_ deadline: Moment?) {
+        if let deadline, savesInFlight >= configuration.maxConcurrentSaves, deadline <= .now {
+            sleepTarget = Self.allSlotsTaken
+            loop.setTimer(at: nil)
+            return
+        }
         sleepTarget = deadline
         if let deadline {
             loop.setTimer(at: deadline.nanoseconds) { [weak self] in self?.isolatedHere { $0.timerFired() } }
@@ -274,10 +258,20 @@ extension DocumentStore {
         }
     }
 
-    /// Starts every save that is due, within the concurrency cap.
+    /// The scheduler's target while due documents wait for a save slot: earlier than any
+    /// deadline, so that no new deadline arms the timer (``queue(_:_:)``).
+    static let allSlotsTaken = Moment(nanoseconds: .min)
+
+    /// Starts the saves that are due, as many as there are free slots. Due documents
+    /// beyond the slots stay in the heap, in deadline order, until a save finishes
+    /// (``finishSave(_:token:snapshot:result:duration:since:)``): the loop's work is per
+    /// save started, not per document due — a burst of thousands due at once (the quiet
+    /// period of a burst of new documents ending, a journal compaction) is not walked
+    /// while the saves are busy.
     func processDue() {
         let now = Moment.now
-        while let first = heap.first, first <= now, let (_, path) = heap.pop() {
+        let slots = configuration.maxConcurrentSaves
+        while savesInFlight < slots, let first = heap.first, first <= now, let (_, path) = heap.pop() {
             guard let index = entries.index(forKey: path) else { continue }
             // One access to the entry, in place.
             let (due, requeue) = modifyEntry(at: index) { entry -> (Bool, Moment?) in
@@ -290,28 +284,21 @@ extension DocumentStore {
                     return (false, deadline)
                 }
                 // A save in flight reschedules the document when it finishes.
-                guard entry.savingToken == nil, !entry.isReady else { return (false, nil) }
-                entry.isReady = true
-                return (true, nil)
+                return (entry.savingToken == nil, nil)
             }
             if let requeue { heap.push(requeue, path) }
-            if due { ready.append(path) }
-        }
-        startReadySaves()
-    }
-
-    func startReadySaves() {
-        while savesInFlight < configuration.maxConcurrentSaves, let path = ready.popFirst() {
-            guard let index = entries.index(forKey: path) else { continue }
-            let startable = modifyEntry(at: index) { entry in
-                entry.isReady = false
-                return entry.isDirty && entry.savingToken == nil
-            }
-            if startable { startSave(path, at: index) }
+            if due { startSave(path, at: index) }
         }
     }
 
-    // MARK: Saving
+    /// A save slot came free: the next due document takes it, and once none waits for a
+    /// slot, the timer looks after the heap again.
+    private func slotFreed() {
+        processDue()
+        if sleepTarget == Self.allSlotsTaken, savesInFlight < configuration.maxConcurrentSaves {
+            arm(heap.first)
+        }
+    }
 
     /// Runs `body` on the store from the loop's thread, in the loop's next pass between
     /// jobs: sound, since the loop is the store's serial executor (as
@@ -537,7 +524,7 @@ extension DocumentStore {
         result: Result<SaveOutcome, any Error>, duration: Duration, since: Moment?
     ) {
         savesInFlight -= 1
-        defer { startReadySaves() }
+        defer { slotFreed() }
         guard let index = entries.index(forKey: path) else { return }
         entries[index].savingToken = nil
         switch result {

@@ -81,8 +81,6 @@ public actor DocumentStore {
         private var rawLastSaved = Double.nan
         private(set) var failureBox: Boxed<SaveFailure>? = nil
         var isPackage: Bool
-        /// The document is in the queue of saves due (``ReadyQueue``).
-        var isReady = false
         /// Whether the journal holds the version the next edit applies to (a base record,
         /// or the record of a save); the next edit writes a base first otherwise.
         var journalHasBase = false
@@ -186,7 +184,6 @@ public actor DocumentStore {
     /// that is no document there is not there (DocumentStore+MissingDirectories.swift).
     var knownDirectories: Set<String> = []
     var heap = DeadlineHeap()
-    var ready = ReadyQueue()
     var savesInFlight = 0
     @exclusivity(unchecked) var accepting = true
     var sleeper: CheckedContinuation<Void, Never>?
@@ -570,9 +567,6 @@ public actor DocumentStore {
     /// Adds a document the store did not hold.
     @discardableResult
     func insert(_ entry: Entry, at path: String) -> EntryTable.Slot {
-        var entry = entry
-        // It is in no queue of saves under this path yet.
-        entry.isReady = false
         let (replaced, slot) = entries.insert(entry, forKey: path)
         if replaced == nil { countDirectories(of: path, by: 1) }
         return slot

@@ -10,8 +10,13 @@ extension DocumentStore {
     /// How many callers of `save(_:wait:)` wait for the document's edits (internal state,
     /// read so a test knows its caller is waiting before it acts).
     func waitingSaves(_ path: String) -> Int { entries[path]?.waiters.count ?? 0 }
-    /// Whether the document is in the queue of saves due, waiting for a save slot.
-    func isQueuedForSave(_ path: String) -> Bool { entries[path]?.isReady ?? false }
+    /// Whether the document is due for a save and waits for a save slot.
+    func isQueuedForSave(_ path: String) -> Bool {
+        guard let entry = entries[path], entry.isDirty, entry.savingToken == nil, let queued = entry.queuedAt else {
+            return false
+        }
+        return queued <= .now
+    }
 }
 
 /// A caller of `save(wait: true)` (`autosavectl save --wait`, `close`) waits for a save of
