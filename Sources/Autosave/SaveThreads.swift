@@ -38,9 +38,6 @@ final class SaveThreads: @unchecked Sendable {
     }
 
     private func run() {
-        // Saves are background work: a save thread woken by its disk does not preempt the
-        // loop serving requests (it runs at the next tick, or on a free CPU).
-        try? CurrentThread.setBatchScheduling()
         while true {
             condition.lock()
             while queue.isEmpty {

@@ -4,7 +4,6 @@
 #include <errno.h>
 #include <sys/statfs.h>
 #include <fcntl.h>
-#include <sched.h>
 #include <linux/openat2.h>
 #include <stdio.h>
 #include <stddef.h>
@@ -65,11 +64,6 @@ long clinux_getrandom(void *buffer, size_t count) { return (long)getrandom(buffe
 int clinux_syncfs(int fd) { return syncfs(fd); }
 
 int clinux_set_thread_name(const char *name) { return prctl(PR_SET_NAME, (unsigned long)name, 0, 0, 0); }
-
-int clinux_set_batch_scheduling(void) {
-    struct sched_param parameters = {.sched_priority = 0};
-    return sched_setscheduler(0, SCHED_BATCH, &parameters);
-}
 
 int clinux_start_writeback(int fd, int64_t offset, int64_t count) {
     return sync_file_range(fd, offset, count, SYNC_FILE_RANGE_WRITE);

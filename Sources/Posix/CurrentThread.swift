@@ -10,17 +10,6 @@ public enum CurrentThread {
     public static func setName(_ name: String) {
         _ = name.withCString { system_set_thread_name($0) }
     }
-
-    /// Marks the calling thread as background work (`SCHED_BATCH`, its nice value kept):
-    /// it gets its share of the CPU as before, but waking up — a write or sync returning —
-    /// no longer preempts the thread running on its CPU; it runs when that thread sleeps,
-    /// at the next scheduler tick, or on an idle CPU. For threads whose latency matters
-    /// less than that of the threads serving requests.
-    ///
-    /// The corresponding C function is `sched_setscheduler(SCHED_BATCH)`.
-    public static func setBatchScheduling() throws(Errno) {
-        try nothingOrErrno { system_set_batch_scheduling() }.get()
-    }
 }
 
 /// A thread of the process's own, outside Dispatch's pool: for work that blocks or loops

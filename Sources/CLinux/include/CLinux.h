@@ -75,10 +75,6 @@ int clinux_syncfs(int fd);
 /// prctl(PR_SET_NAME): the calling thread's name as the kernel shows it (`comm`, in
 /// /proc/PID/task/TID/comm, `top -H`, `perf`), cut to 15 bytes.
 int clinux_set_thread_name(const char *name);
-/// sched_setscheduler(0, SCHED_BATCH): the calling thread, at its nice value, no longer
-/// preempts a running thread when it wakes (its turn comes at the next tick or when a
-/// CPU is free); -1 with errno set if refused.
-int clinux_set_batch_scheduling(void);
 /// sync_file_range(2) with SYNC_FILE_RANGE_WRITE over `count` bytes from `offset` (0: to
 /// the end of the file): starts writing those dirty pages back without waiting for them.
 int clinux_start_writeback(int fd, int64_t offset, int64_t count);

@@ -42,7 +42,6 @@ internal func system_write(_ fd: CInt, _ buffer: UnsafeRawPointer?, _ count: Int
 internal func system_fsync(_ fd: CInt) -> CInt { Glibc.fsync(fd) }
 internal func system_syncfs(_ fd: CInt) -> CInt { clinux_syncfs(fd) }
 internal func system_set_thread_name(_ name: UnsafePointer<CChar>) -> CInt { clinux_set_thread_name(name) }
-internal func system_set_batch_scheduling() -> CInt { clinux_set_batch_scheduling() }
 internal func system_start_writeback(_ fd: CInt, _ offset: Int64, _ count: Int64) -> CInt {
     clinux_start_writeback(fd, offset, count)
 }
