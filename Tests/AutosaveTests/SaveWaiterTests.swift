@@ -10,12 +10,13 @@ extension DocumentStore {
     /// How many callers of `save(_:wait:)` wait for the document's edits (internal state,
     /// read so a test knows its caller is waiting before it acts).
     func waitingSaves(_ path: String) -> Int { entries[path]?.waiters.count ?? 0 }
-    /// Whether the document is due for a save and waits for a save slot.
+    /// Whether the document is due for a save and waits for a save slot: its deadline
+    /// has passed, and the scheduler has looked and found every slot taken.
     func isQueuedForSave(_ path: String) -> Bool {
-        guard let entry = entries[path], entry.isDirty, entry.savingToken == nil, let queued = entry.queuedAt else {
-            return false
-        }
-        return queued <= .now
+        guard let entry = entries[path], entry.isDirty, entry.savingToken == nil, let deadline = entry.deadline,
+            entry.queuedAt != nil
+        else { return false }
+        return deadline <= .now && sleepTarget == Self.allSlotsTaken
     }
 }
 
