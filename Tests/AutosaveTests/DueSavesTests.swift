@@ -19,21 +19,8 @@ extension DocumentStore {
 struct DueSavesTests {
     @Test("200 documents due while the one slot is taken wait in the heap, the timer off; each is saved once, in order")
     func dueWaitForSlot() async throws {
-        var registry = DocumentTypeRegistry()
-        registry.register(GatedDocument.self, contentType: GatedDocument.type, filenameExtensions: ["gated"])
-        let gate = Gate()
-        Gate.current = gate
-        defer { Gate.current = nil }
-        let harness = await StoreHarness(
-            quiet: .milliseconds(20), maxDelay: .seconds(3600), concurrentSaves: 1, registry: registry)
-        let store = harness.store
-        try Disk.write("", to: harness.file("slot.gated"))
-        try await store.open("slot.gated")
-        try await store.apply(.setText("holds the slot"), to: "slot.gated")
-        try await store.save("slot.gated", wait: false)
-        var arrivals = gate.arrived.makeAsyncIterator()
-        _ = await arrivals.next()
-
+        let slot = try await HeldSaveSlot(quiet: .milliseconds(20))
+        let (harness, gate, store) = (slot.harness, slot.gate, slot.harness.store)
         let names = (0..<200).map { String(format: "due-%03d.txt", $0) }
         for (i, name) in names.enumerated() {
             try await store.apply(.setText("document \(i)\n"), to: name, create: true)

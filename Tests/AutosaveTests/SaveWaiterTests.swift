@@ -35,22 +35,8 @@ struct SaveWaiterTests {
     }
 
     func setUp(configure: @escaping (inout Configuration) -> Void = { _ in }) async throws -> Setup {
-        var registry = DocumentTypeRegistry()
-        registry.register(GatedDocument.self, contentType: GatedDocument.type, filenameExtensions: ["gated"])
-        let gate = Gate()
-        Gate.current = gate
-        defer { Gate.current = nil }
-        let harness = await StoreHarness(
-            quiet: .seconds(3600), maxDelay: .seconds(3600), concurrentSaves: 1, registry: registry,
-            configure: configure)
-        let store = harness.store
-        try Disk.write("", to: harness.file("slot.gated"))
-        try await store.open("slot.gated")
-        try await store.apply(.setText("holds the slot"), to: "slot.gated")
-        try await store.save("slot.gated", wait: false)
-        var arrivals = gate.arrived.makeAsyncIterator()
-        _ = await arrivals.next()
-
+        let slot = try await HeldSaveSlot(quiet: .seconds(3600), configure: configure)
+        let (harness, gate, store) = (slot.harness, slot.gate, slot.harness.store)
         try Disk.write("on disk\n", to: harness.file("t.txt"))
         try await store.open("t.txt")
         try await store.apply(.setText("unsaved\n"), to: "t.txt")

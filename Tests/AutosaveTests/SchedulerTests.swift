@@ -66,6 +66,33 @@ final class Gate: Sendable {
     }
 }
 
+/// A store with one save slot, held by the save of a gated document (`slot.gated`) until
+/// the gate opens: whatever else comes due waits for the slot.
+struct HeldSaveSlot {
+    let harness: StoreHarness
+    let gate: Gate
+
+    init(
+        quiet: Duration, maxDelay: Duration = .seconds(3600),
+        configure: @escaping (inout Configuration) -> Void = { _ in }
+    ) async throws {
+        var registry = DocumentTypeRegistry()
+        registry.register(GatedDocument.self, contentType: GatedDocument.type, filenameExtensions: ["gated"])
+        gate = Gate()
+        Gate.current = gate
+        defer { Gate.current = nil }
+        harness = await StoreHarness(
+            quiet: quiet, maxDelay: maxDelay, concurrentSaves: 1, registry: registry, configure: configure)
+        let store = harness.store
+        try Disk.write("", to: harness.file("slot.gated"))
+        try await store.open("slot.gated")
+        try await store.apply(.setText("holds the slot"), to: "slot.gated")
+        try await store.save("slot.gated", wait: false)
+        var arrivals = gate.arrived.makeAsyncIterator()
+        _ = await arrivals.next()
+    }
+}
+
 @Suite("The autosave scheduler", .serialized)
 struct SchedulerTests {
     @Test("A burst of 1,000 edits inside the quiet period produces exactly one save, with all of them")
