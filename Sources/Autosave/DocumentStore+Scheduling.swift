@@ -227,7 +227,7 @@ extension DocumentStore {
     /// would fire at once and find no slot. The scheduler then waits on the slots instead
     /// (``allSlotsTaken``): the next save to finish starts the next due document.
     private func arm(_ deadline: Moment?) {
-        if let deadline, savesInFlight >= configuration.maxConcurrentSaves, deadline <= .now {
+        if let deadline, !hasFreeSaveSlot, deadline <= .now {
             sleepTarget = Self.allSlotsTaken
             loop.setTimer(at: nil)
             return
@@ -262,6 +262,9 @@ extension DocumentStore {
     /// deadline, so that no new deadline arms the timer (``queue(_:_:)``).
     static let allSlotsTaken = Moment(nanoseconds: .min)
 
+    /// Whether fewer saves run than `MaxConcurrentSaves=` allows.
+    var hasFreeSaveSlot: Bool { savesInFlight < configuration.maxConcurrentSaves }
+
     /// Starts the saves that are due, as many as there are free slots. Due documents
     /// beyond the slots stay in the heap, in deadline order, until a save finishes
     /// (``finishSave(_:token:snapshot:result:duration:since:)``): the loop's work is per
@@ -270,8 +273,7 @@ extension DocumentStore {
     /// while the saves are busy.
     func processDue() {
         let now = Moment.now
-        let slots = configuration.maxConcurrentSaves
-        while savesInFlight < slots, let first = heap.first, first <= now, let (_, path) = heap.pop() {
+        while hasFreeSaveSlot, let first = heap.first, first <= now, let (_, path) = heap.pop() {
             guard let index = entries.index(forKey: path) else { continue }
             // One access to the entry, in place.
             let (due, requeue) = modifyEntry(at: index) { entry -> (Bool, Moment?) in
@@ -295,7 +297,7 @@ extension DocumentStore {
     /// slot, the timer looks after the heap again.
     private func slotFreed() {
         processDue()
-        if sleepTarget == Self.allSlotsTaken, savesInFlight < configuration.maxConcurrentSaves {
+        if sleepTarget == Self.allSlotsTaken, hasFreeSaveSlot {
             arm(heap.first)
         }
     }
