@@ -12,6 +12,9 @@
 //   -d DOCS               keys (documents) per client, used in turn (default 1)
 //   -p DEPTH              requests per batch, the pipeline depth (default 1)
 //   -t TAG                names the creation load's keys, so runs never reuse one
+//   -n DIR                the directory of the creation load's new documents under
+//                         autosaved's root (default "new", made by the first save;
+//                         "" for the root itself, there from the start)
 //   -c BYTES              append: the longest a key's value may grow; an append that
 //                         would pass it is sent as a set of one value instead
 //                         (a reset), counted among the requests (default 65536)
@@ -64,6 +67,7 @@ static enum operation operation = OP_SET;
 static int docs_per_client = 1;
 static int depth = 1;
 static const char *tag = "0";
+static const char *new_directory = "new/";
 static size_t append_cap = 65536;
 static char *value;
 static size_t value_length;
@@ -116,7 +120,7 @@ static void add_request(client_t *c, const char *command, long doc) {
             key_length = snprintf(key, sizeof key, "bench:%d:%ld", c->index, doc);
     } else {
         if (doc < 0)
-            key_length = snprintf(key, sizeof key, "new/%s-c%d-%ld.txt", tag, c->index, c->created++);
+            key_length = snprintf(key, sizeof key, "%s%s-c%d-%ld.txt", new_directory, tag, c->index, c->created++);
         else
             key_length = snprintf(key, sizeof key, "bench/c%d-%ld.txt", c->index, doc);
     }
@@ -326,14 +330,14 @@ static double finish(const char *path) {
 }
 
 static void usage(void) {
-    fprintf(stderr, "usage: loadgen [-o set|append|create] [-d DOCS] [-p DEPTH] [-t TAG] [-c BYTES] [-f] "
+    fprintf(stderr, "usage: loadgen [-o set|append|create] [-d DOCS] [-p DEPTH] [-t TAG] [-n DIR] [-c BYTES] [-f] "
                     "redis|autosaved SOCKET CLIENTS SECONDS [VALUE_BYTES]\n");
     exit(64);
 }
 
 int main(int argc, char **argv) {
     int option;
-    while ((option = getopt(argc, argv, "o:d:p:t:c:f")) != -1) {
+    while ((option = getopt(argc, argv, "o:d:p:t:n:c:f")) != -1) {
         switch (option) {
         case 'o':
             if (strcmp(optarg, "set") == 0) operation = OP_SET;
@@ -344,6 +348,16 @@ int main(int argc, char **argv) {
         case 'd': docs_per_client = atoi(optarg); break;
         case 'p': depth = atoi(optarg); break;
         case 't': tag = optarg; break;
+        case 'n': {
+            size_t length = strlen(optarg);
+            if (length > 64) usage();
+            char *directory = malloc(length + 2);
+            memcpy(directory, optarg, length);
+            if (length > 0 && optarg[length - 1] != '/') directory[length++] = '/';
+            directory[length] = 0;
+            new_directory = directory;
+            break;
+        }
         case 'c': append_cap = (size_t)atol(optarg); break;
         case 'f': finish_after = 1; break;
         default: usage();

@@ -39,13 +39,19 @@ extension DocumentStore {
 
     /// After a look found nothing at `path`, for a new document: remembers its directory
     /// as missing if it is not there, and it holds no open document yet (the first new
-    /// document of a directory asks; the next ones do not ask again).
-    func noteMissingDirectory(of path: String, unopened: some UnopenedPathCheck) {
-        guard let directory = Self.directory(of: path), directoryUses[directory] == nil,
-            missingDirectories.count < Self.missingDirectoryLimit, let watcher, watcher.watchesEverything,
-            unopened.directoryIsMissing(directory)
-        else { return }
-        missingDirectories.insert(directory)
+    /// document of a directory asks; the next ones do not ask again). A directory that is
+    /// there counts the look towards listing it (``lookedInDirectory(of:)``).
+    func noteNothingFound(at path: String, unopened: some UnopenedPathCheck) {
+        guard let watcher, watcher.watchesEverything else { return }
+        if let directory = Self.directory(of: path), directoryUses[directory] == nil,
+            missingDirectories.count < Self.missingDirectoryLimit
+        {
+            if unopened.directoryIsMissing(directory) {
+                missingDirectories.insert(directory)
+                return
+            }
+        }
+        lookedInDirectory(of: path)
     }
 
     /// Something was reported at `path` (made, written, renamed there): it, the
@@ -79,38 +85,52 @@ extension DocumentStore {
     func forgetMissingDirectories() {
         missingDirectories.removeAll()
         knownDirectories.removeAll()
+        namesInTheWay.removeAll()
     }
 }
 
-/// Directories known whole: every entry in one is an open document (or a save's temporary
-/// file, or a sync cookie), so that a new document there needs no look at the disk either.
+/// Directories listed: for a directory the store has listed while inotify watches every
+/// directory, the names in it that are not its own (another program's files, directories,
+/// links, ignored names, documents let go whose files stay) are remembered, so that a new
+/// document at any other name there needs no look at the disk.
 ///
-/// A directory remembered as missing and then reported there — made by this store's save
-/// of the first new document in it, as a rule — is listed once, when the report arrives;
-/// if each entry is the store's own, the directory is known whole from then on. The
-/// watcher watches it by then, so whatever appears in it later is reported. A report of
-/// something not the store's own made or changed in it or beneath it (another program's
-/// file, a directory) ends that for every directory above the thing reported; one of
-/// something leaving (removed, renamed), and a document being let go (closed: its file
-/// may stay), for the directories above it, it, and those beneath it. So does everything
-/// that ends the missing directories (events lost, the root gone or back, the ignore rules
-/// changed, the watcher stopped, anything polled). A file another program made there
-/// just before a request, whose report has not reached the store yet, is caught by the
-/// save, which expects to find nothing (as for a missing directory).
+/// A directory is listed when it is first needed, and only once the watcher has its watch
+/// (so that whatever appears in it after the listing is reported): remembered as missing
+/// and then reported made (by this store's save of its first new document, as a rule), or
+/// found there by the look a new document in it took. A look at a directory that is not
+/// known counts towards listing it again; after a listing of `n` names, the next one waits
+/// for `n / 16` looks (`n` when it had too many names not the store's to be known, or more
+/// than ``listingLimit`` names), so that listing a large directory costs no more than the
+/// looks it spares. Whatever appears in a known directory later is reported, and its name
+/// is added to those remembered there (and in each known directory above it, the name on
+/// its way). A report
+/// of something leaving (removed, renamed) ends the knowledge of every directory above
+/// the thing reported, it, and those beneath it. So does everything that ends the missing
+/// directories (events lost, the root gone or back, the ignore rules changed, the watcher
+/// stopped, anything polled). A file another program made there just before a request,
+/// whose report has not reached the store yet, is caught by the save, which expects to
+/// find nothing (as for a missing directory).
 extension DocumentStore {
-    /// The most directories known whole at once.
+    /// The most directories known at once.
     static let knownDirectoryLimit = 256
+    /// The most names not the store's that a known directory may hold.
+    static let namesInTheWayLimit = 256
+    /// The most names a directory may hold for the store to list it (on the loop).
+    static let listingLimit = 16384
+    /// The most directories whose looks are counted at once.
+    static let directoryLooksLimit = 4096
 
-    /// Whether `path`, at which the store holds no document, lies in a directory known
-    /// whole: then nothing is there.
+    /// Whether `path`, at which the store holds no document, lies in a known directory and
+    /// is none of the names there that are not the store's: then nothing is there.
     func isNewInKnownDirectory(_ path: String) -> Bool {
-        guard !knownDirectories.isEmpty, knownDirectories.contains(Self.directory(of: path) ?? "") else {
-            return false
-        }
+        guard !knownDirectories.isEmpty else { return false }
+        let directory = Self.directory(of: path) ?? ""
+        guard knownDirectories.contains(directory) else { return false }
         guard let watcher, watcher.watchesEverything else {
             forgetMissingDirectories()
             return false
         }
+        if let names = namesInTheWay[directory], names.contains(PathName.lastComponent(path)) { return false }
         return true
     }
 
@@ -121,48 +141,116 @@ extension DocumentStore {
             || entries.index(forKey: documentPath(for: path)) != nil
     }
 
-    /// Lists `directory`, just reported made where it was remembered missing, and knows it
-    /// whole if every entry is the store's own.
-    func learnDirectory(_ directory: String) {
-        guard knownDirectories.count < Self.knownDirectoryLimit, let watcher, watcher.watchesEverything else {
-            return
-        }
+    /// Lists `directory` ("" for the root) and knows it, with the names in it that are not
+    /// the store's own, unless there are more of those than ``namesInTheWayLimit`` (or more
+    /// names than ``listingLimit``). Returns how many names it read and whether it is known
+    /// now (`nil`: not listed, the watcher has no watch on it or it cannot be listed).
+    @discardableResult
+    func learnDirectory(_ directory: String) -> (names: Int, known: Bool)? {
+        guard knownDirectories.count < Self.knownDirectoryLimit || knownDirectories.contains(directory),
+            let watcher, watcher.watchesEverything, watcher.isWatching(directory)
+        else { return nil }
         let listed: [DirectoryEntry]
         do {
-            let fd = try FileDescriptor.open(root + "/" + directory, options: [.directory, .noFollow])
-            listed = try fd.closeAfter { () throws(Errno) -> [DirectoryEntry] in try fd.directoryEntries() }
+            // The root itself may be a symbolic link (see `scan`); below it, none is followed.
+            let fd =
+                directory.isEmpty
+                ? try FileDescriptor.open(root, options: [.directory])
+                : try FileDescriptor.open(root + "/" + directory, options: [.directory, .noFollow])
+            let (read, complete) = try fd.closeAfter {
+                () throws(Errno) -> ([DirectoryEntry], Bool) in try fd.directoryEntries(atMost: Self.listingLimit)
+            }
+            guard complete else {
+                forgetKnown(directory)
+                return (read.count, false)
+            }
+            listed = read
         } catch {
-            return
+            return nil
         }
-        for entry in listed where !isStoreOwn(directory.isEmpty ? entry.name : directory + "/" + entry.name) {
-            return
+        var names: Set<String> = []
+        // A sync cookie's name is not free: only the store's documents and temporary files are its own here.
+        for entry in listed {
+            let path = directory.isEmpty ? entry.name : directory + "/" + entry.name
+            if TemporaryName.isInside(path) || entries.index(forKey: documentPath(for: path)) != nil { continue }
+            guard names.count < Self.namesInTheWayLimit else {
+                forgetKnown(directory)
+                return (listed.count, false)
+            }
+            names.insert(entry.name)
         }
         knownDirectories.insert(directory)
+        namesInTheWay[directory] = names.isEmpty ? nil : names
+        return (listed.count, true)
     }
 
-    /// Something not the store's own was reported made or changed at `path`: the
-    /// directories above it are no longer known whole (what is inside `path`, if it is a
-    /// directory, is reported on its own).
-    func forgetKnownDirectories(above path: String) {
+    /// A new document's look found nothing at `path`, in a directory that is there (or
+    /// not known to be missing): the look counts towards listing that directory (see above).
+    func lookedInDirectory(of path: String) {
+        guard let watcher, watcher.watchesEverything else { return }
+        let directory = Self.directory(of: path) ?? ""
+        guard directoryLooks.count < Self.directoryLooksLimit || directoryLooks[directory] != nil else { return }
+        var looks = directoryLooks[directory] ?? DirectoryLooks()
+        looks.since += 1
+        if looks.since >= looks.before, knownDirectories.count < Self.knownDirectoryLimit {
+            looks.since = 0
+            if let (names, known) = learnDirectory(directory) {
+                looks.before = max(1, known ? names / 16 : names)
+            }
+        }
+        directoryLooks[directory] = looks
+    }
+
+    /// Something not the store's own was reported made or changed at `path`, or a document
+    /// there was let go (its file may stay): in each known directory on its way, the name
+    /// that leads to it is no longer free.
+    func noteInTheWay(_ path: String) {
+        guard !knownDirectories.isEmpty else { return }
+        var directory = ""
+        var start = path.utf8.startIndex
+        while true {
+            let slash = path.utf8[start...].firstIndex(of: UInt8(ascii: "/"))
+            if knownDirectories.contains(directory) {
+                let name = String(Substring(path.utf8[start..<(slash ?? path.utf8.endIndex)]))
+                var names = namesInTheWay.removeValue(forKey: directory) ?? []
+                if names.contains(name) || names.count < Self.namesInTheWayLimit {
+                    names.insert(name)
+                    namesInTheWay[directory] = names
+                } else {
+                    forgetKnown(directory)
+                }
+            }
+            guard let slash else { return }
+            directory = String(Substring(path.utf8[..<slash]))
+            start = path.utf8.index(after: slash)
+        }
+    }
+
+    /// Something not the store's own left `path` (removed, renamed): the directories above
+    /// it, it, and those beneath it are no longer known.
+    func forgetKnownDirectories(atOrUnder path: String) {
         guard !knownDirectories.isEmpty else { return }
         var above = Self.directory(of: path)
         while let directory = above {
-            knownDirectories.remove(directory)
+            forgetKnown(directory)
             above = Self.directory(of: directory)
         }
-        knownDirectories.remove("")
-    }
-
-    /// Something not the store's own left `path` (removed, renamed), or a document there
-    /// was let go: the directories above it, it, and those beneath it are no longer known
-    /// whole.
-    func forgetKnownDirectories(atOrUnder path: String) {
-        guard !knownDirectories.isEmpty else { return }
-        forgetKnownDirectories(above: path)
-        knownDirectories.remove(path)
+        forgetKnown("")
+        forgetKnown(path)
         let prefix = path + "/"
         if knownDirectories.contains(where: { $0.hasPrefix(prefix) }) {
-            knownDirectories = knownDirectories.filter { !$0.hasPrefix(prefix) }
+            for directory in knownDirectories where directory.hasPrefix(prefix) { forgetKnown(directory) }
         }
     }
+
+    private func forgetKnown(_ directory: String) {
+        if knownDirectories.remove(directory) != nil { namesInTheWay.removeValue(forKey: directory) }
+    }
+}
+
+/// How many looks a new document in a directory took since the directory was last
+/// listed, and how many it waits for before the next listing (``DocumentStore/lookedInDirectory(of:)``).
+struct DirectoryLooks {
+    var since = 0
+    var before = 1
 }

@@ -102,7 +102,7 @@ extension DocumentStore {
             case .changed(let path):
                 // Directories remembered missing that this report shows are there now.
                 let made = missingDirectories.isEmpty ? [] : missingDirectories(atOrAbove: path)
-                if !knownDirectories.isEmpty, !isStoreOwn(path) { forgetKnownDirectories(above: path) }
+                if !knownDirectories.isEmpty, !isStoreOwn(path) { noteInTheWay(path) }
                 forgetMissingDirectories(atOrUnder: path)
                 for directory in made { learnDirectory(directory) }
                 if let waiter = syncWaiters.removeValue(forKey: path) {

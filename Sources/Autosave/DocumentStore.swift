@@ -179,10 +179,14 @@ public actor DocumentStore {
     /// Directories known not to be there while inotify watches every directory: a new
     /// document in one needs no look at the disk (DocumentStore+MissingDirectories.swift).
     var missingDirectories: Set<String> = []
-    /// Directories (relative to the root, "" for the root) whose every entry is an open
-    /// document or a save's temporary file, while inotify watches every directory: a name
-    /// that is no document there is not there (DocumentStore+MissingDirectories.swift).
+    /// Directories (relative to the root, "" for the root) listed while inotify watches
+    /// every directory: a name there that is no document and none of ``namesInTheWay``
+    /// is not there (DocumentStore+MissingDirectories.swift).
     var knownDirectories: Set<String> = []
+    /// For each known directory that has some, the names in it that are not the store's own.
+    var namesInTheWay: [String: Set<String>] = [:]
+    /// New documents' looks at the disk in each directory since it was last listed.
+    var directoryLooks: [String: DirectoryLooks] = [:]
     var heap = DeadlineHeap()
     var savesInFlight = 0
     @exclusivity(unchecked) var accepting = true
@@ -578,8 +582,8 @@ public actor DocumentStore {
     func remove(_ path: String, keepingJournal: Bool = false) -> Entry? {
         guard var entry = entries.removeValue(forKey: path) else { return nil }
         countDirectories(of: path, by: -1)
-        // Its file may stay (a document closed): its directory is no longer all documents.
-        if !knownDirectories.isEmpty { forgetKnownDirectories(atOrUnder: path) }
+        // Its file may stay (a document closed): its name in its directory is not free.
+        if !knownDirectories.isEmpty { noteInTheWay(path) }
         if !ownRenames.isEmpty { ownRenames.removeValue(forKey: path) }
         if !journalCompactionDocuments.isEmpty { journalCompactionDocuments.remove(path) }
         if !keepingJournal { journalDiscard(&entry, closing: true) }
@@ -749,7 +753,7 @@ public actor DocumentStore {
             exists = false
         } else {
             exists = try unopened.checkUnopened(valid: valid)
-            if create, !exists { noteMissingDirectory(of: valid, unopened: unopened) }
+            if create, !exists { noteNothingFound(at: valid, unopened: unopened) }
         }
         return (try applyUnopened(edit, path: valid, create: create, knownMissing: !exists), valid)
     }

@@ -51,13 +51,34 @@ final class FileWatcher: @unchecked Sendable {
     }
 
     private struct State {
-        var directories: [Int32: String] = [:]
+        /// The directory each watch is on, and the watch on each directory.
+        private(set) var directories: [Int32: String] = [:]
+        private(set) var watches: [String: Int32] = [:]
         var limitReported = false
         var rootMissing = false
         /// When the root was found missing (for `status`).
         var rootMissingSince: Date?
         /// The watched root's device and inode: each poll compares the root with them.
         var rootIdentity: (device: UInt64, inode: UInt64)?
+
+        mutating func add(_ watch: Int32, on directory: String) {
+            // A directory moved within the root keeps its watch, under its new path.
+            if let old = directories.updateValue(directory, forKey: watch), old != directory, watches[old] == watch {
+                watches.removeValue(forKey: old)
+            }
+            watches[directory] = watch
+        }
+
+        mutating func remove(_ watch: Int32) {
+            if let directory = directories.removeValue(forKey: watch), watches[directory] == watch {
+                watches.removeValue(forKey: directory)
+            }
+        }
+
+        mutating func removeAll() {
+            directories = [:]
+            watches = [:]
+        }
     }
     private let state = Lock(State())
     /// Polled directories and their last listing. Held for a whole poll round, so rounds
@@ -150,6 +171,9 @@ final class FileWatcher: @unchecked Sendable {
     /// Whether every directory under the root has an inotify watch: none is polled (by
     /// choice, or for want of watches), and the root is there.
     var watchesEverything: Bool { polled.withLock { $0.isEmpty } && !state.withLock { $0.rootMissing } }
+    /// Whether `directory` (relative to the root, "" for the root) has an inotify watch:
+    /// whatever appears in it from now on is reported.
+    func isWatching(_ directory: String) -> Bool { state.withLock { $0.watches[directory] != nil } }
     /// Whether the root has no watch (it is polled, or missing).
     var rootIsPolled: Bool {
         polled.withLock { $0[""] != nil } || state.withLock { $0.rootMissing }
@@ -173,23 +197,32 @@ final class FileWatcher: @unchecked Sendable {
                 state.withLock { $0.rootIdentity = (status.device, status.inode) }
             }
             var isPolled = false
+            var overWatchLimit = false
             let byChoice = pollsByChoice(full)
             if byChoice {
                 isPolled = true
                 pollOnly.withLock { _ = $0.insert(directory) }
             } else {
                 do {
-                    let watch = try inotify.addWatch(full, events: Self.mask)
-                    state.withLock { $0.directories[watch] = directory }
+                    // The root itself may be a symbolic link (DynamicUser= makes
+                    // /var/lib/autosaved one): its watch is on the directory it leads to.
+                    // Below it, links are never followed.
+                    let watch = try inotify.addWatch(
+                        full, events: directory.isEmpty ? Self.mask.subtracting(.dontFollow) : Self.mask)
+                    state.withLock { $0.add(watch, on: directory) }
                 } catch .noSpace {
                     isPolled = true
+                    overWatchLimit = true
                 } catch {
-                    continue
+                    // Gone meanwhile (its parent reports it), or not a directory any more.
+                    // The root is there (it was just found): polled, never left unwatched.
+                    guard directory.isEmpty else { continue }
+                    isPolled = true
                 }
             }
             guard let listing = list(directory) else { continue }
             if isPolled {
-                if !byChoice { overLimit.append(directory) }
+                if overWatchLimit { overLimit.append(directory) }
                 polled.withLock { $0[directory] = listing }
             }
             for (name, stamp) in listing {
@@ -316,9 +349,10 @@ final class FileWatcher: @unchecked Sendable {
                     continue
                 }
                 if !pollOnly.withLock({ $0.contains(directory) }),
-                    let watch = try? inotify.addWatch(full, events: Self.mask)
+                    let watch = try? inotify.addWatch(
+                        full, events: directory.isEmpty ? Self.mask.subtracting(.dontFollow) : Self.mask)
                 {
-                    state.withLock { $0.directories[watch] = directory }
+                    state.withLock { $0.add(watch, on: directory) }
                     polled.removeValue(forKey: directory)
                 } else {
                     polled[directory] = after
@@ -381,7 +415,7 @@ final class FileWatcher: @unchecked Sendable {
     private func forgetRoot() -> Bool {
         let (watches, wasPresent) = state.withLock { state in
             defer {
-                state.directories = [:]
+                state.removeAll()
                 if !state.rootMissing { state.rootMissingSince = Date() }
                 state.rootMissing = true
                 state.rootIdentity = nil
@@ -477,7 +511,7 @@ final class FileWatcher: @unchecked Sendable {
         func inside(_ path: String) -> Bool { path == relative || path.hasPrefix(relative + "/") }
         let watches = state.withLock { state in
             let found = state.directories.filter { inside($0.value) }.map(\.key)
-            for watch in found { state.directories.removeValue(forKey: watch) }
+            for watch in found { state.remove(watch) }
             return found
         }
         if removingWatches { for watch in watches { try? inotify.removeWatch(watch) } }
@@ -527,7 +561,7 @@ final class FileWatcher: @unchecked Sendable {
         }
         let directory: String? = state.withLock { state in
             if event.events.contains(.ignored) {
-                state.directories.removeValue(forKey: event.watch)
+                state.remove(event.watch)
                 return nil
             }
             return state.directories[event.watch]

@@ -467,6 +467,12 @@ extension FileDescriptor {
     ///
     /// The corresponding C functions are `fdopendir` and `readdir`.
     public func directoryEntries() throws(Errno) -> [DirectoryEntry] {
+        try directoryEntries(atMost: .max).entries
+    }
+
+    /// ``directoryEntries()``, reading no more than `limit` entries: `complete` says
+    /// whether they are all of them.
+    public func directoryEntries(atMost limit: Int) throws(Errno) -> (entries: [DirectoryEntry], complete: Bool) {
         let copy = try FileDescriptor.open(".", relativeTo: self, .readOnly, options: [.directory])
         guard let stream = system_fdopendir(copy.rawValue) else {
             let error = Errno.current
@@ -479,7 +485,7 @@ extension FileDescriptor {
             system_errno = 0
             guard let entry = system_readdir(stream) else {
                 if system_errno != 0 { throw Errno.current }
-                return entries
+                return (entries, true)
             }
             // The name is read where it lies, up to its terminating zero: `readdir` packs
             // entries by `d_reclen`, so the last one in its buffer may end well before the
@@ -491,6 +497,7 @@ extension FileDescriptor {
             let validated = String(validating: bytes, as: UTF8.self)
             let name = validated ?? String(decoding: bytes, as: UTF8.self)
             if name == "." || name == ".." { continue }
+            if entries.count == limit { return (entries, false) }
             entries.append(
                 DirectoryEntry(
                     name: name, kind: FileKind(directoryEntryType: entry.pointee.d_type), nameIsUTF8: validated != nil))

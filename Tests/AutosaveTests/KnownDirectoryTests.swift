@@ -7,21 +7,29 @@ import Testing
 
 @testable import Autosave
 
-/// A directory the store made for its new documents is known whole while inotify watches
-/// it: a new document there needs no look at the disk (DocumentStore+MissingDirectories.swift).
-/// Anything else appearing there, or a document of it let go, ends that.
-@Suite("New documents in a directory known whole", .serialized)
+/// A directory the store has listed is known while inotify watches it: a new document
+/// there needs no look at the disk, unless its name is one of those in the directory that
+/// are not the store's (DocumentStore+MissingDirectories.swift). Anything else appearing
+/// there, or a document of it let go, adds its name; something leaving ends it.
+@Suite("New documents in a known directory", .serialized)
 struct KnownDirectoryTests {
     /// The look the control socket takes at a path before a new document is made there,
-    /// taken the same way (nothing at the path, or something), and counted.
+    /// taken the same way (nothing at the path, or something; a symbolic link refused), and
+    /// counted.
     final class CountedLook: UnopenedPathCheck, Sendable {
+        struct LinkRefused: Error {}
         let root: String
         let looks = Atomic(0)
         init(root: String) { self.root = root }
 
         func checkUnopened(valid: String) throws -> Bool {
             looks.add(1, ordering: .relaxed)
-            return (try? Disk.status(root + "/" + valid)) != nil
+            guard
+                let status = try? FileDescriptor.currentWorkingDirectory.status(
+                    of: root + "/" + valid, followSymlinks: false)
+            else { return false }
+            if status.kind == .symbolicLink { throw LinkRefused() }
+            return true
         }
 
         func directoryIsMissing(_ directory: String) -> Bool {
@@ -44,7 +52,7 @@ struct KnownDirectoryTests {
     }
 
     @Test(
-        "Made by the store's save, a directory is known whole: its next new documents need no look; another program's file there ends it, and that file is opened, not replaced",
+        "Made by the store's save, a directory is known: its next new documents need no look; another program's file there takes its name, and that file is opened, not replaced",
         .timeLimit(.minutes(1)))
     func madeBySave() async throws {
         // New files are opened only when a client names them: the `set` of the other
@@ -62,12 +70,15 @@ struct KnownDirectoryTests {
         try await set("made/c.txt", "c\n", in: store, look: look)
         #expect(look.count == 1, "known whole: no look")
 
-        // Another program's file: reported, the directory is no longer known whole.
+        // Another program's file: reported, its name is no longer free there.
         try Disk.write("theirs\n", to: harness.file("made/d.txt"))
         await store.sync()
-        #expect(await store.knownDirectories.isEmpty)
+        #expect(await store.knownDirectories == ["made"])
+        #expect(await store.namesInTheWay["made"] == ["d.txt"])
         try await set("made/d.txt", "mine\n", in: store, look: look)
         #expect(look.count == 2, "looked at the disk again")
+        try await set("made/e.txt", "e\n", in: store, look: look)
+        #expect(look.count == 2, "another name there: no look")
         try await store.save("made/d.txt", wait: true)
         #expect(try String(contentsOfFile: harness.file("made/d.txt"), encoding: .utf8) == "mine\n")
         #expect(
@@ -77,7 +88,7 @@ struct KnownDirectoryTests {
     }
 
     @Test(
-        "A document closed in a directory known whole keeps its file there: the directory is no longer known whole, and the next set of that path opens the file",
+        "A document closed in a known directory keeps its file there: its name is no longer free, and the next set of that path opens the file",
         .timeLimit(.minutes(1)))
     func documentClosed() async throws {
         let (harness, store, look) = try await watchedStore()
@@ -87,18 +98,23 @@ struct KnownDirectoryTests {
         await store.sync()
         #expect(await store.knownDirectories == ["kept"])
         try await store.close("kept/a.txt")
-        #expect(await store.knownDirectories.isEmpty, "a document let go: its file stays")
+        #expect(await store.knownDirectories == ["kept"])
+        #expect(await store.namesInTheWay["kept"] == ["a.txt"], "a document let go: its file stays")
 
         let before = look.count
         try await set("kept/a.txt", "again\n", in: store, look: look)
         #expect(look.count == before + 1, "looked at the disk")
+        try await set("kept/b.txt", "b\n", in: store, look: look)
+        #expect(look.count == before + 1, "another name: no look")
         try await store.save("kept/a.txt", wait: true)
-        #expect(try Disk.names(in: harness.file("kept")) == ["a.txt"], "no conflict copy")
+        try await store.save("kept/b.txt", wait: true)
+        #expect(try Disk.names(in: harness.file("kept")) == ["a.txt", "b.txt"], "no conflict copy")
+        #expect(try String(contentsOfFile: harness.file("kept/a.txt"), encoding: .utf8) == "again\n")
         await store.stopWatching()
     }
 
     @Test(
-        "A directory made by another program where the store found none is not known whole when something else is in it",
+        "A directory made by another program where the store found none is known with what else is in it",
         .timeLimit(.minutes(1)))
     func madeByAnotherProgram() async throws {
         let (harness, store, look) = try await watchedStore()
@@ -107,10 +123,125 @@ struct KnownDirectoryTests {
         try FileManager.default.createDirectory(
             atPath: harness.file("theirs/sub"), withIntermediateDirectories: true)
         await store.sync()
-        #expect(await store.knownDirectories.isEmpty, "a directory in it is not the store's")
+        #expect(await store.knownDirectories == ["theirs"])
+        #expect(await store.namesInTheWay["theirs"] == ["sub"], "a directory in it is not the store's")
         let before = look.count
         try await set("theirs/b.txt", "b\n", in: store, look: look)
-        #expect(look.count == before + 1, "looked at the disk")
+        #expect(look.count == before, "a free name: no look")
+        await #expect(throws: StoreError.self, "the directory's name is looked at, and refused") {
+            try await set("theirs/sub", "x\n", in: store, look: look)
+        }
+        #expect(look.count == before + 1)
+        await store.stopWatching()
+    }
+
+    @Test(
+        "A directory that is there is listed at its first new document's look: the next new documents there need no look, except at the names in it that are not the store's",
+        .timeLimit(.minutes(1)))
+    func listedAtFirstLook() async throws {
+        let harness = await StoreHarness(quiet: .seconds(3600), maxDelay: .seconds(3600))
+        let store = harness.store
+        try FileManager.default.createDirectory(atPath: harness.file("notes/sub"), withIntermediateDirectories: true)
+        try Disk.write("a\n", to: harness.file("notes/a.txt"))
+        try Disk.write("swap", to: harness.file("notes/.a.txt.swp"))
+        try FileManager.default.createSymbolicLink(
+            atPath: harness.file("notes/link"), withDestinationPath: "/etc/passwd")
+        try Disk.write("r\n", to: harness.file("r.txt"))
+        await store.openAll()
+        try await store.startWatching()
+        let look = CountedLook(root: harness.root)
+
+        try await set("notes/n1.txt", "1\n", in: store, look: look)
+        #expect(look.count == 1, "the first new document looks")
+        #expect(await store.knownDirectories == ["notes"], "and the directory is listed")
+        #expect(await store.namesInTheWay["notes"] == [".a.txt.swp", "link", "sub"])
+        try await set("notes/n2.txt", "2\n", in: store, look: look)
+        #expect(look.count == 1, "known: no look")
+        await #expect(throws: CountedLook.LinkRefused.self, "a link is looked at, and refused") {
+            try await set("notes/link", "x\n", in: store, look: look)
+        }
+        #expect(look.count == 2)
+        do {
+            try await set("notes/.a.txt.swp", "x\n", in: store, look: look)
+            Issue.record("an ignored name was not refused")
+        } catch {
+            #expect("\(error)".contains("it is ignored: it matches '.*.swp'"), "\(error)")
+        }
+
+        // The root, likewise.
+        try await set("r2.txt", "r2\n", in: store, look: look)
+        try await set("r3.txt", "r3\n", in: store, look: look)
+        #expect(look.count == 4, "one look in the root, then none")
+        #expect(await store.knownDirectories == ["", "notes"])
+        #expect(await store.namesInTheWay[""] == ["notes"], "the directory's name in the root is not free")
+
+        // Another program's file in the known directory: reported, its name taken (and the
+        // file opened: OpenNewFiles=yes).
+        try Disk.write("theirs\n", to: harness.file("notes/t.txt"))
+        await store.sync()
+        #expect(await store.namesInTheWay["notes"] == [".a.txt.swp", "link", "sub", "t.txt"])
+        _ = try await store.apply(.append("mine\n"), named: "notes/t.txt", create: true, unopened: look)
+        #expect(look.count == 4, "open already")
+        try await store.save("notes/t.txt", wait: true)
+        #expect(try String(contentsOfFile: harness.file("notes/t.txt"), encoding: .utf8) == "theirs\nmine\n")
+
+        // Made beneath a known directory: the name on its way is taken in each known
+        // directory above it.
+        try FileManager.default.createDirectory(
+            atPath: harness.file("notes/fresh/deep"), withIntermediateDirectories: true)
+        try Disk.write("x\n", to: harness.file("notes/fresh/deep/x.txt"))
+        await store.sync()
+        #expect(await store.namesInTheWay[""] == ["notes"])
+        let afterFresh = await store.namesInTheWay["notes"]
+        #expect(afterFresh == [".a.txt.swp", "fresh", "link", "sub", "t.txt"], "\(String(describing: afterFresh))")
+
+        // Something leaving ends it: the next new document looks, and the directory is listed again.
+        try FileManager.default.removeItem(atPath: harness.file("notes/sub"))
+        await store.sync()
+        #expect(await store.knownDirectories.isEmpty, "the directory and those above it")
+        #expect(await store.namesInTheWay.isEmpty)
+        try await set("notes/n3.txt", "3\n", in: store, look: look)
+        #expect(look.count == 5)
+        #expect(await store.knownDirectories == ["notes"])
+        #expect(await store.namesInTheWay["notes"] == [".a.txt.swp", "fresh", "link"], "t.txt is a document now")
+        // A rename there ends it too.
+        try FileManager.default.moveItem(atPath: harness.file("notes/.a.txt.swp"), toPath: harness.file("notes/swap"))
+        await store.sync()
+        #expect(await store.knownDirectories.isEmpty)
+        try await set("notes/n4.txt", "4\n", in: store, look: look)
+        #expect(look.count == 6)
+        let afterRename = await store.namesInTheWay["notes"]
+        #expect(afterRename == ["fresh", "link"], "swap is a document now: \(String(describing: afterRename))")
+        try await store.saveAll(wait: true)
+        #expect(
+            try Disk.names(in: harness.file("notes")) == [
+                "a.txt", "fresh", "link", "n1.txt", "n2.txt", "n3.txt", "n4.txt", "swap", "t.txt",
+            ],
+            "no conflict copy")
+        await store.stopWatching()
+    }
+
+    @Test(
+        "A directory with more names not the store's than a known directory may hold is not known, and is listed again only after as many looks as it had names",
+        .timeLimit(.minutes(1)))
+    func crowded() async throws {
+        let harness = await StoreHarness(quiet: .seconds(3600), maxDelay: .seconds(3600))
+        let store = harness.store
+        try FileManager.default.createDirectory(atPath: harness.file("crowded"), withIntermediateDirectories: true)
+        let names = DocumentStore.namesInTheWayLimit + 1
+        for index in 0..<names {
+            try FileManager.default.createSymbolicLink(
+                atPath: harness.file("crowded/link\(index)"), withDestinationPath: "nowhere")
+        }
+        await store.openAll()
+        try await store.startWatching()
+        let look = CountedLook(root: harness.root)
+        for index in 0..<10 { try await set("crowded/n\(index).txt", "\(index)\n", in: store, look: look) }
+        #expect(look.count == 10, "every new document looks")
+        #expect(await store.knownDirectories.isEmpty)
+        let looks = await store.directoryLooks["crowded"]
+        #expect(
+            looks?.since == 9 && looks?.before == names, "listed once, at the first look: \(String(describing: looks))")
         await store.stopWatching()
     }
 }

@@ -72,6 +72,32 @@ struct WatcherTests {
         #expect(await harness.store.watchCounters.conflicts == 1)
     }
 
+    @Test(
+        "A root that is a symbolic link (DynamicUser= makes /var/lib/autosaved one) is watched: a file another program makes there is opened, a change to a document read again"
+    )
+    func rootThroughSymbolicLink() async throws {
+        let directory = TemporaryDirectory("linked-root")
+        let target = directory.sub("private/root")
+        try FileManager.default.createDirectory(atPath: target + "/sub", withIntermediateDirectories: true)
+        try FileManager.default.createSymbolicLink(atPath: directory.sub("root"), withDestinationPath: target)
+        try Disk.write("original\n", to: target + "/a.txt")
+        let harness = await StoreHarness(root: directory.sub("root"), quiet: .seconds(3600), maxDelay: .seconds(3600))
+        await harness.store.openAll()
+        try await harness.store.startWatching()
+        #expect(await harness.store.watchSummary?.watchedDirectories == 2, "the root and sub")
+        #expect(await harness.store.watchSummary?.polledDirectories == 0)
+
+        try Disk.write("theirs\n", to: target + "/new.txt")
+        try Disk.write("changed\n", to: target + "/a.txt.tmp")
+        try FileManager.default.moveItem(atPath: target + "/a.txt.tmp", toPath: target + "/a.txt.moved")
+        _ = rename(target + "/a.txt.moved", target + "/a.txt")
+        await harness.store.sync()
+        #expect(try await text(harness, "new.txt") == "theirs\n", "opened")
+        #expect(try await text(harness, "a.txt") == "changed\n", "read again")
+        await harness.store.stopWatching()
+        withExtendedLifetime(directory) {}
+    }
+
     @Test("rm of a clean document closes it; rm of a dirty one writes it again")
     func removed() async throws {
         let harness = try await harness()
