@@ -360,6 +360,17 @@ struct NspawnTests {
         #expect(
             try container.inside("systemctl", "status", "--no-pager", "autosaved").stdout.contains(
                 "Status: \"1 document, 0 unsaved"))
+        // The root is $STATE_DIRECTORY, which DynamicUser= makes a symbolic link to
+        // /var/lib/private/autosaved: it is watched, with notes/, and another program's
+        // file there is opened without a request.
+        let watching = try container.inside(ctl + ["status"]).stdout
+        #expect(watching.contains("watching: 2 directories"), "\(watching)")
+        #expect(
+            try container.inside("sh", "-c", "printf 'theirs\\n' > /var/lib/autosaved/notes/theirs.txt").status == 0)
+        try await container.waitUntil("another program's file opened") {
+            try container.inside(ctl + ["list"]).stdout.contains("notes/theirs.txt")
+        }
+        #expect(try container.inside(ctl + ["get", "notes/theirs.txt"]).stdout == "theirs\n")
         #expect(
             try container.inside("systemctl", "show", "-p", "Documentation", "autosaved").stdout
                 == "Documentation=\"man:autosaved(8)\" \"man:autosaved.conf(5)\" \"man:autosavectl(1)\" file:///usr/share/doc/autosaved/README.md\n"
