@@ -81,6 +81,8 @@ final class FileWatcher: @unchecked Sendable {
         }
     }
     private let state = Lock(State())
+    /// See ``takeFilesFoundAtStart()``.
+    private let filesFoundAtStart = Lock([(path: String, stamp: Stamp)]())
     /// Polled directories and their last listing. Held for a whole poll round, so rounds
     /// from the thread and from ``pollNow()`` never interleave.
     private let polled = Lock([String: [String: Stamp]]())
@@ -119,7 +121,8 @@ final class FileWatcher: @unchecked Sendable {
         self.ignore = ignore
         self.deliver = deliver
         self.log = log
-        watchTree("")
+        let found = watchTree("")
+        filesFoundAtStart.withLock { $0 = found }
         NamedThread.start("autosaved-watch") { [self] in self.run() }
     }
 
@@ -180,11 +183,12 @@ final class FileWatcher: @unchecked Sendable {
     }
 
     /// Watches `relative` and every directory below it (without following links), and
-    /// polls those the watch limit leaves out; returns the files found, for directories
-    /// that appeared after start-up.
+    /// polls those the watch limit leaves out; returns the regular files found (for
+    /// directories that appeared after start-up, and for the catch-up of the whole tree
+    /// when the watcher starts, ``takeFilesFoundAtStart()``).
     @discardableResult
-    func watchTree(_ relative: String) -> [String] {
-        var files: [String] = []
+    func watchTree(_ relative: String) -> [(path: String, stamp: Stamp)] {
+        var files: [(path: String, stamp: Stamp)] = []
         var pending = [relative]
         var overLimit: [String] = []
         defer { if !overLimit.isEmpty { reportLimit(overLimit) } }
@@ -230,11 +234,20 @@ final class FileWatcher: @unchecked Sendable {
                 if stamp.kind == .directory {
                     pending.append(path)
                 } else if stamp.kind == .regular {
-                    files.append(path)
+                    files.append((path, stamp))
                 }
             }
         }
         return files
+    }
+
+    /// The regular files the watcher found under the root as it started watching, each as
+    /// it was then; given once (empty after).
+    func takeFilesFoundAtStart() -> [(path: String, stamp: Stamp)] {
+        filesFoundAtStart.withLock { found in
+            defer { found = [] }
+            return found
+        }
     }
 
     /// The ignore rules changed: directories they now ignore lose their watch (and stop
@@ -371,7 +384,7 @@ final class FileWatcher: @unchecked Sendable {
             }
         }
         for directory in newDirectories {
-            for file in watchTree(directory) { batch.append(.changed(file)) }
+            for file in watchTree(directory) { batch.append(.changed(file.path)) }
             batch.append(.changed(directory))
         }
         if batch.contains(.rootGone), !forgetRoot() { batch.removeAll { $0 == .rootGone } }
@@ -581,7 +594,7 @@ final class FileWatcher: @unchecked Sendable {
         let path = Self.join(directory, event.name)
         if event.events.contains(.isDirectory) {
             if !event.events.isDisjoint(with: [.created, .movedTo]) {
-                for file in watchTree(path) { batch.append(.changed(file)) }
+                for file in watchTree(path) { batch.append(.changed(file.path)) }
                 batch.append(.changed(path))
             } else if !event.events.isDisjoint(with: [.deleted, .movedFrom]) {
                 batch.append(.removed(path))

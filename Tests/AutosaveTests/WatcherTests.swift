@@ -98,6 +98,39 @@ struct WatcherTests {
         withExtendedLifetime(directory) {}
     }
 
+    @Test(
+        "Files made, changed or removed after the scan that opened the documents and before the watches were there are caught up with as the watch starts"
+    )
+    func caughtUpAtStart() async throws {
+        let harness = await StoreHarness(quiet: .seconds(3600), maxDelay: .seconds(3600))
+        let store = harness.store
+        try Disk.write("one\n", to: harness.file("a.txt"))
+        try Disk.write("two\n", to: harness.file("b.txt"))
+        try Disk.write("three\n", to: harness.file("c.txt"))
+        try Disk.write("four\n", to: harness.file("d.txt"))
+        await store.openAll()
+        #expect(await store.status().documents == 4)
+
+        // Between the scan and the watch (at start-up: while the journal is replayed).
+        try sh(
+            "printf 'new\\n' > new.txt && printf 'changed\\n' > a.tmp && mv a.tmp a.txt && printf 'more\\n' >> b.txt && rm c.txt",
+            in: harness)
+        try await store.startWatching()
+        await store.sync()
+        #expect(
+            await store.list().map(\.path) == ["a.txt", "b.txt", "d.txt", "new.txt"], "new.txt opened, c.txt closed")
+        #expect(try await text(harness, "new.txt") == "new\n")
+        #expect(try await text(harness, "a.txt") == "changed\n", "read again")
+        #expect(try await text(harness, "b.txt") == "two\nmore\n", "read again")
+        await #expect(throws: StoreError.notFound("c.txt"), "a clean document whose file is gone is closed") {
+            try await store.info("c.txt")
+        }
+        #expect(try await text(harness, "d.txt") == "four\n")
+        #expect(await store.watchCounters.reloads == 2)
+        #expect(await store.status().documents == 4, "a, b, d and new")
+        await store.stopWatching()
+    }
+
     @Test("rm of a clean document closes it; rm of a dirty one writes it again")
     func removed() async throws {
         let harness = try await harness()
