@@ -37,39 +37,41 @@ extension DocumentStore {
         // calls (see ``FileWatcher/waitForKicks()``). Where the loop cannot poll it, the
         // thread keeps waiting for the descriptor itself.
         if let watcher, loop.attach(watcher.descriptor, WatcherKicker(watcher)) { watcher.waitForKicks() }
-        if let watcher { catchUp(with: watcher.takeFilesFoundAtStart()) }
+        if let watcher, let found = watcher.takeFilesFoundAtStart() { catchUp(with: found) }
     }
 
     /// What happened on disk before the watches were there — after the scan that opened
     /// the documents, while the journal was replayed, or while the watcher was off — is
-    /// found in the watcher's first walk of the tree (each file's inode, size and
-    /// modification time, read as its directory got its watch) and handled as its report
-    /// would have been: a file no document holds is opened (`OpenNewFiles=`), a document's
-    /// file that is not as the store last read or wrote it is compared with the disk, and
-    /// one that is gone is removed (the `WhenRemoved=` policy; each looks at the disk
-    /// again first). Package documents are compared as their reports arrive, not here.
+    /// found in the watcher's first walk of the tree (each file's inode, size,
+    /// modification and change time, read as its directory got its watch) and handled as
+    /// its report would have been: a file no document holds is opened (`OpenNewFiles=`), a
+    /// document's file that is not as the store last read or wrote it is compared with the
+    /// disk, and a document whose file (or package directory, seen by its members) is gone
+    /// is removed (the `WhenRemoved=` policy; each looks at the disk again first). A
+    /// package's members are compared as their reports arrive, not here. Not called when
+    /// the walk could not list the root: the watcher reports it gone instead.
     func catchUp(with found: [(path: String, stamp: FileWatcher.Stamp)]) {
         var batch: [WatchEvent] = []
         var present = Set<String>()
+        var reported = Set<String>()
         for (path, stamp) in found {
             let document = documentPath(for: path)
             guard let entry = entries[document] else {
-                batch.append(.changed(path))
+                // One report for a package not open, whatever its members.
+                if reported.insert(document).inserted { batch.append(.changed(path)) }
                 continue
             }
+            present.insert(document)
             guard document == path, !entry.isPackage else { continue }
-            present.insert(path)
             if let recorded = entry.fingerprint, !recorded.isDirectory, recorded.inode == stamp.inode,
-                recorded.size == stamp.size, recorded.modified == stamp.modified
+                recorded.size == stamp.size, recorded.modified == stamp.modified, recorded.changed == stamp.changed
             {
                 continue
             }
             batch.append(.changed(path))
         }
         for document in entries.keys where !present.contains(document) {
-            if let entry = entries[document], !entry.isPackage, entry.fingerprint != nil {
-                batch.append(.removed(document))
-            }
+            if entries[document]?.fingerprint != nil { batch.append(.removed(document)) }
         }
         if !batch.isEmpty { handle(batch) }
     }

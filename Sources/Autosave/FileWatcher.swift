@@ -48,6 +48,13 @@ final class FileWatcher: @unchecked Sendable {
         var inode: UInt64
         var size: Int64
         var modified: FileTime
+        /// The inode's change time: for the catch-up as the watch starts, not compared
+        /// between polls (this store's own renames change it).
+        var changed: FileTime
+
+        static func == (a: Stamp, b: Stamp) -> Bool {
+            a.kind == b.kind && a.inode == b.inode && a.size == b.size && a.modified == b.modified
+        }
     }
 
     private struct State {
@@ -60,6 +67,8 @@ final class FileWatcher: @unchecked Sendable {
         var rootMissingSince: Date?
         /// The watched root's device and inode: each poll compares the root with them.
         var rootIdentity: (device: UInt64, inode: UInt64)?
+        /// Whether the last walk from the root could list it.
+        var rootListed = false
 
         mutating func add(_ watch: Int32, on directory: String) {
             // A directory moved within the root keeps its watch, under its new path.
@@ -82,7 +91,7 @@ final class FileWatcher: @unchecked Sendable {
     }
     private let state = Lock(State())
     /// See ``takeFilesFoundAtStart()``.
-    private let filesFoundAtStart = Lock([(path: String, stamp: Stamp)]())
+    private let filesFoundAtStart = Lock<[(path: String, stamp: Stamp)]?>(nil)
     /// Polled directories and their last listing. Held for a whole poll round, so rounds
     /// from the thread and from ``pollNow()`` never interleave.
     private let polled = Lock([String: [String: Stamp]]())
@@ -122,7 +131,17 @@ final class FileWatcher: @unchecked Sendable {
         self.deliver = deliver
         self.log = log
         let found = watchTree("")
-        filesFoundAtStart.withLock { $0 = found }
+        if state.withLock({ $0.rootListed }) {
+            filesFoundAtStart.withLock { $0 = found }
+        } else {
+            // Gone (or not a directory any more) since the store read it: reported, and
+            // looked for at every poll, as a root removed later is.
+            state.withLock { state in
+                state.rootMissing = true
+                state.rootMissingSince = Date()
+            }
+            deliver([.rootGone])
+        }
         NamedThread.start("autosaved-watch") { [self] in self.run() }
     }
 
@@ -224,7 +243,9 @@ final class FileWatcher: @unchecked Sendable {
                     isPolled = true
                 }
             }
-            guard let listing = list(directory) else { continue }
+            let listing = list(directory)
+            if directory.isEmpty { state.withLock { $0.rootListed = listing != nil } }
+            guard let listing else { continue }
             if isPolled {
                 if overWatchLimit { overLimit.append(directory) }
                 polled.withLock { $0[directory] = listing }
@@ -242,10 +263,10 @@ final class FileWatcher: @unchecked Sendable {
     }
 
     /// The regular files the watcher found under the root as it started watching, each as
-    /// it was then; given once (empty after).
-    func takeFilesFoundAtStart() -> [(path: String, stamp: Stamp)] {
+    /// it was then; given once (`nil` after, and when the root could not be listed).
+    func takeFilesFoundAtStart() -> [(path: String, stamp: Stamp)]? {
         filesFoundAtStart.withLock { found in
-            defer { found = [] }
+            defer { found = nil }
             return found
         }
     }
@@ -329,7 +350,8 @@ final class FileWatcher: @unchecked Sendable {
             for entry in try fd.directoryEntries() where !TemporaryName.isTemporary(entry.name) {
                 guard let status = try? fd.status(of: entry.name, followSymlinks: false) else { continue }
                 listing[entry.name] = Stamp(
-                    kind: status.kind, inode: status.inode, size: status.size, modified: status.modified)
+                    kind: status.kind, inode: status.inode, size: status.size, modified: status.modified,
+                    changed: status.changed)
             }
             return listing
         }

@@ -92,7 +92,8 @@ struct WatcherTests {
         try FileManager.default.moveItem(atPath: target + "/a.txt.tmp", toPath: target + "/a.txt.moved")
         _ = rename(target + "/a.txt.moved", target + "/a.txt")
         await harness.store.sync()
-        #expect(try await text(harness, "new.txt") == "theirs\n", "opened")
+        #expect(await harness.store.list().map(\.path) == ["a.txt", "new.txt"], "new.txt opened")
+        #expect(try await text(harness, "new.txt") == "theirs\n")
         #expect(try await text(harness, "a.txt") == "changed\n", "read again")
         await harness.store.stopWatching()
         withExtendedLifetime(directory) {}
@@ -128,6 +129,36 @@ struct WatcherTests {
         #expect(try await text(harness, "d.txt") == "four\n")
         #expect(await store.watchCounters.reloads == 2)
         #expect(await store.status().documents == 4, "a, b, d and new")
+        await store.stopWatching()
+    }
+
+    @Test(
+        "A root gone before the watch starts is reported gone, not taken for every file removed: the documents stay, and it is watched once it is back"
+    )
+    func rootGoneBeforeTheWatch() async throws {
+        let harness = await StoreHarness(
+            quiet: .seconds(3600), maxDelay: .seconds(3600), configure: { $0.pollInterval = .milliseconds(100) })
+        let store = harness.store
+        try Disk.write("one\n", to: harness.file("a.txt"))
+        try Disk.write("two\n", to: harness.file("b.txt"))
+        await store.openAll()
+        try await store.apply(.append("unsaved\n"), to: "b.txt")
+        try FileManager.default.removeItem(atPath: harness.root)
+        try await store.startWatching()
+        await store.sync()
+        #expect(await store.list().map(\.path) == ["a.txt", "b.txt"], "nothing closed")
+        #expect(await store.status().rootGoneSince != nil)
+
+        try FileManager.default.createDirectory(atPath: harness.root, withIntermediateDirectories: false)
+        try Disk.write("three\n", to: harness.file("c.txt"))
+        let deadline = ContinuousClock.now + .seconds(10)
+        while await store.status().rootGoneSince != nil, ContinuousClock.now < deadline {
+            try await Task.sleep(for: .milliseconds(20))
+        }
+        await store.sync()
+        #expect(await store.status().rootGoneSince == nil, "looked for, and found back")
+        #expect(await store.watchSummary?.watchedDirectories == 1)
+        #expect(await store.list().map(\.path).contains("c.txt"), "the root's files opened again")
         await store.stopWatching()
     }
 
