@@ -44,12 +44,10 @@ extension DocumentStore {
     func noteNothingFound(at path: String, unopened: some UnopenedPathCheck) {
         guard let watcher, watcher.watchesEverything else { return }
         if let directory = Self.directory(of: path), directoryUses[directory] == nil,
-            missingDirectories.count < Self.missingDirectoryLimit
+            missingDirectories.count < Self.missingDirectoryLimit, unopened.directoryIsMissing(directory)
         {
-            if unopened.directoryIsMissing(directory) {
-                missingDirectories.insert(directory)
-                return
-            }
+            missingDirectories.insert(directory)
+            return
         }
         lookedInDirectory(of: path)
     }
@@ -103,13 +101,12 @@ extension DocumentStore {
 /// than ``listingLimit`` names), so that listing a large directory costs no more than the
 /// looks it spares. Whatever appears in a known directory later is reported, and its name
 /// is added to those remembered there (and in each known directory above it, the name on
-/// its way). A report
-/// of something leaving (removed, renamed) ends the knowledge of every directory above
-/// the thing reported, it, and those beneath it. So does everything that ends the missing
-/// directories (events lost, the root gone or back, the ignore rules changed, the watcher
-/// stopped, anything polled). A file another program made there just before a request,
-/// whose report has not reached the store yet, is caught by the save, which expects to
-/// find nothing (as for a missing directory).
+/// its way). A report of something leaving (removed, renamed) ends the knowledge of every
+/// directory above the thing reported, it, and those beneath it. So does everything that
+/// ends the missing directories (events lost, the root gone or back, the ignore rules
+/// changed, the watcher stopped, anything polled). A file another program made there just
+/// before a request, whose report has not reached the store yet, is caught by the save,
+/// which expects to find nothing (as for a missing directory).
 extension DocumentStore {
     /// The most directories known at once.
     static let knownDirectoryLimit = 256
@@ -137,8 +134,12 @@ extension DocumentStore {
     /// Whether a path the watcher reported is the store's own: an open document's file (or
     /// a member of an open package), a save's temporary file, a sync cookie.
     func isStoreOwn(_ path: String) -> Bool {
-        path.hasPrefix(Self.syncCookiePrefix) || TemporaryName.isInside(path)
-            || entries.index(forKey: documentPath(for: path)) != nil
+        path.hasPrefix(Self.syncCookiePrefix) || isDocumentOrTemporary(path)
+    }
+
+    /// Whether `path` is an open document's file (or a member of an open package) or a save's temporary file.
+    private func isDocumentOrTemporary(_ path: String) -> Bool {
+        TemporaryName.isInside(path) || entries.index(forKey: documentPath(for: path)) != nil
     }
 
     /// Lists `directory` ("" for the root) and knows it, with the names in it that are not
@@ -172,7 +173,7 @@ extension DocumentStore {
         // A sync cookie's name is not free: only the store's documents and temporary files are its own here.
         for entry in listed {
             let path = directory.isEmpty ? entry.name : directory + "/" + entry.name
-            if TemporaryName.isInside(path) || entries.index(forKey: documentPath(for: path)) != nil { continue }
+            if isDocumentOrTemporary(path) { continue }
             guard names.count < Self.namesInTheWayLimit else {
                 forgetKnown(directory)
                 return (listed.count, false)

@@ -113,6 +113,12 @@ final class FileWatcher: @unchecked Sendable {
         .dontFollow, .excludeUnlinked,
     ]
 
+    /// The events watched in `directory`: the root's watch follows a symbolic link (the
+    /// root itself may be one), no other does.
+    static func mask(for directory: String) -> Inotify.Events {
+        directory.isEmpty ? mask.subtracting(.dontFollow) : mask
+    }
+
     init(
         root: String, pollInterval: Duration = .seconds(2), mode: WatchMode = .auto, ignore: SharedIgnoreRules,
         log: @escaping @Sendable (String, _ isError: Bool) -> Void, deliver: @escaping @Sendable ([WatchEvent]) -> Void
@@ -229,9 +235,7 @@ final class FileWatcher: @unchecked Sendable {
                 do {
                     // The root itself may be a symbolic link (DynamicUser= makes
                     // /var/lib/autosaved one): its watch is on the directory it leads to.
-                    // Below it, links are never followed.
-                    let watch = try inotify.addWatch(
-                        full, events: directory.isEmpty ? Self.mask.subtracting(.dontFollow) : Self.mask)
+                    let watch = try inotify.addWatch(full, events: Self.mask(for: directory))
                     state.withLock { $0.add(watch, on: directory) }
                 } catch .noSpace {
                     isPolled = true
@@ -384,8 +388,7 @@ final class FileWatcher: @unchecked Sendable {
                     continue
                 }
                 if !pollOnly.withLock({ $0.contains(directory) }),
-                    let watch = try? inotify.addWatch(
-                        full, events: directory.isEmpty ? Self.mask.subtracting(.dontFollow) : Self.mask)
+                    let watch = try? inotify.addWatch(full, events: Self.mask(for: directory))
                 {
                     state.withLock { $0.add(watch, on: directory) }
                     polled.removeValue(forKey: directory)
