@@ -66,6 +66,9 @@ struct WatcherPolicyTests {
         try FileManager.default.createDirectory(atPath: harness.file("book.package"), withIntermediateDirectories: true)
         try Disk.write("one\n", to: harness.file("book.package/1.txt"))
         try Disk.write("two\n", to: harness.file("book.package/2.txt"))
+        // The writes' own reports handed over first: one arriving while the shell below is
+        // between its truncation and its write would find 2.txt empty.
+        await harness.store.sync()
         try await harness.store.open("book.package")
         try await harness.store.apply(.putMember("1.txt", Data("mine\n".utf8)), to: "book.package")
         try base.sh("printf 'theirs\\n' > book.package/2.txt", in: harness)
