@@ -69,6 +69,11 @@ final class FileWatcher: @unchecked Sendable {
         var rootIdentity: (device: UInt64, inode: UInt64)?
         /// Whether the last walk from the root could list it.
         var rootListed = false
+        /// Watches given back (`inotify_rm_watch`) whose `IN_IGNORED` has not been read
+        /// yet: events already queued on them (a directory moved out reports its own
+        /// `IN_MOVE_SELF` after its parent's `IN_MOVED_FROM`) are about directories no
+        /// longer watched, not events lost, and are dropped.
+        var givenBack: Set<Int32> = []
 
         mutating func add(_ watch: Int32, on directory: String) {
             // A directory moved within the root keeps its watch, under its new path.
@@ -453,6 +458,7 @@ final class FileWatcher: @unchecked Sendable {
     private func forgetRoot() -> Bool {
         let (watches, wasPresent) = state.withLock { state in
             defer {
+                state.givenBack.formUnion(state.directories.keys)
                 state.removeAll()
                 if !state.rootMissing { state.rootMissingSince = Date() }
                 state.rootMissing = true
@@ -550,6 +556,7 @@ final class FileWatcher: @unchecked Sendable {
         let watches = state.withLock { state in
             let found = state.directories.filter { inside($0.value) }.map(\.key)
             for watch in found { state.remove(watch) }
+            if removingWatches { state.givenBack.formUnion(found) }
             return found
         }
         if removingWatches { for watch in watches { try? inotify.removeWatch(watch) } }
@@ -597,17 +604,19 @@ final class FileWatcher: @unchecked Sendable {
             appendOverflow(to: &batch)
             return
         }
-        let directory: String? = state.withLock { state in
+        let (directory, known): (String?, Bool) = state.withLock { state in
             if event.events.contains(.ignored) {
                 state.remove(event.watch)
-                return nil
+                state.givenBack.remove(event.watch)
+                return (nil, true)
             }
-            return state.directories[event.watch]
+            if let directory = state.directories[event.watch] { return (directory, true) }
+            return (nil, state.givenBack.contains(event.watch) || state.rootMissing)
         }
         guard let directory else {
-            if !event.events.contains(.ignored) && !state.withLock({ $0.rootMissing }) {
-                appendOverflow(to: &batch)  // an unknown watch: rescan
-            }
+            // A watch neither held nor given back: what it reported cannot be placed, so
+            // everything is looked at again, as after lost events.
+            if !known { appendOverflow(to: &batch) }
             return
         }
         if event.name.isEmpty {
