@@ -19,33 +19,7 @@
 #include <time.h>
 #include <unistd.h>
 
-static double now(void) {
-    struct timespec t;
-    clock_gettime(CLOCK_MONOTONIC, &t);
-    return t.tv_sec + t.tv_nsec / 1e9;
-}
-
-/// Busy jiffies of all CPUs: everything but idle and iowait.
-static long long busy_ticks(void) {
-    FILE *f = fopen("/proc/stat", "r");
-    long long v[8] = {0};
-    if (!f || fscanf(f, "cpu %lld %lld %lld %lld %lld %lld %lld %lld", &v[0], &v[1], &v[2], &v[3], &v[4], &v[5],
-                     &v[6], &v[7]) != 8) {
-        perror("/proc/stat");
-        exit(1);
-    }
-    fclose(f);
-    long long total = 0;
-    for (int i = 0; i < 8; i++) total += v[i];
-    return total - v[3] - v[4];
-}
-
-static void check(int ok, const char *what) {
-    if (!ok) {
-        perror(what);
-        exit(1);
-    }
-}
+#include "machine.h"
 
 static char directory[4096];
 static int directoryFD;
