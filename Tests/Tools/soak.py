@@ -846,7 +846,7 @@ def main():
     p.add_argument("--shared", type=int, default=10)
     p.add_argument("--window", type=int, default=4)
     p.add_argument("--warmup", type=float, default=0.4, help="fraction of the run before memory is measured")
-    p.add_argument("--allocated-limit", type=float, default=10.0, help="percent")
+    p.add_argument("--allocated-limit", type=float, default=15.0, help="percent")
     p.add_argument("--rss-limit", type=float, default=25.0, help="percent")
     p.add_argument("--sample", type=float, default=2.0, help="seconds between VmRSS samples")
     p.add_argument("--reload-every", type=float, default=10.0, help="seconds")
