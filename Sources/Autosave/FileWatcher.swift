@@ -103,6 +103,11 @@ final class FileWatcher: @unchecked Sendable {
     /// The polled directories that are polled by choice (`Mode=poll`, or a file system
     /// inotify cannot see other hosts' changes on), not for want of a watch: never watched.
     private let pollOnly = Lock(Set<String>())
+    /// Held across a watch's `inotify_add_watch` and its entry in ``state``, and across an
+    /// entry's removal and its `inotify_rm_watch`: a directory watched from one thread
+    /// (``pollNow()``, a new directory) while the thread gives its watch back (moved out)
+    /// ends either watched or given back, never listed under a watch the kernel dropped.
+    private let watchChanges = Lock(())
     private let stopping = Atomic<Bool>(false)
     /// Wakes the thread: ``kick()`` (and ``stop()``).
     private let kicks: FileDescriptor
@@ -192,6 +197,9 @@ final class FileWatcher: @unchecked Sendable {
     }
 
     var watchCount: Int { state.withLock { $0.directories.count } }
+
+    /// Watches given back whose `IN_IGNORED` has not been read yet.
+    var givenBackCount: Int { state.withLock { $0.givenBack.count } }
     /// Directories polled: those that got no watch, and those polled by choice.
     var polledDirectories: [String] { polled.withLock { $0.keys.sorted() } }
     /// Directories polled because the watch limit left them without a watch (not by choice).
@@ -237,11 +245,13 @@ final class FileWatcher: @unchecked Sendable {
                 isPolled = true
                 pollOnly.withLock { _ = $0.insert(directory) }
             } else {
-                do {
+                do throws(Errno) {
                     // The root itself may be a symbolic link (DynamicUser= makes
                     // /var/lib/autosaved one): its watch is on the directory it leads to.
-                    let watch = try inotify.addWatch(full, events: Self.mask(for: directory))
-                    state.withLock { $0.add(watch, on: directory) }
+                    try watchChanges.withLock { _ throws(Errno) in
+                        let watch = try inotify.addWatch(full, events: Self.mask(for: directory))
+                        state.withLock { $0.add(watch, on: directory) }
+                    }
                 } catch .noSpace {
                     isPolled = true
                     overWatchLimit = true
@@ -392,10 +402,16 @@ final class FileWatcher: @unchecked Sendable {
                     if directory.isEmpty { batch.append(.rootGone) }
                     continue
                 }
-                if !pollOnly.withLock({ $0.contains(directory) }),
-                    let watch = try? inotify.addWatch(full, events: Self.mask(for: directory))
-                {
-                    state.withLock { $0.add(watch, on: directory) }
+                let watched =
+                    !pollOnly.withLock({ $0.contains(directory) })
+                    && watchChanges.withLock { _ in
+                        guard let watch = try? inotify.addWatch(full, events: Self.mask(for: directory)) else {
+                            return false
+                        }
+                        state.withLock { $0.add(watch, on: directory) }
+                        return true
+                    }
+                if watched {
                     polled.removeValue(forKey: directory)
                 } else {
                     polled[directory] = after
@@ -442,6 +458,10 @@ final class FileWatcher: @unchecked Sendable {
             defer {
                 state.rootMissing = false
                 state.rootMissingSince = nil
+                // The root's removal can discard the `IN_IGNORED` of watches it gave
+                // back (the rest of that read is dropped, and a deleted directory's watch
+                // goes with it before it could be given back): none can come any more.
+                state.givenBack.removeAll()
                 // Its watches were all given back: a shortage is reported afresh.
                 state.limitReported = false
             }
@@ -456,6 +476,14 @@ final class FileWatcher: @unchecked Sendable {
     /// Returns `false` when it was already known to be missing (reported once).
     @discardableResult
     private func forgetRoot() -> Bool {
+        let wasPresent = watchChanges.withLock { _ in forgetRootWatches() }
+        polled.withLock { $0 = [:] }
+        pollOnly.withLock { $0 = [] }
+        return wasPresent
+    }
+
+    /// ``forgetRoot()``'s part under ``watchChanges``.
+    private func forgetRootWatches() -> Bool {
         let (watches, wasPresent) = state.withLock { state in
             defer {
                 state.givenBack.formUnion(state.directories.keys)
@@ -467,8 +495,6 @@ final class FileWatcher: @unchecked Sendable {
             return (Array(state.directories.keys), !state.rootMissing)
         }
         for watch in watches { try? inotify.removeWatch(watch) }
-        polled.withLock { $0 = [:] }
-        pollOnly.withLock { $0 = [] }
         return wasPresent
     }
 
@@ -553,13 +579,15 @@ final class FileWatcher: @unchecked Sendable {
     /// watches would go on reporting under paths that no longer exist).
     private func forgetTree(_ relative: String, removingWatches: Bool) {
         func inside(_ path: String) -> Bool { path == relative || path.hasPrefix(relative + "/") }
-        let watches = state.withLock { state in
-            let found = state.directories.filter { inside($0.value) }.map(\.key)
-            for watch in found { state.remove(watch) }
-            if removingWatches { state.givenBack.formUnion(found) }
-            return found
+        watchChanges.withLock { _ in
+            let watches = state.withLock { state in
+                let found = state.directories.filter { inside($0.value) }.map(\.key)
+                for watch in found { state.remove(watch) }
+                if removingWatches { state.givenBack.formUnion(found) }
+                return found
+            }
+            if removingWatches { for watch in watches { try? inotify.removeWatch(watch) } }
         }
-        if removingWatches { for watch in watches { try? inotify.removeWatch(watch) } }
         polled.withLock { polled in
             for directory in polled.keys where inside(directory) { polled.removeValue(forKey: directory) }
         }
@@ -601,6 +629,9 @@ final class FileWatcher: @unchecked Sendable {
 
     private func translate(_ event: Inotify.Event, into batch: inout [WatchEvent]) {
         if event.events.contains(.queueOverflowed) {
+            // The kernel dropped events, perhaps the `IN_IGNORED` of watches given back:
+            // everything is looked at again anyway, so none is waited for any longer.
+            state.withLock { $0.givenBack.removeAll() }
             appendOverflow(to: &batch)
             return
         }

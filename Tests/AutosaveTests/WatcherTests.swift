@@ -1,9 +1,10 @@
-import Autosave
 import Documents
 import Foundation
 import Posix
 import TestSupport
 import Testing
+
+@testable import Autosave
 
 /// Other programs edit the files the store holds; each case is checked through the
 /// store after the sync barrier.
@@ -159,6 +160,42 @@ struct WatcherTests {
         #expect(await store.status().rootGoneSince == nil, "looked for, and found back")
         #expect(await store.watchSummary?.watchedDirectories == 1)
         #expect(await store.list().map(\.path).contains("c.txt"), "the root's files opened again")
+        await store.stopWatching()
+    }
+
+    @Test(
+        "A watched root removed with its directories and made again: watched afresh, with nothing kept of the watches it had"
+    )
+    func rootRemovedAndBack() async throws {
+        let harness = await StoreHarness(
+            quiet: .seconds(3600), maxDelay: .seconds(3600), configure: { $0.pollInterval = .milliseconds(100) })
+        let store = harness.store
+        try FileManager.default.createDirectory(atPath: harness.file("sub/deeper"), withIntermediateDirectories: true)
+        try Disk.write("one\n", to: harness.file("sub/deeper/a.txt"))
+        await store.openAll()
+        try await store.startWatching()
+        await store.sync()
+        #expect(await store.watchSummary?.watchedDirectories == 3)
+
+        try FileManager.default.removeItem(atPath: harness.root)
+        var deadline = ContinuousClock.now + .seconds(10)
+        while await store.status().rootGoneSince == nil, ContinuousClock.now < deadline {
+            try await Task.sleep(for: .milliseconds(20))
+        }
+        #expect(await store.status().rootGoneSince != nil)
+        try FileManager.default.createDirectory(atPath: harness.root, withIntermediateDirectories: false)
+        try Disk.write("two\n", to: harness.file("b.txt"))
+        deadline = ContinuousClock.now + .seconds(10)
+        while await store.status().rootGoneSince != nil, ContinuousClock.now < deadline {
+            try await Task.sleep(for: .milliseconds(20))
+        }
+        await store.sync()
+        #expect(await store.status().rootGoneSince == nil, "found back")
+        #expect(await store.watchSummary?.watchedDirectories == 1)
+        // The removal's read was cut at the root's own deletion, with the `IN_IGNORED` of
+        // the watches it gave back: none of them may be waited for after it is back.
+        #expect(await store.watcher?.givenBackCount == 0)
+        #expect(try await text(harness, "b.txt") == "two\n")
         await store.stopWatching()
     }
 

@@ -222,6 +222,7 @@ class Soak:
         self.reloads = collections.Counter()
         self.rss = []  # (seconds since the soak began, kB)
         self.allocated = []  # (seconds since the soak began, kB): status's memory.allocated_bytes less journal.memory_bytes
+        self.backlog = []  # (seconds, documents unsaved, saves running, journal records no save covers) at each sample
         self.text_bytes = 0  # the text documents' acknowledged lengths, summed
         self.text_samples = []  # (seconds since the soak began, text_bytes) beside each VmRSS sample
         self.stop = False
@@ -578,6 +579,9 @@ class Soak:
         self.rss.append((at, self.vmrss()))
         self.text_samples.append((at, self.text_bytes))
         self.allocated.append((at, self.in_use(status)))
+        journal = status.get("journal") or {}
+        self.backlog.append((at, status.get("unsaved", 0), status.get("saving", 0), journal.get("unsaved_records", 0),
+                             journal.get("memory_bytes", 0) // 1024))
 
     @staticmethod
     def in_use(status):
@@ -802,6 +806,8 @@ class Soak:
             print("VmRSS curve (s: kB): " + ", ".join("%.0f: %d" % s for s in self.rss[::step] + [self.rss[-1]]))
             print("allocated curve (s: kB): "
                   + ", ".join("%.0f: %d" % s for s in self.allocated[::step] + [self.allocated[-1]]))
+            print("backlog curve (s: unsaved documents/saves running/journal records no save covers/journal kB): "
+                  + ", ".join("%.0f: %d/%d/%d/%d" % s for s in self.backlog[::step] + [self.backlog[-1]]))
             with open(self.daemon_log, errors="replace") as f:
                 trims = [line.strip() for line in f if "memory trimmer:" in line]
             print("daemon at exit: " + (trims[-1] if trims else "no memory trimmer line (it never trimmed)"))
