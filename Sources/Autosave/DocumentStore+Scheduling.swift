@@ -56,6 +56,11 @@ struct DeadlineHeap {
     var isEmpty: Bool { times.isEmpty }
     var count: Int { times.count }
     var first: Moment? { times.first }
+    /// The pairs the arrays have room for.
+    var capacity: Int { times.capacity }
+
+    /// Room the heap keeps whatever its count: below it, it is never given back.
+    static let keptCapacity = 1024
 
     mutating func push(_ time: Moment, _ path: String) {
         times.append(time)
@@ -100,7 +105,24 @@ struct DeadlineHeap {
                 paths[hole] = lastPath
             }
         }
+        // A burst (every document saved at once, a long quiet period's stale pairs) grows
+        // the arrays, which never shrink by themselves: down to an eighth of their room,
+        // they are copied into a quarter of it. Each copy follows at least as many pops
+        // as it moves pairs.
+        if times.capacity > Self.keptCapacity, count * 8 < times.capacity { shrink() }
         return top
+    }
+
+    private mutating func shrink() {
+        let room = max(Self.keptCapacity, times.count * 2)
+        var newTimes: [Moment] = []
+        newTimes.reserveCapacity(room)
+        newTimes.append(contentsOf: times)
+        times = newTimes
+        var newPaths: [String] = []
+        newPaths.reserveCapacity(room)
+        newPaths.append(contentsOf: paths)
+        paths = newPaths
     }
 }
 
@@ -548,6 +570,9 @@ extension DocumentStore {
                 let finished = entry.waiters.filter { $0.token <= saved }
                 if !finished.isEmpty {
                     entry.waiters.removeAll { $0.token <= saved }
+                    // Emptied, its buffer goes too: kept, every document that ever had a
+                    // waiter would hold one (about 100 bytes each).
+                    if entry.waiters.isEmpty { entry.waiters = [] }
                     // The file is in place: a caller that can be told now is, before the
                     // bookkeeping below (nothing else runs on the store meanwhile). An edit
                     // made during the save has scheduled the next one already.
@@ -608,6 +633,7 @@ extension DocumentStore {
                 if entry.firstUnsavedEdit == nil { entry.firstUnsavedEdit = .now }
                 let failed = entry.waiters.filter { $0.token <= token }
                 entry.waiters.removeAll { $0.token <= token }
+                if entry.waiters.isEmpty { entry.waiters = [] }
                 return (failure, failed, wait, entry.contentType)
             }
             lastFailure = failure

@@ -146,6 +146,9 @@ extension DocumentStore {
                     waiter.resume()
                     continue
                 }
+                // The report of this store's own rename, its two halves read apart (a burst
+                // of saves): compared with the disk below, and no longer waited for.
+                if !ownRenames.isEmpty { ownRenames.removeValue(forKey: path) }
                 // An open document is no temporary, no ignore file, and not ignored (a
                 // change of the rules closes the documents it ignores): a change to one,
                 // such as the rename that puts this store's own save in place, is compared

@@ -38,4 +38,25 @@ struct DeadlineHeapTests {
         }
         #expect(model.isEmpty && heap.isEmpty)
     }
+
+    @Test("A heap that grew for a burst gives its room back as it empties, and keeps its order")
+    func roomGivenBack() {
+        var heap = DeadlineHeap()
+        for step in 0..<100_000 { heap.push(Moment(nanoseconds: Int64(100_000 - step)), "doc\(step).txt") }
+        #expect(heap.capacity >= 100_000)
+        var last = Int64.min
+        while heap.count > 10 {
+            let (time, _) = heap.pop()!
+            #expect(time.nanoseconds >= last)
+            last = time.nanoseconds
+        }
+        #expect(heap.capacity < 2 * DeadlineHeap.keptCapacity, "room for \(heap.capacity) pairs kept for 10")
+        var rest: [String] = []
+        while let (time, path) = heap.pop() {
+            #expect(time.nanoseconds >= last)
+            last = time.nanoseconds
+            rest.append(path)
+        }
+        #expect(rest == (0..<10).reversed().map { "doc\($0).txt" })
+    }
 }

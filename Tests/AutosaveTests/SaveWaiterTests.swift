@@ -10,6 +10,8 @@ extension DocumentStore {
     /// How many callers of `save(_:wait:)` wait for the document's edits (internal state,
     /// read so a test knows its caller is waiting before it acts).
     func waitingSaves(_ path: String) -> Int { entries[path]?.waiters.count ?? 0 }
+    /// Room the document's list of waiting callers holds.
+    func waitersRoom(_ path: String) -> Int { entries[path]?.waiters.capacity ?? 0 }
     /// Whether the document is due for a save and waits for a save slot: its deadline
     /// has passed, and the scheduler has looked and found every slot taken.
     func isQueuedForSave(_ path: String) -> Bool {
@@ -86,6 +88,21 @@ struct SaveWaiterTests {
             }
         }
         return nil
+    }
+
+    @Test(
+        "Waiting callers, once told, leave no memory behind in their document: a document that ever had one holds no more than one that never had"
+    )
+    func waitersLeaveNothing() async throws {
+        let harness = await StoreHarness(quiet: .seconds(3600), maxDelay: .seconds(3600))
+        let store = harness.store
+        for n in 0..<3 {
+            try await store.apply(.setText("edit \(n)\n"), to: "w.txt", create: true)
+            try await store.save("w.txt", wait: true)
+            #expect(await store.waitingSaves("w.txt") == 0)
+            #expect(await store.waitersRoom("w.txt") == 0, "the emptied list's buffer is let go")
+        }
+        #expect(try harness.text(onDisk: "w.txt") == "edit 2\n")
     }
 
     @Test("revert: the waiting save answers conflict, the edits were discarded")

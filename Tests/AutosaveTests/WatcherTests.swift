@@ -199,6 +199,22 @@ struct WatcherTests {
         await store.stopWatching()
     }
 
+    @Test(
+        "A burst of saves (3,000 documents at once) leaves nothing behind once their renames are reported, those whose two halves were read apart included"
+    )
+    func burstOfSavesLeavesNothing() async throws {
+        let harness = try await harness()
+        let store = harness.store
+        for n in 0..<3000 { try await store.apply(.setText("document \(n)\n"), to: "burst/d\(n).txt", create: true) }
+        try await store.saveAll(wait: true)
+        await store.sync()
+        let renames = await store.ownRenames.count
+        #expect(renames == 0, "every save's rename was reported and taken for the store's own")
+        #expect(await store.watchCounters.reloads == 0, "the saves were taken for the store's own")
+        #expect(try harness.text(onDisk: "burst/d2999.txt") == "document 2999\n")
+        await store.stopWatching()
+    }
+
     @Test("rm of a clean document closes it; rm of a dirty one writes it again")
     func removed() async throws {
         let harness = try await harness()

@@ -580,8 +580,12 @@ class Soak:
         self.text_samples.append((at, self.text_bytes))
         self.allocated.append((at, self.in_use(status)))
         journal = status.get("journal") or {}
+        # How far the slowest subscriber is behind: the daemon's saves less the `saved`
+        # events it has read (the daemon holds the rest for it, up to its limit).
+        seen = min((counts["saved"] for counts in self.events), default=0)
         self.backlog.append((at, status.get("unsaved", 0), status.get("saving", 0), journal.get("unsaved_records", 0),
-                             journal.get("memory_bytes", 0) // 1024))
+                             journal.get("memory_bytes", 0) // 1024, status.get("saves", 0) - seen,
+                             journal.get("bytes", 0) // 1024, journal.get("segments", 0)))
 
     @staticmethod
     def in_use(status):
@@ -806,8 +810,9 @@ class Soak:
             print("VmRSS curve (s: kB): " + ", ".join("%.0f: %d" % s for s in self.rss[::step] + [self.rss[-1]]))
             print("allocated curve (s: kB): "
                   + ", ".join("%.0f: %d" % s for s in self.allocated[::step] + [self.allocated[-1]]))
-            print("backlog curve (s: unsaved documents/saves running/journal records no save covers/journal kB): "
-                  + ", ".join("%.0f: %d/%d/%d/%d" % s for s in self.backlog[::step] + [self.backlog[-1]]))
+            print("backlog curve (s: unsaved documents/saves running/journal records no save covers/journal kB/"
+                  "saves the slowest subscriber has not read/journal records kB/segments): "
+                  + ", ".join("%.0f: %d/%d/%d/%d/%d/%d/%d" % s for s in self.backlog[::step] + [self.backlog[-1]]))
             with open(self.daemon_log, errors="replace") as f:
                 trims = [line.strip() for line in f if "memory trimmer:" in line]
             print("daemon at exit: " + (trims[-1] if trims else "no memory trimmer line (it never trimmed)"))
