@@ -107,6 +107,16 @@ extension DocumentStore {
     /// order, so once its creation comes back, everything before it has too. Polled
     /// directories are looked at first, so their changes are handed over before the cookie.
     public func sync() async {
+        await cookieBarrier()
+        // A conflict seen before the barrier that waits for its file to settle is part of
+        // what the barrier answers for: it answers once such conflicts are resolved, and
+        // once what their resolution wrote (a conflict copy) has been seen in turn.
+        guard settlingConflicts.values.contains(where: \.lookPending) else { return }
+        await withCheckedContinuation { settleWaiters.append($0) }
+        await cookieBarrier()
+    }
+
+    private func cookieBarrier() async {
         guard let watcher else { return }
         watcher.pollNow()
         let name = Self.syncCookiePrefix + CurrentProcess.randomAlphanumerics(12)
@@ -541,6 +551,7 @@ extension DocumentStore {
             reloadFromDisk(document, reason: "another program changed the file, and it was read again")
             return
         }
+        if conflictWaitsToSettle(document, isPackage: entry.isPackage, resolves: false, member: member) { return }
         resolveConflict(document)
     }
 
@@ -559,10 +570,12 @@ extension DocumentStore {
             return
         }
         if entry.isPackage {
-            resolveConflict(document)
+            if !conflictWaitsToSettle(document, isPackage: true, resolves: true) { resolveConflict(document) }
             return
         }
         checkExternalChange(document)
+        // Waiting for the other program to finish: the look that follows resolves it.
+        if settlingConflicts[document]?.lookPending == true { return }
         if let after = entries[document], after.isDirty { schedule(document) }
     }
 

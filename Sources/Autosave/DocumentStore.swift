@@ -203,6 +203,11 @@ public actor DocumentStore {
     /// Documents whose file changed while their own save was being written: checked
     /// once that save has recorded its fingerprint.
     var pendingChecks: Set<String> = []
+    /// Conflicts waiting for another program to finish writing their file (see
+    /// ``conflictSettle``).
+    var settlingConflicts: [String: SettlingConflict] = [:]
+    /// ``sync()`` callers waiting for those conflicts to be resolved.
+    var settleWaiters: [CheckedContinuation<Void, Never>] = []
     var syncWaiters: [String: CheckedContinuation<Void, Never>] = [:]
     /// Documents closed while the watcher may still hold events of their own last saves:
     /// what the store last read or wrote there, so that those events do not open them

@@ -87,6 +87,54 @@ struct WatcherPolicyTests {
         #expect(try await harness.store.info("book.package").state == .clean)
     }
 
+    @Test(
+        "A package's conflict waits for the other program to finish writing a member: the edits' copy takes the member whole, not the truncated one between its two writes"
+    )
+    func packageConflictSettles() async throws {
+        let harness = try await base.harness()
+        try FileManager.default.createDirectory(atPath: harness.file("book.package"), withIntermediateDirectories: true)
+        try Disk.write("one\n", to: harness.file("book.package/1.txt"))
+        try Disk.write("two\n", to: harness.file("book.package/2.txt"))
+        await harness.store.sync()
+        try await harness.store.open("book.package")
+        try await harness.store.apply(.putMember("1.txt", Data("mine\n".utf8)), to: "book.package")
+        // Truncated, then written 30 ms later: the truncation's report comes first.
+        try base.sh(": > book.package/2.txt; sleep 0.03; printf 'theirs\\n' > book.package/2.txt", in: harness)
+        await harness.store.sync()
+        let event = await harness.next { if case .conflict = $0 { true } else { false } }
+        guard case .conflict("book.package", let copy, .memory)? = event else {
+            Issue.record("no conflict event: \(String(describing: event))")
+            return
+        }
+        #expect(try harness.text(onDisk: copy + "/1.txt") == "mine\n")
+        #expect(try harness.text(onDisk: copy + "/2.txt") == "theirs\n", "the member as the other program left it")
+        #expect(try harness.text(onDisk: "book.package/2.txt") == "theirs\n")
+        #expect(await harness.store.watchCounters.conflicts == 1)
+    }
+
+    @Test(
+        "Keep=memory: the copy of the other program's version waits for it to finish writing the file, and is never the truncated file between its two writes"
+    )
+    func keepMemorySettles() async throws {
+        let harness = try await base.harness { $0.conflictKeep = .memory }
+        try Disk.write("original\n", to: harness.file("notes.txt"))
+        await harness.store.sync()
+        try await harness.store.open("notes.txt")
+        try await harness.store.apply(.setText("mine\n"), to: "notes.txt")
+        try base.sh(": > notes.txt; sleep 0.03; printf 'theirs\\n' > notes.txt", in: harness)
+        await harness.store.sync()
+        let event = await harness.next { if case .conflict = $0 { true } else { false } }
+        guard case .conflict("notes.txt", let copy, .disk)? = event else {
+            Issue.record("no conflict event: \(String(describing: event))")
+            return
+        }
+        #expect(try harness.text(onDisk: copy) == "theirs\n", "their version whole")
+        await harness.nextSave(of: "notes.txt")
+        #expect(try harness.text(onDisk: "notes.txt") == "mine\n")
+        await harness.store.sync()
+        #expect(await harness.store.watchCounters.conflicts == 1)
+    }
+
     @Test("Keep=memory: the edits keep the name and the other program's version is copied beside it")
     func keepMemory() async throws {
         let harness = try await base.harness { $0.conflictKeep = .memory }
