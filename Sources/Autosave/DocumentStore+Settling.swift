@@ -32,6 +32,13 @@ extension DocumentStore {
     /// conflict has not waited ``conflictSettleLimit`` yet. A look is then scheduled for
     /// when that change is ``conflictSettle`` old; `resolves` says what it does.
     func conflictWaitsToSettle(_ document: String, isPackage: Bool, resolves: Bool, member: String? = nil) -> Bool {
+        // A look is due already: the file is looked at then, not at every report of a
+        // write in progress (a package would be walked each time).
+        if let settling = settlingConflicts[document], settling.lookPending {
+            settlingConflicts[document]!.resolves = settling.resolves || resolves
+            settlingConflicts[document]!.member = member ?? settling.member
+            return true
+        }
         guard let newest = Self.newestChange(root + "/" + document, isPackage: isPackage) else {
             settlingConflicts[document] = nil
             return false
@@ -45,11 +52,6 @@ extension DocumentStore {
         guard age < Self.conflictSettle, Moment.now - since < Self.conflictSettleLimit else {
             settlingConflicts[document] = nil
             return false
-        }
-        if let settling = settlingConflicts[document], settling.lookPending {
-            settlingConflicts[document]!.resolves = settling.resolves || resolves
-            settlingConflicts[document]!.member = member ?? settling.member
-            return true
         }
         settlingConflicts[document] = SettlingConflict(
             since: since, lookPending: true, resolves: resolves, member: member)
