@@ -647,7 +647,13 @@ extension DocumentStore {
                 ])
             emit(.saveFailed(failure))
         }
-        if let index = entries.index(forKey: path), modifyEntry(at: index, { $0.isDirty }) { schedule(path) }
+        // A conflict waiting for the other program's write to settle is resolved by its
+        // look; saving again meanwhile would only find the file changed again.
+        if let index = entries.index(forKey: path), modifyEntry(at: index, { $0.isDirty }),
+            settlingConflicts[path]?.lookPending != true
+        {
+            schedule(path)
+        }
         if pendingChecks.remove(path) != nil { checkExternalChange(path) }
         // Saves made for the journal's MaxSize=: another round once this one's are done,
         // until it is under the limit.

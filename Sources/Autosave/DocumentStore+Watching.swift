@@ -570,6 +570,9 @@ extension DocumentStore {
             return
         }
         if entry.isPackage {
+            // A save that started before the document was read again (a conflict resolved
+            // meanwhile) has nothing of its own left to keep.
+            guard entry.isDirty else { return }
             if !conflictWaitsToSettle(document, isPackage: true, resolves: true) { resolveConflict(document) }
             return
         }

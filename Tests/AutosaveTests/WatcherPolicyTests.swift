@@ -59,19 +59,21 @@ struct WatcherPolicyTests {
     }
 
     @Test(
-        "A package with unsaved edits changed by another program: the package keeps their version, the copy holds the edits over it"
-    )
-    func packageConflict() async throws {
+        "A package with unsaved edits changed by another program: the package keeps their version, the copy holds the edits over it — the member whole, even when it is truncated and written again 30 ms later (the conflict waits for the write to finish)",
+        arguments: [
+            "printf 'theirs\\n' > book.package/2.txt",
+            ": > book.package/2.txt; sleep 0.03; printf 'theirs\\n' > book.package/2.txt",
+        ])
+    func packageConflict(write: String) async throws {
         let harness = try await base.harness()
         try FileManager.default.createDirectory(atPath: harness.file("book.package"), withIntermediateDirectories: true)
         try Disk.write("one\n", to: harness.file("book.package/1.txt"))
         try Disk.write("two\n", to: harness.file("book.package/2.txt"))
-        // The writes' own reports handed over first: one arriving while the shell below is
-        // between its truncation and its write would find 2.txt empty.
+        // The setup's own reports handed over first: this test is about the write below.
         await harness.store.sync()
         try await harness.store.open("book.package")
         try await harness.store.apply(.putMember("1.txt", Data("mine\n".utf8)), to: "book.package")
-        try base.sh("printf 'theirs\\n' > book.package/2.txt", in: harness)
+        try base.sh(write, in: harness)
         await harness.store.sync()
         let event = await harness.next { if case .conflict = $0 { true } else { false } }
         guard case .conflict("book.package", let copy, .memory)? = event else {
@@ -82,33 +84,9 @@ struct WatcherPolicyTests {
         #expect(try harness.text(onDisk: "book.package/1.txt") == "one\n")
         #expect(try harness.text(onDisk: "book.package/2.txt") == "theirs\n")
         #expect(try harness.text(onDisk: copy + "/1.txt") == "mine\n")
-        #expect(try harness.text(onDisk: copy + "/2.txt") == "theirs\n")
+        #expect(try harness.text(onDisk: copy + "/2.txt") == "theirs\n", "the member as the other program left it")
         #expect(try await harness.store.read("book.package", .member("1.txt")) == .data(Data("one\n".utf8)))
         #expect(try await harness.store.info("book.package").state == .clean)
-    }
-
-    @Test(
-        "A package's conflict waits for the other program to finish writing a member: the edits' copy takes the member whole, not the truncated one between its two writes"
-    )
-    func packageConflictSettles() async throws {
-        let harness = try await base.harness()
-        try FileManager.default.createDirectory(atPath: harness.file("book.package"), withIntermediateDirectories: true)
-        try Disk.write("one\n", to: harness.file("book.package/1.txt"))
-        try Disk.write("two\n", to: harness.file("book.package/2.txt"))
-        await harness.store.sync()
-        try await harness.store.open("book.package")
-        try await harness.store.apply(.putMember("1.txt", Data("mine\n".utf8)), to: "book.package")
-        // Truncated, then written 30 ms later: the truncation's report comes first.
-        try base.sh(": > book.package/2.txt; sleep 0.03; printf 'theirs\\n' > book.package/2.txt", in: harness)
-        await harness.store.sync()
-        let event = await harness.next { if case .conflict = $0 { true } else { false } }
-        guard case .conflict("book.package", let copy, .memory)? = event else {
-            Issue.record("no conflict event: \(String(describing: event))")
-            return
-        }
-        #expect(try harness.text(onDisk: copy + "/1.txt") == "mine\n")
-        #expect(try harness.text(onDisk: copy + "/2.txt") == "theirs\n", "the member as the other program left it")
-        #expect(try harness.text(onDisk: "book.package/2.txt") == "theirs\n")
         #expect(await harness.store.watchCounters.conflicts == 1)
     }
 
