@@ -154,7 +154,7 @@ extension ControlSession {
             let resolved = URL(fileURLWithPath: to).standardizedFileURL.resolvingSymlinksInPath().path
             let allowed = configuration.exportDirectories.lazy.map {
                 URL(fileURLWithPath: $0).standardizedFileURL.resolvingSymlinksInPath().path
-            }.first { base in resolved == base || resolved.hasPrefix(base + "/") }
+            }.first { base in PathName.isWithin(resolved, base) }
             guard let allowed else {
                 throw RequestError(
                     .invalidPath,

@@ -63,8 +63,8 @@ extension DocumentStore {
             above = Self.directory(of: directory)
         }
         let prefix = path + "/"
-        if missingDirectories.contains(where: { $0.hasPrefix(prefix) }) {
-            missingDirectories = missingDirectories.filter { !$0.hasPrefix(prefix) }
+        if missingDirectories.contains(where: { PathName.starts($0, with: prefix) }) {
+            missingDirectories = missingDirectories.filter { !PathName.starts($0, with: prefix) }
         }
     }
 
@@ -239,8 +239,8 @@ extension DocumentStore {
         forgetKnown("")
         forgetKnown(path)
         let prefix = path + "/"
-        if knownDirectories.contains(where: { $0.hasPrefix(prefix) }) {
-            for directory in knownDirectories where directory.hasPrefix(prefix) { forgetKnown(directory) }
+        if knownDirectories.contains(where: { PathName.starts($0, with: prefix) }) {
+            for directory in knownDirectories where PathName.starts(directory, with: prefix) { forgetKnown(directory) }
         }
     }
 

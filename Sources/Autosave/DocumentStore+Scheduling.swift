@@ -515,7 +515,7 @@ extension DocumentStore {
                     "the store root is gone (removed or moved away); the edits are kept in memory and saved once it is back"
             )
         }
-        let components = PathName.parent(path).split(separator: "/").map(String.init)
+        let components = PathName.components(PathName.parent(path))
         guard !components.isEmpty else { return }
         var made = root
         do throws(Errno) {

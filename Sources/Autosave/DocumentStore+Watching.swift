@@ -381,12 +381,12 @@ extension DocumentStore {
     private func documents(under path: String) -> [String] {
         guard directoryUses[path] != nil else { return [] }
         let prefix = path + "/"
-        return entries.keys.filter { $0.hasPrefix(prefix) }.sorted()
+        return entries.keys.filter { PathName.starts($0, with: prefix) }.sorted()
     }
 
     /// The document a path belongs to: the package directory it is inside, or itself.
     func documentPath(for path: String) -> String {
-        let components = path.split(separator: "/").map(String.init)
+        let components = PathName.components(path)
         var prefix = ""
         for component in components.dropLast() {
             prefix = prefix.isEmpty ? component : prefix + "/" + component
@@ -608,7 +608,7 @@ extension DocumentStore {
 
     private func memberWrapper(_ package: FileWrapper?, _ member: String) -> FileWrapper? {
         var node = package
-        for name in member.split(separator: "/") { node = node?.fileWrappers?[String(name)] }
+        for name in PathName.components(member) { node = node?.fileWrappers?[name] }
         return node
     }
 

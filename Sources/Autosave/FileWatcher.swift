@@ -578,7 +578,7 @@ final class FileWatcher: @unchecked Sendable {
     /// Drops the watches and polled directories at and below `relative` (moved away: its
     /// watches would go on reporting under paths that no longer exist).
     private func forgetTree(_ relative: String, removingWatches: Bool) {
-        func inside(_ path: String) -> Bool { path == relative || path.hasPrefix(relative + "/") }
+        func inside(_ path: String) -> Bool { PathName.isWithin(path, relative) }
         watchChanges.withLock { _ in
             let watches = state.withLock { state in
                 let found = state.directories.filter { inside($0.value) }.map(\.key)

@@ -1,5 +1,6 @@
 import Documents
 import Foundation
+import Posix
 
 /// A directory saved as one document (its extension is a declared package type).
 ///
@@ -45,8 +46,9 @@ public struct PackageDocument: AutosaveDocument {
 
     /// Checks a member path: relative, no `.`/`..` or empty components, no NUL.
     static func validate(_ path: String) throws -> [String] {
-        let components = path.split(separator: "/", omittingEmptySubsequences: false).map(String.init)
-        guard !path.isEmpty, !path.hasPrefix("/"), !path.utf8.contains(0),
+        // Split at the bytes: a "/" followed by a combining mark separates two names all the same.
+        let components = PathName.components(path, omittingEmpty: false)
+        guard !path.isEmpty, path.utf8.first != UInt8(ascii: "/"), !path.utf8.contains(0),
             components.allSatisfy({ !$0.isEmpty && $0 != "." && $0 != ".." && !TemporaryName.isTemporary($0) })
         else {
             throw DocumentContentError(
@@ -89,7 +91,11 @@ public struct PackageDocument: AutosaveDocument {
         switch edit {
         case .putMember(let path, let data):
             _ = try Self.validate(path)
-            if let clash = members.keys.first(where: { $0.hasPrefix(path + "/") || path.hasPrefix($0 + "/") }) {
+            // Compared by bytes, as the kernel compares names (see validate(_:)).
+            let inside = Array((path + "/").utf8)
+            if let clash = members.keys.first(where: {
+                $0.utf8.starts(with: inside) || path.utf8.starts(with: Array(($0 + "/").utf8))
+            }) {
                 throw DocumentContentError(.invalid, "member '\(path)' clashes with member '\(clash)'")
             }
             generation += 1

@@ -232,23 +232,30 @@ enum DocumentPath {
     /// temporary names.
     static func validate(_ path: String) throws(StoreError) -> String {
         if isPlainlyValid(path) { return path }
-        var trimmed = path
-        while trimmed.hasPrefix("./") { trimmed.removeFirst(2) }
-        while trimmed.hasSuffix("/") { trimmed.removeLast() }
-        if trimmed.isEmpty { throw .invalidPath(path, reason: "the path is empty") }
-        if trimmed.utf8.contains(0) { throw .invalidPath(path, reason: "the path contains a NUL byte") }
-        if trimmed.hasPrefix("/") { throw .invalidPath(path, reason: "the path must be relative to the store root") }
-        for component in trimmed.split(separator: "/", omittingEmptySubsequences: false) {
-            if component.isEmpty { throw .invalidPath(path, reason: "the path has an empty component") }
-            if component == "." || component == ".." {
+        // Looked at byte by byte: to Swift a `/` followed by a combining mark is one
+        // `Character` (neither "/" nor a separator), to the kernel it separates two names.
+        let slash = UInt8(ascii: "/")
+        let dot = UInt8(ascii: ".")
+        var bytes = Array(path.utf8)[...]
+        while bytes.count >= 2, bytes[bytes.startIndex] == dot, bytes[bytes.startIndex + 1] == slash {
+            bytes = bytes.dropFirst(2)
+        }
+        while bytes.last == slash { bytes = bytes.dropLast() }
+        if bytes.isEmpty { throw .invalidPath(path, reason: "the path is empty") }
+        if bytes.contains(0) { throw .invalidPath(path, reason: "the path contains a NUL byte") }
+        if bytes.first == slash { throw .invalidPath(path, reason: "the path must be relative to the store root") }
+        for bytes in bytes.split(separator: slash, omittingEmptySubsequences: false) {
+            let component = String(decoding: bytes, as: UTF8.self)
+            if bytes.isEmpty { throw .invalidPath(path, reason: "the path has an empty component") }
+            if bytes.elementsEqual([dot]) || bytes.elementsEqual([dot, dot]) {
                 throw .invalidPath(path, reason: "'\(component)' components are not allowed")
             }
-            if TemporaryName.isTemporary(String(component)) {
+            if TemporaryName.isTemporary(component) {
                 throw .invalidPath(path, reason: "'\(component)' is a name the writer uses for temporary files")
             }
-            if component.utf8.count > 255 { throw .invalidPath(path, reason: "a component is longer than 255 bytes") }
+            if bytes.count > 255 { throw .invalidPath(path, reason: "a component is longer than 255 bytes") }
         }
-        return trimmed
+        return String(decoding: bytes, as: UTF8.self)
     }
 }
 

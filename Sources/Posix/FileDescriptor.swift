@@ -115,9 +115,9 @@ public struct FileDescriptor: RawRepresentable, Hashable {
         _ path: String, relativeTo directory: FileDescriptor, _ mode: AccessMode, options: OpenOptions,
         permissions: FilePermissions
     ) throws(Errno) -> FileDescriptor {
-        if path.hasPrefix("/") { throw .crossDevice }
-        let components = path.split(separator: "/").map(String.init).filter { $0 != "." }
-        if components.contains("..") { throw .crossDevice }
+        if path.utf8.first == UInt8(ascii: "/") { throw .crossDevice }
+        let components = PathName.components(path).filter { $0.utf8.elementsEqual(".".utf8) == false }
+        if components.contains(where: { $0.utf8.elementsEqual("..".utf8) }) { throw .crossDevice }
         guard let last = components.last else {
             return try FileDescriptor.open(".", relativeTo: directory, mode, options: options, permissions: permissions)
         }

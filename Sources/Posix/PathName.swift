@@ -11,6 +11,30 @@ public enum PathName {
     private static let slash = UInt8(ascii: "/")
     private static let dot = UInt8(ascii: ".")
 
+    /// The components of `path`, split at its `/` bytes: `"a/b//c"` → `["a", "b", "c"]`
+    /// (with `omittingEmpty: false`, `["a", "b", "", "c"]`). Split by bytes, not by
+    /// `Character`: a `/` followed by a combining mark (`"/\u{301}"`) is one character to
+    /// Swift, and `split(separator: "/")` would not split there, but the kernel does.
+    public static func components(_ path: String, omittingEmpty: Bool = true) -> [String] {
+        path.utf8.split(separator: slash, omittingEmptySubsequences: omittingEmpty).map { String(Substring($0)) }
+    }
+
+    /// Whether `path`'s bytes begin with `prefix`'s. Paths are compared by bytes, as the
+    /// kernel compares names: Swift's `hasPrefix` and `==` compare characters, by
+    /// canonical equivalence, so `"caf\u{E9}"` and `"cafe\u{301}"` (two different files)
+    /// would be equal.
+    public static func starts(_ path: String, with prefix: String) -> Bool {
+        path.utf8.starts(with: prefix.utf8)
+    }
+
+    /// Whether `path` is `directory` or lies beneath it, by bytes (see ``starts(_:with:)``).
+    public static func isWithin(_ path: String, _ directory: String) -> Bool {
+        let inside = path.utf8.starts(with: directory.utf8)
+        guard inside else { return false }
+        let rest = path.utf8.dropFirst(directory.utf8.count)
+        return rest.isEmpty || rest.first == slash
+    }
+
     /// `path` without trailing slashes (`"/"` stays `"/"`).
     private static func trimmedEnd(_ path: Substring.UTF8View) -> Substring.UTF8View {
         var end = path.endIndex

@@ -666,6 +666,39 @@ struct ControlSocketTests {
         #expect(await daemon.stop() == 0)
     }
 
+    @Test(
+        "A '/' followed by a combining mark separates two names, as the kernel reads it: './', '..' and empty components before it are seen, and package members clash by their bytes"
+    )
+    func combiningMarkAfterSlash() async throws {
+        let daemon = try await RunningDaemon()
+        let name = "\u{301}y.txt"
+        try Disk.write("y\n", to: daemon.root + "/" + name)
+        try FileManager.default.createDirectory(atPath: daemon.root + "/x", withIntermediateDirectories: true)
+        let client = try daemon.client()
+        // "./" before the mark is trimmed as it is before any name: one document for the file.
+        let opened = try client.call(["cmd": "open", "doc": .string("./" + name)])
+        #expect(opened["ok"] == true, "\(opened)")
+        #expect(opened["document"]?["doc"]?.stringValue?.utf8.elementsEqual(name.utf8) == true, "\(opened)")
+        let listed = try client.call(["cmd": "list"])["documents"]?.arrayValue ?? []
+        #expect(listed.count == 1, "\(listed)")
+        for bad in ["x//" + name, "x/./" + name, "x/../" + name, "../" + name] {
+            let reply = try client.call(["cmd": "set", "doc": .string(bad), "text": "no\n"])
+            #expect(reply["error"]?["code"]?.stringValue == "invalid-path", "\(bad): \(reply)")
+        }
+        #expect(try client.call(["cmd": "list"])["documents"]?.arrayValue?.count == 1, "nothing was opened")
+        // A member and a member "inside" it, the slash and the mark one character apart.
+        #expect(try client.call(["cmd": "create", "doc": "p.package"])["ok"] == true)
+        #expect(try client.call(["cmd": "put-member", "doc": "p.package", "member": "a", "text": "a\n"])["ok"] == true)
+        let clash = try client.call(["cmd": "put-member", "doc": "p.package", "member": "a/\u{301}b", "text": "b\n"])
+        #expect(clash["error"]?["code"]?.stringValue == "bad-request", "\(clash)")
+        let escape = try client.call(["cmd": "put-member", "doc": "p.package", "member": "../\u{301}x", "text": "x\n"])
+        #expect(escape["ok"] != true, "\(escape)")
+        #expect(try client.call(["cmd": "save-all", "wait": true])["ok"] == true)
+        #expect(try daemon.onDisk("p.package/a") == "a\n")
+        #expect(!FileManager.default.fileExists(atPath: daemon.root + "/\u{301}x"), "nothing beside the package")
+        #expect(await daemon.stop() == 0)
+    }
+
     @Test("get opens a document on first use, as the other commands do (a file made after start, OpenNewFiles=no)")
     func getOpensOnFirstUse() async throws {
         let daemon = try await RunningDaemon("[Watch]\nOpenNewFiles=no\n")

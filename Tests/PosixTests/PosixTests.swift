@@ -252,6 +252,13 @@ struct PathNameTests {
         for (path, root, relative) in relatives {
             #expect(PathName.relative(path, to: root) == relative, "\(path) under \(root)")
         }
+        // Split and compared by bytes: a '/' followed by a combining mark still separates,
+        // and canonically equivalent names are different names.
+        #expect(PathName.components("a/\u{301}b//c").map { Array($0.utf8) } == [[97], [0xCC, 0x81, 98], [99]])
+        #expect(PathName.components("a//b", omittingEmpty: false) == ["a", "", "b"])
+        #expect(PathName.isWithin("x/\u{301}y", "x") && PathName.isWithin("x", "x") && !PathName.isWithin("xy", "x"))
+        #expect(!PathName.isWithin("/srv/cafe\u{301}/a", "/srv/caf\u{E9}"), "canonically equal, not the same bytes")
+        #expect(!PathName.starts("caf\u{E9}/a", with: "cafe\u{301}/"))
         // `..` as a component, by the general definition, over every path of up to six
         // characters from 'a', '.', '/'.
         var paths = [""]
