@@ -255,8 +255,9 @@ extension ControlRequest {
         }
         let id = request["id"].map { LineBytes($0.serializedBytes()) }
         // A field given twice is ambiguous (JSON parsers disagree on which one counts).
-        var seen = Set<String>()
-        for member in members where !seen.insert(member.key).inserted {
+        // Names compared by their bytes, as JSON compares them ("\u00e9" and "e\u0301" are two names).
+        var seen = Set<[UInt8]>()
+        for member in members where !seen.insert(Array(member.key.utf8)).inserted {
             let unique = members.filter { $0.key == "id" }.count == 1
             return .refused(id: unique ? id : nil, message: "field \"\(member.key)\" is given more than once")
         }

@@ -192,8 +192,11 @@ private struct Scanner {
         var decoded: [String] = []
         /// The values of arrays of strings (`docs`, `events`).
         var arrays: [[String]] = []
-        /// Names of other members, for a name given twice (compared as strings, as the general path compares them).
-        var otherKeys: [String] = []
+        /// The names of fields the decoder does not know, by their bytes: hashed, so that a
+        /// request of many such names is not compared name by name (quadratic, on the loop),
+        /// and compared as JSON compares names (and as the general path,
+        /// ``ControlRequest/reference(_:)``, does), not by canonical equivalence.
+        var otherKeys: Set<[UInt8]> = []
         /// The first member whose name was met before.
         var repeated: String?
     }
@@ -320,11 +323,7 @@ private struct Scanner {
 
     mutating func noteOther(_ name: String) {
         let rare = more
-        if rare.otherKeys.contains(name) {
-            noteRepeated(name)
-        } else {
-            rare.otherKeys.append(name)
-        }
+        if !rare.otherKeys.insert(Array(name.utf8)).inserted { noteRepeated(name) }
     }
 
     /// A member name of printable ASCII without escapes: moves past its closing quote and

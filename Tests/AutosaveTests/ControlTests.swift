@@ -513,6 +513,28 @@ struct ControlSocketTests {
         #expect(await daemon.stop() == 0)
     }
 
+    /// Compared name by name, 300,000 names took minutes of the loop (every client waited):
+    /// the suite's time limit ends the test as failed.
+    @Test(
+        "Fields the daemon does not know: 300,000 of them are answered at once, a name given twice is refused, and names equal only by Unicode normalization are two names",
+        .timeLimit(.minutes(1)))
+    func manyUnknownFields() async throws {
+        let daemon = try await RunningDaemon()
+        let raw = try Raw(daemon.socket)
+        var line = #"{"id":1,"cmd":"status""#
+        for index in 0..<300_000 { line += #","k\#(index)":0"# }
+        try raw.send(line + "}\n")
+        #expect(try raw.line()?["ok"] == true)
+        try raw.send(#"{"id":2,"cmd":"status","x":1,"y":2,"x":3}"# + "\n")
+        let twice = try raw.line()
+        #expect(
+            twice?["error"]?["message"]?.stringValue == #"field "x" is given more than once"#,
+            "\(String(describing: twice))")
+        try raw.send(#"{"id":3,"cmd":"status","\u00e9":1,"e\u0301":2}"# + "\n")
+        #expect(try raw.line()?["ok"] == true)
+        #expect(await daemon.stop() == 0)
+    }
+
     @Test(
         "Malformed JSON, unknown commands, missing fields, a 10 MB line: each gets its error and the daemon serves on")
     func malformed() async throws {
