@@ -406,23 +406,34 @@ extension JSONValue {
     /// last member of a name counts.
     public func merging(patch: JSONValue) -> JSONValue {
         guard case .object(let patchMembers) = patch else { return patch }
-        var members: [(key: String, value: JSONValue)] = []
-        if case .object(let existing) = self { members = existing }
+        var existing: [(key: String, value: JSONValue)] = []
+        if case .object(let members) = self { existing = members }
+        // One pass over each side, names looked up by their bytes: a patch of many names
+        // over an object of many members is not compared member by member for each name.
         var seen = Set<[UInt8]>()
         let lastOfEachName = patchMembers.reversed().filter { seen.insert(Array($0.key.utf8)).inserted }.reversed()
-        for (key, value) in lastOfEachName {
-            if value == .null {
-                members.removeAll { $0.key.utf8.elementsEqual(key.utf8) }
-            } else if let last = members.lastIndex(where: { $0.key.utf8.elementsEqual(key.utf8) }) {
-                members[last].value = members[last].value.merging(patch: value)
-                var index = 0
-                members.removeAll { member in
-                    defer { index += 1 }
-                    return index != last && member.key.utf8.elementsEqual(key.utf8)
-                }
-            } else {
-                members.append((key, JSONValue.null.merging(patch: value)))
+        var patches: [[UInt8]: JSONValue] = [:]
+        for (key, value) in lastOfEachName { patches[Array(key.utf8)] = value }
+        var lastIndex: [[UInt8]: Int] = [:]
+        for (index, member) in existing.enumerated() where !patches.isEmpty {
+            let name = Array(member.key.utf8)
+            if patches[name] != nil { lastIndex[name] = index }
+        }
+        var members: [(key: String, value: JSONValue)] = []
+        members.reserveCapacity(existing.count + lastOfEachName.count)
+        for (index, member) in existing.enumerated() {
+            guard !lastIndex.isEmpty, case let name = Array(member.key.utf8), let patch = patches[name] else {
+                members.append(member)
+                continue
             }
+            // `null` removes every member of the name; else the last one takes the patch
+            // and the others go.
+            if patch != .null, lastIndex[name] == index {
+                members.append((member.key, member.value.merging(patch: patch)))
+            }
+        }
+        for (key, value) in lastOfEachName where value != .null && lastIndex[Array(key.utf8)] == nil {
+            members.append((key, JSONValue.null.merging(patch: value)))
         }
         return .object(members)
     }
