@@ -532,10 +532,11 @@ public final class Journal: Sendable {
         if s.phase == .running {
             // Never past the records there are: replay takes a mark to cover only what precedes it.
             let through = min(lsn, s.nextLSN.previous)
-            _ = append(&s, Self.reservedOwner) { mark in
+            let (mark, _) = append(&s, Self.reservedOwner) { mark in
                 mark.appendLittleEndian(owner)
                 mark.appendLittleEndian(through.rawValue)
             }
+            s.releasedThrough = mark
         }
         if !s.housekeeping && s.oldestIsObsolete() {
             s.housekeeping = true

@@ -108,6 +108,10 @@ struct JournalState {
     var failure: JournalFailure?
 
     var housekeeping = false
+    /// The LSN of the last release mark appended: the records appended before it (the new
+    /// base record of a document a save covered) stand in for those the release let go,
+    /// so no segment goes until it is durable (see ``oldestIsObsolete()``).
+    var releasedThrough = LSN.zero
     /// Segment files whose records are all obsolete, renamed to spare names and kept to be
     /// made the next segments (see ``JournalOptions/recycleWithin``), with their sizes.
     var spares: [(name: String, size: Int)] = []
@@ -292,6 +296,10 @@ struct JournalState {
     /// segment's range may overlap a later one's: a pin there keeps it, to be safe).
     mutating func oldestIsObsolete() -> Bool {
         guard segments.count > 1, segments[0].descriptor == nil else { return false }
+        // A release makes records obsolete because others replace them (a save's new base
+        // record, appended before the release's mark): deleted before those are durable, a
+        // crash or a power loss would leave the document's later records with no base.
+        guard durableThrough >= releasedThrough else { return false }
         guard let pin = oldestPin(), let records = segments[0].records else { return true }
         return pin > records.upperBound
     }

@@ -36,4 +36,42 @@ struct JournalPinTests {
         #expect(journal.state.withLock { $0.oldestPin() } == nil)
         journal.close()
     }
+
+    @Test(
+        "A segment a release made obsolete stays until the records appended before the release are durable: a save's new base record stands in for the old one, and a crash before it is synced would leave the edits after it with none"
+    )
+    func obsoleteSegmentWaitsForTheNewBase() throws {
+        let (journal, _, _) = try openJournal(
+            path, options: JournalOptions(mode: .periodic(.seconds(3600)), segmentSize: 4096))
+        // The document's base in the first segment, with records of another document
+        // (released at once) filling it.
+        var log = JournalOwnerLog()
+        let base = try journal.append(owner: 1, payload: payload(1), log: &log)
+        var other = JournalOwnerLog()
+        for i in 0..<60 {
+            let lsn = try journal.append(owner: 2, payload: payload(i), log: &other)
+            journal.release(owner: 2, through: lsn, log: &other)
+        }
+        journal.flush()
+        // A save starts, covering the base; an edit made while it runs, in the second
+        // segment; all durable.
+        log.checkpoint()
+        let edit = try journal.append(owner: 1, payload: payload(6), log: &log)
+        journal.flush()
+        journal.requestSync(through: edit)
+        #expect(eventually { journal.statistics.durableThrough >= edit })
+        #expect(journal.statistics.segments == 2)
+        // The save is done: its new base is appended, the records it covers released.
+        let newBase = try journal.append(owner: 1, payload: payload(2), log: &log)
+        journal.release(owner: 1, through: base, log: &log)
+        journal.flush()
+        #expect(journal.settled())
+        #expect(journal.statistics.durableThrough < newBase)
+        #expect(
+            journal.statistics.segmentsDeleted == 0, "the old base's segment stays while the new base is not durable")
+        #expect(try segmentFiles(path).count == 2)
+        journal.requestSync(through: newBase)
+        #expect(eventually { journal.statistics.segmentsDeleted == 1 }, "and goes once it is")
+        journal.close()
+    }
 }
