@@ -297,6 +297,10 @@ extension DocumentStore {
         let now = Moment.now
         while hasFreeSaveSlot, let first = heap.first, first <= now, let (_, path) = heap.pop() {
             guard let index = entries.index(forKey: path) else { continue }
+            // A conflict waiting for another program to finish writing the file: nothing is
+            // saved over it meanwhile (a package's members are written in place, and the
+            // look would then find them as saved); the look schedules the save.
+            let settling = !settlingConflicts.isEmpty && settlingConflicts[path]?.lookPending == true
             // One access to the entry, in place.
             let (due, requeue) = modifyEntry(at: index) { entry -> (Bool, Moment?) in
                 // A stale entry: the document was queued again for an earlier time.
@@ -307,6 +311,7 @@ extension DocumentStore {
                     entry.queuedAt = deadline
                     return (false, deadline)
                 }
+                if settling { return (false, nil) }
                 // A save in flight reschedules the document when it finishes.
                 return (entry.savingToken == nil, nil)
             }

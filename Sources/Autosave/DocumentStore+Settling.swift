@@ -77,6 +77,15 @@ extension DocumentStore {
         }
         // Resolved, found unchanged after all, or closed meanwhile: nothing waits any more.
         if settlingConflicts[document]?.lookPending == false { settlingConflicts[document] = nil }
+        // The saves held back while the look was due (see processDue()), and those that
+        // found the file being written (changeFoundBySave(_:)), are scheduled again: a
+        // look that found the file as it was, or whose conflict copy could not be written,
+        // would otherwise leave the edits unsaved and their `save --wait` unanswered.
+        if settlingConflicts[document] == nil, let index = entries.index(forKey: document),
+            modifyEntry(at: index, { $0.isDirty })
+        {
+            schedule(document)
+        }
         if !settleWaiters.isEmpty, !settlingConflicts.values.contains(where: \.lookPending) {
             let waiters = settleWaiters
             settleWaiters = []

@@ -116,7 +116,9 @@ extension DocumentStore {
         await cookieBarrier()
     }
 
-    private func cookieBarrier() async {
+    /// Answers once the watcher has handed over every report of what happened before the
+    /// call (a file of its own made in the root, and its report waited for).
+    func cookieBarrier() async {
         guard let watcher else { return }
         watcher.pollNow()
         let name = Self.syncCookiePrefix + CurrentProcess.randomAlphanumerics(12)

@@ -1,9 +1,10 @@
-import Autosave
 import Documents
 import Foundation
 import Posix
 import TestSupport
 import Testing
+
+@testable import Autosave
 
 /// Renames, packages, the `[Conflicts]` and `[Watch]` policies, the watch limit and a
 /// root that goes away: real programs on real files, checked through the store.
@@ -111,6 +112,59 @@ struct WatcherPolicyTests {
         #expect(try harness.text(onDisk: "notes.txt") == "mine\n")
         await harness.store.sync()
         #expect(await harness.store.watchCounters.conflicts == 1)
+    }
+
+    @Test(
+        "A save asked for while a package's conflict waits for the other program's write to settle writes nothing over their member: the conflict is resolved first"
+    )
+    func noSaveWhileAConflictSettles() async throws {
+        let harness = try await base.harness()
+        try FileManager.default.createDirectory(atPath: harness.file("book.package"), withIntermediateDirectories: true)
+        try Disk.write("one\n", to: harness.file("book.package/1.txt"))
+        await harness.store.sync()
+        try await harness.store.open("book.package")
+        try await harness.store.apply(.putMember("1.txt", Data("mine\n".utf8)), to: "book.package")
+        try Disk.write("theirs\n", to: harness.file("book.package/1.txt"))
+        // The report handed over, the conflict waiting for the write to settle.
+        await harness.store.cookieBarrier()
+        #expect(await harness.store.settlingConflicts["book.package"]?.lookPending == true)
+        // Kept on disk: the package is read again, and the save's caller told so.
+        await #expect(throws: StoreError.self) { try await harness.store.save("book.package", wait: true) }
+        #expect(try harness.text(onDisk: "book.package/1.txt") == "theirs\n")
+        await harness.store.sync()
+        #expect(await harness.store.watchCounters.conflicts == 1)
+        let copies = try FileManager.default.contentsOfDirectory(atPath: harness.root).filter {
+            $0.hasPrefix("book (conflict ")
+        }
+        #expect(copies.count == 1)
+        if let copy = copies.first { #expect(try harness.text(onDisk: copy + "/1.txt") == "mine\n") }
+    }
+
+    @Test(
+        "A save that finds the file being written, which then holds what it held before: the edits are saved and `save --wait` answered (the conflict's look finds nothing to keep)"
+    )
+    func saveAfterASettleThatFindsNothing() async throws {
+        // Keep=memory: should the write outlast the wait on a slow machine, the conflict
+        // keeps the edits under the name all the same.
+        let harness = try await base.harness { $0.conflictKeep = .memory }
+        try Disk.write("original\n", to: harness.file("notes.txt"))
+        await harness.store.sync()
+        try await harness.store.open("notes.txt")
+        try await harness.store.apply(.setText("mine\n"), to: "notes.txt")
+        #expect(truncate(harness.file("notes.txt"), 0) == 0)
+        let store = harness.store
+        let saving = Task { try await store.save("notes.txt", wait: true) }
+        try await Task.sleep(for: .milliseconds(20))
+        let fd = try FileDescriptor.open(harness.file("notes.txt"), .writeOnly)
+        try fd.writeAll(Array("original\n".utf8))
+        try fd.close()
+        // Without the look scheduling the save, the document stayed unsaved and the save's
+        // caller waited for good (3 of 3 runs): not awaited unless the edits are saved.
+        await waitUntil("the edits are saved", timeout: .seconds(20)) {
+            (try? await store.info("notes.txt").state) == .clean
+        }
+        if try await store.info("notes.txt").state == .clean { try await saving.value }
+        #expect(try harness.text(onDisk: "notes.txt") == "mine\n")
     }
 
     @Test("Keep=memory: the edits keep the name and the other program's version is copied beside it")
