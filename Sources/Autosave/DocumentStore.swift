@@ -814,7 +814,6 @@ public actor DocumentStore {
     private func apply(
         _ edit: DocumentEdit, at index: EntryTable.Index, path: String
     ) throws(StoreError) -> EditOutcome {
-        editCounts.count(edit.command)
         let refuse = refusesEditsWhenSaveFails
         let delays = scheduleDelays
         let now = Moment.now
@@ -828,6 +827,8 @@ public actor DocumentStore {
                 throw Self.storeError(error, path: path)
             }
             entry.changeCount += 1
+            // Counted once applied: a refused edit is no edit (autosaved_edits_total).
+            editCounts.count(edit.command)
             if journal != nil { journalEdit(&entry, path: path, edit, baseContents: baseContents) }
             let decision = Self.recordEdit(&entry, now: now, delays: delays)
             return (self.outcome(entry, now: now), decision)

@@ -55,6 +55,9 @@ struct MetricsTests {
         let client = try ControlClient(socketPath: directory.sub("control.sock"))
         try client.call(["cmd": "set", "doc": "notes/ok.txt", "text": "saved"])
         #expect(try client.call(["cmd": "save", "doc": "notes/ok.txt", "wait": true])["ok"]?.boolValue == true)
+        // Refused edits are no edits: neither counted nor applied.
+        let refused = try client.call(["cmd": "replace", "doc": "notes/ok.txt", "offset": 99, "length": 0, "text": "y"])
+        #expect(refused["error"]?["code"]?.stringValue == "bad-request", "\(refused)")
         // A failed save: another program puts a directory where the document goes.
         try client.call(["cmd": "set", "doc": "notes/blocked.txt", "text": "x"])
         try FileManager.default.createDirectory(
@@ -84,6 +87,7 @@ struct MetricsTests {
         #expect(text.contains("autosaved_build_info{version=\"\(AutosaveVersion.current)\"} 1"))
         #expect(Self.value(text, "autosaved_edits_total{command=\"set\"}") == 2, "two sets: \(text)")
         #expect(Self.value(text, "autosaved_edits_total{command=\"append\"}") == 0)
+        #expect(Self.value(text, "autosaved_edits_total{command=\"replace\"}") == 0, "the refused replace: \(text)")
         #expect(Self.value(text, "autosaved_edit_to_durable_seconds_count") == 1, "one edit made durable")
         #expect(Self.value(text, "autosaved_edit_to_durable_seconds_bucket{le=\"+Inf\"}") == 1)
         #expect(Self.value(text, "autosaved_connections") == 2, "the test's client and autosavectl's")
