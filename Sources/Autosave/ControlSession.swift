@@ -24,7 +24,7 @@ struct RequestError: Error {
 final class ControlSession: Sendable {
     let server: ControlServer
     let connection: Connection
-    private let exports = Lock<[String: Task<Void, Never>]>([:])
+    private let exports = Lock(RunningExports())
     private let subscription = Lock<Task<Void, Never>?>(nil)
 
     init(server: ControlServer, connection: Connection) {
@@ -41,7 +41,7 @@ final class ControlSession: Sendable {
     /// Ends what the connection started — running exports are cancelled (and leave
     /// nothing behind), the subscription stops — and waits until they have.
     func finish(isolation: isolated (any Actor)? = #isolation) async {
-        let running = exports.withLock { Array($0.values) }
+        let running = exports.withLock { $0.all }
         let events = subscription.withLock { task in
             defer { task = nil }
             return task
@@ -230,6 +230,9 @@ final class ControlSession: Sendable {
         }
         if case .export(let docs, let to, let type) = request.command {
             let key = id.map { String(decoding: $0.array, as: UTF8.self) } ?? UUID().uuidString
+            // Listed before its task starts: one that ends at once takes itself off the
+            // list, and is not put back after.
+            let token = exports.withLock { $0.add(key) }
             let task = Task {
                 do {
                     let paths = try await self.export(docs: docs, to: to, type: type, id: id)
@@ -242,9 +245,9 @@ final class ControlSession: Sendable {
                 } catch {
                     self.sendFailure(id, error)
                 }
-                _ = self.exports.withLock { $0.removeValue(forKey: key) }
+                self.exports.withLock { $0.remove(key, token) }
             }
-            exports.withLock { $0[key] = task }
+            exports.withLock { $0.set(key, token, task) }
             return
         }
         guard let durable = durableFlag(request, store: store) else { return }
@@ -387,10 +390,11 @@ final class ControlSession: Sendable {
         case .cancel(let target):
             let target = try target.get()
             let key = String(decoding: target, as: UTF8.self)
-            guard let task = exports.withLock({ $0[key] }) else {
+            let tasks = exports.withLock { $0.running(key) }
+            guard !tasks.isEmpty else {
                 throw RequestError(.notFound, "no running export has id \(key)")
             }
-            task.cancel()
+            for task in tasks { task.cancel() }
             sendSuccess(id) { writer in
                 writer.key("cancelled")
                 writer.json(target)
@@ -826,4 +830,34 @@ extension Connection {
     func sendError(_ code: ControlProtocol.ErrorCode, _ message: String) {
         send { ControlSession.writeError(id: nil, code: code, message: message, into: &$0) }
     }
+}
+
+/// A connection's running exports, by their request's `id` (several may share one: a
+/// `cancel` of that id cancels them all), each under a token of its own, so that one
+/// ending takes only itself off the list.
+struct RunningExports {
+    private var next: UInt64 = 0
+    private var byKey: [String: [UInt64: Task<Void, Never>?]] = [:]
+
+    /// Lists an export about to start under `key`; returns its token.
+    mutating func add(_ key: String) -> UInt64 {
+        next += 1
+        byKey[key, default: [:]][next] = .some(nil)
+        return next
+    }
+
+    /// Gives the listed export its task (nothing, if it has ended already).
+    mutating func set(_ key: String, _ token: UInt64, _ task: Task<Void, Never>) {
+        guard byKey[key]?[token] != nil else { return }
+        byKey[key]![token] = task
+    }
+
+    mutating func remove(_ key: String, _ token: UInt64) {
+        byKey[key]?[token] = nil
+        if byKey[key]?.isEmpty == true { byKey[key] = nil }
+    }
+
+    func running(_ key: String) -> [Task<Void, Never>] { byKey[key]?.values.compactMap { $0 } ?? [] }
+
+    var all: [Task<Void, Never>] { byKey.values.flatMap { $0.values.compactMap { $0 } } }
 }

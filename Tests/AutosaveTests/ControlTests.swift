@@ -1017,6 +1017,43 @@ struct ControlSocketTests {
         #expect(Disk.temporaries(under: daemon.root + "/out").isEmpty)
         #expect(await daemon.stop() == 0)
     }
+
+    @Test(
+        "Two exports under one id: the one that ends first leaves the other reachable, and a cancel of the id cancels it"
+    )
+    func exportsSharingAnID() async throws {
+        let daemon = try await RunningDaemon(quiet: "1h")
+        let client = try daemon.client()
+        let big = String(repeating: "0123456789", count: 500_000)
+        for i in 0..<12 {
+            #expect(try client.call(["cmd": "set", "doc": .string("big\(i).txt"), "text": .string(big)])["ok"] == true)
+        }
+        #expect(try client.call(["cmd": "set", "doc": "small.txt", "text": "s"])["ok"] == true)
+        for directory in ["out", "out2"] {
+            try FileManager.default.createDirectory(
+                atPath: daemon.root + "/" + directory, withIntermediateDirectories: false)
+        }
+        let docs: JSONValue = .array((0..<12).map { .string("big\($0).txt") })
+        _ = try client.send(["id": 41, "cmd": "export", "docs": docs, "to": "out"])
+        _ = try client.send(["id": 41, "cmd": "export", "docs": ["small.txt"], "to": "out2"])
+        // The small one's reply, then a progress event of the large one: it still runs.
+        var replies: [JSONValue] = []
+        var running = false
+        while replies.isEmpty || !running {
+            let line = try client.receive()
+            if line["event"] != nil { running = !replies.isEmpty } else { replies.append(line) }
+        }
+        #expect(replies.first?["paths"]?.arrayValue?.count == 1, "\(replies)")
+        let cancel = try client.call(["cmd": "cancel", "target": 41])
+        #expect(cancel["cancelled"] == 41, "\(cancel)")
+        while replies.count < 2 {
+            let line = try client.receive()
+            if line["event"] == nil, line["id"] == 41 { replies.append(line) }
+        }
+        #expect(replies.last?["error"]?["code"]?.stringValue == "cancelled", "\(replies)")
+        #expect(try Disk.names(in: daemon.root + "/out").isEmpty)
+        #expect(await daemon.stop() == 0)
+    }
 }
 
 @Suite("Socket setup, limits and activation", .serialized)
