@@ -81,11 +81,8 @@ extension DocumentStore {
         // found the file being written (changeFoundBySave(_:)), are scheduled again: a
         // look that found the file as it was, or whose conflict copy could not be written,
         // would otherwise leave the edits unsaved and their `save --wait` unanswered.
-        if settlingConflicts[document] == nil, let index = entries.index(forKey: document),
-            modifyEntry(at: index, { $0.isDirty })
-        {
-            schedule(document)
-        }
+        // (`schedule` leaves a clean or closed document alone.)
+        if settlingConflicts[document] == nil { schedule(document) }
         if !settleWaiters.isEmpty, !settlingConflicts.values.contains(where: \.lookPending) {
             let waiters = settleWaiters
             settleWaiters = []

@@ -92,9 +92,8 @@ public struct PackageDocument: AutosaveDocument {
         case .putMember(let path, let data):
             _ = try Self.validate(path)
             // Compared by bytes, as the kernel compares names (see validate(_:)).
-            let inside = Array((path + "/").utf8)
             if let clash = members.keys.first(where: {
-                $0.utf8.starts(with: inside) || path.utf8.starts(with: Array(($0 + "/").utf8))
+                PathName.starts($0, with: path + "/") || PathName.starts(path, with: $0 + "/")
             }) {
                 throw DocumentContentError(.invalid, "member '\(path)' clashes with member '\(clash)'")
             }

@@ -116,7 +116,7 @@ public struct FileDescriptor: RawRepresentable, Hashable {
         permissions: FilePermissions
     ) throws(Errno) -> FileDescriptor {
         if path.utf8.first == UInt8(ascii: "/") { throw .crossDevice }
-        let components = PathName.components(path).filter { $0.utf8.elementsEqual(".".utf8) == false }
+        let components = PathName.components(path).filter { !$0.utf8.elementsEqual(".".utf8) }
         if components.contains(where: { $0.utf8.elementsEqual("..".utf8) }) { throw .crossDevice }
         guard let last = components.last else {
             return try FileDescriptor.open(".", relativeTo: directory, mode, options: options, permissions: permissions)

@@ -29,8 +29,7 @@ public enum PathName {
 
     /// Whether `path` is `directory` or lies beneath it, by bytes (see ``starts(_:with:)``).
     public static func isWithin(_ path: String, _ directory: String) -> Bool {
-        let inside = path.utf8.starts(with: directory.utf8)
-        guard inside else { return false }
+        guard path.utf8.starts(with: directory.utf8) else { return false }
         let rest = path.utf8.dropFirst(directory.utf8.count)
         return rest.isEmpty || rest.first == slash
     }
