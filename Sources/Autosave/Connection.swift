@@ -21,6 +21,9 @@ final class Connection: Sendable {
         /// The queued output includes a reply that may go out only once the journal is
         /// durable through this LSN (see ``ReplyGate``).
         var durableNeed: UInt64 = 0
+        /// The queued output includes the reply to an edit whose record has this LSN: it
+        /// goes out only once the journal has written it.
+        var writtenNeed: UInt64 = 0
         /// Parked in the gate until the journal catches up.
         var held = false
     }
@@ -45,11 +48,21 @@ final class Connection: Sendable {
         output.withLock { $0.durableNeed = max($0.durableNeed, lsn) }
     }
 
+    /// The output queued so far, and whatever is queued after it, goes out only once the
+    /// journal has written the records through `lsn`, and has synced them when `durable`:
+    /// the reply to an edit whose record is `lsn`.
+    func require(written lsn: UInt64, durable: Bool) {
+        output.withLock { state in
+            state.writtenNeed = max(state.writtenNeed, lsn)
+            if durable { state.durableNeed = max(state.durableNeed, lsn) }
+        }
+    }
+
     /// Whether the gate still keeps this connection's output back.
     func isHeldByGate(_ gate: ReplyGate) -> Bool {
         output.withLock { state in
             guard state.held else { return false }
-            if gate.mustHold(needingDurable: state.durableNeed) { return true }
+            if gate.mustHold(needingWritten: state.writtenNeed, durable: state.durableNeed) { return true }
             state.held = false
             return false
         }
@@ -126,7 +139,7 @@ final class Connection: Sendable {
                 return (true, false)
             }
             if state.held { return (true, false) }
-            if let gate, gate.mustHold(needingDurable: state.durableNeed) {
+            if let gate, gate.mustHold(needingWritten: state.writtenNeed, durable: state.durableNeed) {
                 // Still scheduled: replies queued meanwhile wait behind it, the gate reschedules.
                 state.held = true
                 hold = true

@@ -139,7 +139,17 @@ final class ControlSession: Sendable {
     private func answerNow(
         _ request: ControlRequest, memo: inout EditMemo, store: isolated DocumentStore, replyNeedsSync: Bool
     ) {
-        defer { if replyNeedsSync { connection.require(durable: store.lastJournalLSN) } }
+        // The reply to an edit goes out once the edit's record is written (synced, with
+        // Mode=always): whenever the connection is flushed, even after a journal write failed.
+        let appendedBefore = store.lastJournalLSN
+        defer {
+            let appended = store.lastJournalLSN
+            if appended > appendedBefore {
+                connection.require(written: appended, durable: replyNeedsSync)
+            } else if replyNeedsSync {
+                connection.require(durable: appended)
+            }
+        }
         let id = request.id
         do {
             switch request.command {

@@ -627,9 +627,8 @@ extension DocumentStore {
                 journalWaitIssued = lastJournalLSN
                 wait = lastJournalLSN
             }
-        } else {
-            replyGate.advance(written: written)
         }
+        if written > before { replyGate.advance(written: written) }
         // The size is looked at after every sixteenth of MaxSize= written.
         if journalBytesSinceCheck > configuration.journalMaxSize / 16 {
             journalBytesSinceCheck = 0
@@ -646,6 +645,7 @@ extension DocumentStore {
         if written > journalFlushedThrough {
             journalFlushedThrough = written
             journalSyncPending = true
+            replyGate.advance(written: written)
         }
     }
 

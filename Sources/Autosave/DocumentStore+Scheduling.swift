@@ -659,7 +659,12 @@ extension DocumentStore {
         {
             schedule(path)
         }
-        if pendingChecks.remove(path) != nil { checkExternalChange(path) }
+        if pendingChecks.remove(path) != nil {
+            checkExternalChange(path)
+            for member in pendingMemberChecks.removeValue(forKey: path) ?? [] {
+                checkExternalChange(path, member: member)
+            }
+        }
         // Saves made for the journal's MaxSize=: another round once this one's are done,
         // until it is under the limit.
         if journalCompacting, journalCompactionDocuments.remove(path) != nil, journalCompactionDocuments.isEmpty,

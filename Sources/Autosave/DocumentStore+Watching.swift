@@ -182,6 +182,9 @@ extension DocumentStore {
                     openNew(document)
                 } else if entries[document]!.savingToken != nil {
                     pendingChecks.insert(document)
+                    if document != path {
+                        pendingMemberChecks[document, default: []].insert(String(path.dropFirst(document.count + 1)))
+                    }
                 } else {
                     checkExternalChange(
                         document, member: document == path ? nil : String(path.dropFirst(document.count + 1)))
@@ -199,6 +202,7 @@ extension DocumentStore {
                     // A member removed by a save of this store is not seen as a change by another program.
                     if entries[document]?.savingToken != nil {
                         pendingChecks.insert(document)
+                        pendingMemberChecks[document, default: []].insert(String(path.dropFirst(document.count + 1)))
                     } else if entries[document] != nil {
                         checkExternalChange(document, member: String(path.dropFirst(document.count + 1)))
                     }

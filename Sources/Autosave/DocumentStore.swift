@@ -41,7 +41,7 @@ public actor DocumentStore {
     /// root); written bytes are not kept twice in memory.
     /// Confined to the root: a directory another program swaps for a link after a
     /// request's checks cannot take a save elsewhere.
-    let writer: DurableWriter
+    var writer: DurableWriter
     /// Which paths are not documents (shared with the watcher's thread).
     nonisolated let ignore: SharedIgnoreRules
     /// Paths the scans and the watcher met that the rules ignore (for `status`).
@@ -203,6 +203,9 @@ public actor DocumentStore {
     /// Documents whose file changed while their own save was being written: checked
     /// once that save has recorded its fingerprint.
     var pendingChecks: Set<String> = []
+    /// The members of packages in ``pendingChecks`` that changed (or went) meanwhile:
+    /// each is compared with what the save wrote, as the watcher would have.
+    var pendingMemberChecks: [String: Set<String>] = [:]
     /// Conflicts waiting for another program to finish writing their file (see
     /// ``conflictSettle``).
     var settlingConflicts: [String: SettlingConflict] = [:]

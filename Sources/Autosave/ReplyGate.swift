@@ -5,13 +5,15 @@ import Synchronization
 ///
 /// With `[Journal] Mode=periodic` an edit's reply may go out once its record is
 /// *written* (in the page cache): the loop writes the pass's records before it writes
-/// the pass's replies, so nothing waits — unless a journal write failed, and then every
-/// reply waits until the journal has written the records again (``barrier``). With
-/// `Mode=always`, and for a request with `"durable": true`, a reply waits until its
-/// record is *synced*: its connection records what it needs (``Connection/require(durable:)``)
-/// and, while that is not yet durable, the loop leaves the connection's output queued
-/// (later replies queue behind it, in order) and parks the connection here; the
-/// journal's sync thread releases it.
+/// the pass's replies, so nothing waits — unless a journal write failed, and then the
+/// replies to the edits whose records it did not write wait until it has written them
+/// again (edits are refused meanwhile, ``barrier``), whenever their connection is
+/// flushed: in that pass, a later one, or once a client that was not reading reads.
+/// With `Mode=always`, and for a request with `"durable": true`, a reply waits until
+/// its record is *synced*. Each connection records what its queued output needs
+/// (``Connection/require(written:durable:)``) and, while that is not there yet, the
+/// loop leaves the connection's output queued (later replies queue behind it, in
+/// order) and parks the connection here; the journal's next write or sync releases it.
 public final class ReplyGate: Sendable {
     /// Records through this LSN are written (in the page cache).
     let written = Atomic<UInt64>(0)
@@ -29,9 +31,10 @@ public final class ReplyGate: Sendable {
     /// edits are refused meanwhile.
     var isFailing: Bool { barrier.load(ordering: .acquiring) > written.load(ordering: .acquiring) }
 
-    /// Whether output that needs records through `durable` to be synced must wait.
-    func mustHold(needingDurable durableNeed: UInt64) -> Bool {
-        durableNeed > durable.load(ordering: .acquiring)
+    /// Whether output that needs the records through `writtenNeed` written, and those
+    /// through `durableNeed` synced, must wait.
+    func mustHold(needingWritten writtenNeed: UInt64, durable durableNeed: UInt64) -> Bool {
+        durableNeed > durable.load(ordering: .acquiring) || writtenNeed > written.load(ordering: .acquiring)
     }
 
     /// Parks `connection` until ``advance(written:durable:)`` lets its output go.

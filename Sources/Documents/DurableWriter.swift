@@ -115,7 +115,8 @@ public struct DurableWriter: Sendable {
     ///   - originalContentsPath: Where unchanged children of a package can be
     ///     hard-linked from; defaults to `path`.
     ///   - expected: What must be at `path` when it is replaced (see ``ExpectedDestination``);
-    ///     `nil`: whatever is there.
+    ///     `nil`: whatever is there. Given one, a package updated in place also expects each
+    ///     member it replaces or removes to be as the wrapper last read or wrote it.
     ///   - beforeReplacing: For a regular file, called with the written file's device, inode,
     ///     size and modification time once it is written and synced, right before the rename
     ///     that puts it in place (the rename keeps all four): how a caller records which
@@ -131,7 +132,8 @@ public struct DurableWriter: Sendable {
     ///     them once it has answered. A write that fails closes its own.
     /// - Returns: What was written.
     /// - Throws: ``DocumentError`` naming the operation, the path and the errno;
-    ///   ``DestinationChanged`` when `expected` does not match, with nothing replaced.
+    ///   ``DestinationChanged`` when `expected` does not match, with nothing replaced (for
+    ///   a package's member, nothing in the member's directory).
     @discardableResult
     public func write(
         _ wrapper: FileWrapper, to path: String, options: FileWrapper.WritingOptions = [],
@@ -142,6 +144,8 @@ public struct DurableWriter: Sendable {
         var session = WriteSession(policy: symlinkPolicy, swap: packageSwap, keepsContents: keepsWrittenContents)
         session.afterRename = afterRename
         session.wholePathLookup = wholePathLookup
+        // A caller that says what it expects at the destination expects a package's members too.
+        session.checksMembers = expected != nil
         if wrapper.isRegularFile, leftOpen != nil { session.closedLater = [] }
         defer { session.closeAll() }
         if let confinement { try session.confine(to: confinement) }
@@ -243,6 +247,9 @@ struct WriteSession {
     static let newDirectoryPermissions = FilePermissions(rawValue: 0o777 & ~creationMask)
 
     let keepsContents: Bool
+    /// Whether an in-place update of a package looks at the members it replaces or
+    /// removes first (a write given an ``ExpectedDestination``; see ``updateInPlace(_:directory:path:)``).
+    var checksMembers = false
     /// See ``DurableWriter/afterRename``.
     var afterRename: (@Sendable (String) -> Void)?
 
@@ -1054,16 +1061,36 @@ struct WriteSession {
     /// since, only the changed keys and the directory children are visited, so the cost
     /// is O(changes), not O(children). Otherwise every child is checked against its sync
     /// record and the directory is listed to find what to remove.
+    ///
+    /// A tracked update of a write given an ``ExpectedDestination`` (``checksMembers``)
+    /// first looks at every member of the directory it is to replace or
+    /// remove: each must still be what was there at the last sync (or be absent where
+    /// nothing was), else another program changed it and nothing in the directory is
+    /// written (``DestinationChanged``). The look is per directory, before its own writes;
+    /// a member changed between the look and its rename is not caught (POSIX has no
+    /// compare-and-rename).
     private mutating func updateInPlace(_ wrapper: FileWrapper, directory: FileDescriptor, path: String) throws {
-        let (children, changedKeys, directoryKeys) = wrapper.changeTracking
+        let (children, changedKeys, directoryKeys, replaced) = wrapper.changeTracking
         let previous = wrapper.syncRecord
         let removals: [String]
         let candidates: [String]
         let tracked = changedKeys != nil && previous?.path == path
+        var looked: [String: FileStatus?] = [:]
         if tracked, let changedKeys {
             removals = changedKeys.filter { children[$0] == nil }
             candidates = Array(changedKeys.filter { children[$0] != nil }.union(directoryKeys))
             report.filesUnchanged += children.count - candidates.count
+            for key in changedKeys where checksMembers {
+                let childPath = join(path, key)
+                // The same wrapper put back: nothing of it is written.
+                if let child = children[key], child.syncRecord?.path == childPath { continue }
+                let found = try stat(key, in: directory, path: childPath)
+                let expected = replaced[key] ?? .absent
+                guard expected.matches(found) else {
+                    throw DestinationChanged(path: childPath, expected: expected, found: found)
+                }
+                looked[key] = .some(found)
+            }
         } else {
             let onDisk: [DirectoryEntry]
             do throws(Errno) { onDisk = try directory.directoryEntries() } catch {
@@ -1075,7 +1102,7 @@ struct WriteSession {
 
         var changed = false
         for name in removals {
-            guard let status = try stat(name, in: directory, path: join(path, name)) else { continue }
+            guard let status = try looked[name] ?? stat(name, in: directory, path: join(path, name)) else { continue }
             do throws(Errno) {
                 if status.kind == .directory {
                     try TreeRemover.removeOrThrow(name, in: directory)
@@ -1087,6 +1114,7 @@ struct WriteSession {
             }
             report.entriesRemoved += 1
             changed = true
+            if tracked { wrapper.noteMemberOnDisk(name, nil) }
         }
         for key in candidates {
             guard let child = children[key] else { continue }
@@ -1099,7 +1127,7 @@ struct WriteSession {
             }
             var location = Location(
                 directory: directory, directoryPath: path, name: key,
-                existing: try stat(key, in: directory, path: childPath))
+                existing: try looked[key] ?? stat(key, in: directory, path: childPath))
             switch node {
             case .regularFile:
                 if location.existing?.kind == .directory {
@@ -1110,9 +1138,11 @@ struct WriteSession {
                 }
                 try writeRegularFile(child, at: location, syncDirectory: false)
                 changed = true
+                if tracked { wrapper.noteMemberOnDisk(key, placed(child)) }
             case .symbolicLink(let destination):
                 try writeSymbolicLink(child, destination: destination, at: location, syncDirectory: false)
                 changed = true
+                if tracked { wrapper.noteMemberOnDisk(key, placed(child)) }
             case .directory:
                 if location.existing?.kind == .directory {
                     let sub: FileDescriptor
@@ -1126,6 +1156,7 @@ struct WriteSession {
                 } else {
                     try replaceTree(child, at: location, linkBase: nil, syncParent: false)
                     changed = true
+                    if tracked { wrapper.noteMemberOnDisk(key, placed(child)) }
                 }
             }
         }
@@ -1136,6 +1167,15 @@ struct WriteSession {
                 wrapper, SyncRecord(path: path, identity: identity), name: PathName.lastComponent(path),
                 settledKeys: tracked ? changedKeys : nil)
         }
+    }
+
+    /// What this write put on disk for `child`, as a package member's expected state.
+    private func placed(_ child: FileWrapper) -> ExpectedDestination? {
+        guard let entry = pending.last(where: { $0.wrapper === child }) else { return nil }
+        let identity = entry.record.identity
+        return .member(
+            device: identity.device, inode: identity.inode, size: identity.size, modified: identity.modified,
+            isDirectory: child.isDirectory)
     }
 
     // MARK: Helpers

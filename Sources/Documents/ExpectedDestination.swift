@@ -19,6 +19,11 @@ public enum ExpectedDestination: Sendable, Hashable, CustomStringConvertible {
     /// the new file instead of looking at the destination before it writes; the look
     /// right before the rename confirms them (a `chmod` or `chown` changes the change time).
     case status(FileStatus)
+    /// A package's member as the package's wrapper last read or wrote it: a file or link
+    /// with this device, inode, size and modification time, or a directory with this
+    /// device and inode (`size` and `modified` are not compared). (A member's change time
+    /// is not recorded.)
+    case member(device: UInt64, inode: UInt64, size: Int64, modified: FileTime, isDirectory: Bool)
 
     /// What `status` describes.
     public init(_ status: FileStatus) {
@@ -45,6 +50,10 @@ public enum ExpectedDestination: Sendable, Hashable, CustomStringConvertible {
             return found.kind == .directory && found.device == device && found.inode == inode
         case .status(let status):
             return ExpectedDestination(status).matches(found)
+        case .member(let device, let inode, let size, let modified, let isDirectory):
+            guard let found, found.device == device, found.inode == inode else { return false }
+            if isDirectory { return found.kind == .directory }
+            return found.kind != .directory && found.size == size && found.modified == modified
         }
     }
 
@@ -55,6 +64,9 @@ public enum ExpectedDestination: Sendable, Hashable, CustomStringConvertible {
             "inode \(inode), \(size) bytes, modified \(modified.seconds).\(modified.nanoseconds)"
         case .directory(_, let inode): "directory inode \(inode)"
         case .status(let status): ExpectedDestination(status).description
+        case .member(_, let inode, _, _, true): "directory inode \(inode)"
+        case .member(_, let inode, let size, let modified, false):
+            "inode \(inode), \(size) bytes, modified \(modified.seconds).\(modified.nanoseconds)"
         }
     }
 }

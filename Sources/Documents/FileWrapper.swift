@@ -73,6 +73,11 @@ public final class FileWrapper: @unchecked Sendable {
         var changedKeys: Set<String>?
         /// Directories: the keys whose child is a directory.
         var directoryKeys: Set<String> = []
+        /// Directories: for each changed key whose child was on disk at the last sync
+        /// (read from there, or written there), what that child was; a changed key not
+        /// here had nothing on disk. An in-place save replaces or removes a member only
+        /// while it is still that (see ``WriteSession``'s in-place update).
+        var replacedOnDisk: [String: ExpectedDestination] = [:]
     }
 
     let state: Lock<State>
@@ -153,6 +158,7 @@ public final class FileWrapper: @unchecked Sendable {
             $0.explicitAttributes = nil
             $0.sync = node.sync
             $0.changedKeys = []
+            $0.replacedOnDisk = [:]
             if case .directory(let children) = node.node {
                 $0.directoryKeys = Set(children.filter { $0.value.isDirectory }.keys)
             }
@@ -378,12 +384,25 @@ public final class FileWrapper: @unchecked Sendable {
 
     /// Removes `child` from this directory wrapper; nothing happens if it is not a child.
     public func removeFileWrapper(_ child: FileWrapper) {
+        let (childSync, childIsDirectory) = child.state.withLock { state -> (SyncRecord?, Bool) in
+            if case .directory = state.node { return (state.sync, true) }
+            return (state.sync, false)
+        }
         state.withLock { state in
             guard case .directory(var children) = state.node,
                 let key = children.first(where: { $0.value === child })?.key
             else { return }
             children.removeValue(forKey: key)
             state.node = .directory(children)
+            // The child the disk held at the last sync: the first one removed since.
+            if state.changedKeys != nil, state.replacedOnDisk[key] == nil, let directory = state.sync?.path,
+                let childSync, childSync.path == join(directory, key)
+            {
+                let identity = childSync.identity
+                state.replacedOnDisk[key] = .member(
+                    device: identity.device, inode: identity.inode, size: identity.size, modified: identity.modified,
+                    isDirectory: childIsDirectory)
+            }
             state.changedKeys?.insert(key)
             state.directoryKeys.remove(key)
         }
@@ -455,10 +474,25 @@ extension FileWrapper {
     var node: Node { state.withLock { $0.node } }
 
     /// A directory's children with what an in-place save needs to know about them.
-    var changeTracking: (children: [String: FileWrapper], changed: Set<String>?, directories: Set<String>) {
+    var changeTracking:
+        (
+            children: [String: FileWrapper], changed: Set<String>?, directories: Set<String>,
+            replaced: [String: ExpectedDestination]
+        )
+    {
         state.withLock { state in
-            guard case .directory(let children) = state.node else { return ([:], nil, []) }
-            return (children, state.changedKeys, state.directoryKeys)
+            guard case .directory(let children) = state.node else { return ([:], nil, [], [:]) }
+            return (children, state.changedKeys, state.directoryKeys, state.replacedOnDisk)
+        }
+    }
+
+    /// A changed key of this directory that an in-place save replaced or removed
+    /// (`now`: what it put there; `nil`: nothing) before the save as a whole completed:
+    /// the next attempt expects that (``State/replacedOnDisk``), not what was there before.
+    func noteMemberOnDisk(_ key: String, _ now: ExpectedDestination?) {
+        state.withLock { state in
+            guard state.changedKeys?.contains(key) == true else { return }
+            state.replacedOnDisk[key] = now
         }
     }
 
@@ -473,8 +507,10 @@ extension FileWrapper {
             guard case .directory = state.node else { return }
             if let keys, let changed = state.changedKeys {
                 state.changedKeys = changed.subtracting(keys)
+                for key in keys { state.replacedOnDisk.removeValue(forKey: key) }
             } else {
                 state.changedKeys = []
+                state.replacedOnDisk = [:]
             }
         }
     }

@@ -343,6 +343,61 @@ struct JournalDaemonTests {
     }
 
     @Test(
+        "The journal's disk full: an edit's reply queued behind replies a client was not reading is not sent when it reads, until the edit's record is written",
+        .enabled(if: Machine.isRoot, "mounting needs root"))
+    func journalDiskFullWithAClientNotReading() async throws {
+        let scratch = TemporaryDirectory("journal-full-reader")
+        let small = scratch.sub("small")
+        try FileManager.default.createDirectory(atPath: small, withIntermediateDirectories: false)
+        let tmpfs = try Mount(tmpfsOfSize: "1m", at: small)
+        defer { withExtendedLifetime(tmpfs) {} }
+        let rig = try JournalRig(root: small + "/root", journal: small + "/journal")
+        try await rig.start()
+        let other = try rig.client()
+        let page = String(repeating: "g", count: 16 << 10)
+        try rig.ok(["cmd": "set", "doc": "g.txt", "text": .string(page)], on: other)
+        try Disk.fill(small)
+        // 2 MiB of replies the client does not read yet: the daemon's writes to it block,
+        // and what it queues for the client waits for the socket, not for a pass of the loop.
+        let slow = try rig.client()
+        let gets = 128
+        for index in 0..<gets { _ = try slow.send(["id": .number(String(index)), "cmd": "get", "doc": "g.txt"]) }
+        // Answered after the pass that queued those replies.
+        try rig.ok(["cmd": "status"], on: other)
+        // Large enough to need new pages of the full tmpfs: its record cannot be written.
+        let large = String(repeating: "while full\n", count: 8192)
+        _ = try slow.send(["id": 999, "cmd": "set", "doc": "a.txt", "text": .string(large)])
+        var failing = false
+        for _ in 0..<1000 where !failing {
+            failing = try rig.ok(["cmd": "status"], on: other)["journal"]?["failure"]?.stringValue != nil
+        }
+        #expect(failing, "the journal's write failed")
+        // The client reads now: whatever comes, the edit's reply is not among it.
+        PowerLossRig.setReceiveTimeout(slow, milliseconds: 1500)
+        var answered = 0
+        while let reply = try? slow.receive() {
+            #expect(reply["id"] != 999, "the edit was acknowledged while its record was not written: \(reply)")
+            if reply["id"] == 999 { break }
+            answered += 1
+        }
+        #expect(answered < gets, "the replies queued with the edit's wait for its record too")
+        try FileManager.default.removeItem(atPath: small + "/filler")
+        // The journal writes the record again (its retries back off to 5 s); then the rest comes, in order.
+        PowerLossRig.setReceiveTimeout(slow, milliseconds: 30_000)
+        while answered < gets {
+            let reply = try slow.receive()
+            #expect(reply["id"] == .number(String(answered)) && reply["text"]?.stringValue == page)
+            answered += 1
+        }
+        let late = try slow.receive()
+        #expect(late["id"] == 999 && late["ok"] == true, "\(late)")
+        rig.kill()
+        try await rig.start()
+        #expect(try rig.text("a.txt") == large)
+        #expect(rig.stop() == 0)
+    }
+
+    @Test(
         "A durable save releases its records; past MaxSize= the documents pinning the oldest segment are saved and it is deleted"
     )
     func truncation() async throws {

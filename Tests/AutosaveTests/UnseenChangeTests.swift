@@ -85,4 +85,30 @@ struct UnseenChangeTests {
         let copy = try #require(try copies(harness, of: "p").first)
         #expect(try harness.text(onDisk: copy + "/b.txt") == "mine\n")
     }
+
+    @Test(
+        "A package's member changed by another program — renamed over, rewritten in place — is kept, and so is the rest of their package; the edits go to a conflict copy",
+        arguments: ["renamed over", "in place"])
+    func packageMember(change: String) async throws {
+        let harness = await StoreHarness(quiet: .seconds(3600), maxDelay: .seconds(3600))
+        try FileManager.default.createDirectory(atPath: harness.file("p.package"), withIntermediateDirectories: true)
+        try Disk.write("one\n", to: harness.file("p.package/a.txt"))
+        try Disk.write("bee\n", to: harness.file("p.package/b.txt"))
+        try await harness.store.open("p.package")
+        try await harness.store.apply(.putMember("a.txt", Data("mine\n".utf8)), to: "p.package")
+        try await harness.store.apply(.putMember("b.txt", Data("mine too\n".utf8)), to: "p.package")
+        if change == "renamed over" {
+            try sh("printf 'theirs\\n' > p.package/.x && mv p.package/.x p.package/a.txt", in: harness)
+        } else {
+            // Same size, same modification time: only the contents and change time differ.
+            try sh("printf 'ONE\\n' > p.package/a.txt && touch -d @0 p.package/a.txt", in: harness)
+        }
+        let theirs = change == "renamed over" ? "theirs\n" : "ONE\n"
+        try await expectConflict(harness, "p.package")
+        #expect(try harness.text(onDisk: "p.package/a.txt") == theirs)
+        #expect(try harness.text(onDisk: "p.package/b.txt") == "bee\n", "their package is left whole")
+        let copy = try #require(try copies(harness, of: "p").first)
+        #expect(try harness.text(onDisk: copy + "/a.txt") == "mine\n")
+        #expect(try harness.text(onDisk: copy + "/b.txt") == "mine too\n")
+    }
 }

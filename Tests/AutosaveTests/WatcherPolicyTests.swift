@@ -1,10 +1,10 @@
-import Documents
 import Foundation
 import Posix
 import TestSupport
 import Testing
 
 @testable import Autosave
+@testable import Documents
 
 /// Renames, packages, the `[Conflicts]` and `[Watch]` policies, the watch limit and a
 /// root that goes away: real programs on real files, checked through the store.
@@ -138,6 +138,40 @@ struct WatcherPolicyTests {
         }
         #expect(copies.count == 1)
         if let copy = copies.first { #expect(try harness.text(onDisk: copy + "/1.txt") == "mine\n") }
+    }
+
+    @Test(
+        "A package's member changed by another program right after its save wrote it, reported while the save runs: read again once the save is done"
+    )
+    func memberChangedDuringItsSave() async throws {
+        let harness = try await base.harness()
+        try FileManager.default.createDirectory(atPath: harness.file("book.package"), withIntermediateDirectories: true)
+        try Disk.write("one\n", to: harness.file("book.package/1.txt"))
+        try Disk.write("two\n", to: harness.file("book.package/2.txt"))
+        await harness.store.sync()
+        try await harness.store.open("book.package")
+        try await harness.store.apply(.putMember("1.txt", Data("mine\n".utf8)), to: "book.package")
+        let package = harness.file("book.package")
+        let store = harness.store
+        // The other program writes the member the save has just written, and the store
+        // takes the report of it before the save is done.
+        await store.setAfterRename { path in
+            guard path == package else { return }
+            try? Disk.write("theirs\n", to: package + "/1.txt")
+            let handled = DispatchSemaphore(value: 0)
+            Task {
+                await store.cookieBarrier()
+                handled.signal()
+            }
+            handled.wait()
+        }
+        try await store.save("book.package", wait: true)
+        await store.setAfterRename(nil)
+        #expect(await store.pendingChecks.isEmpty)
+        await store.sync()
+        #expect(try await store.read("book.package", .member("1.txt")) == .data(Data("theirs\n".utf8)))
+        #expect(try await store.info("book.package").state == .clean)
+        #expect(try harness.text(onDisk: "book.package/1.txt") == "theirs\n")
     }
 
     @Test(
@@ -329,5 +363,12 @@ struct WatcherPolicyTests {
         try base.sh("printf 'c2\\n' > c.txt", in: harness)
         await harness.store.sync()
         #expect(await text(harness, "c.txt") == "c2\n")
+    }
+}
+
+extension DocumentStore {
+    /// Where a test stands in for another program in the moment after a save's rename (see ``DurableWriter/afterRename``).
+    func setAfterRename(_ hook: (@Sendable (String) -> Void)?) {
+        writer.afterRename = hook
     }
 }

@@ -83,3 +83,131 @@ struct KnownDestinationTests {
         try FileManager.default.contentsOfDirectory(atPath: directory.path).filter(TemporaryName.isTemporary)
     }
 }
+
+@Suite("DurableWriter: a package's members changed by another program are not replaced")
+struct PackageMemberChangeTests {
+    let directory = TemporaryDirectory("members")
+
+    /// A package of `a.txt`, `b.txt` and `sub/c.txt`, written, then read back as the store holds one.
+    func package(_ name: String) throws -> (path: String, wrapper: FileWrapper) {
+        let path = directory.sub(name)
+        let built = FileWrapper(directoryWithFileWrappers: [
+            "a.txt": FileWrapper(regularFileWithContents: Data("a1".utf8)),
+            "b.txt": FileWrapper(regularFileWithContents: Data("b1".utf8)),
+            "sub": FileWrapper(directoryWithFileWrappers: [
+                "c.txt": FileWrapper(regularFileWithContents: Data("c1".utf8))
+            ]),
+        ])
+        try DurableWriter().write(built, to: path)
+        return (path, try FileWrapper(url: URL(fileURLWithPath: path), options: .immediate))
+    }
+
+    func replace(_ key: String, in directory: FileWrapper, with text: String) {
+        if let old = directory.fileWrappers?[key] { directory.removeFileWrapper(old) }
+        directory.addRegularFile(withContents: Data(text.utf8), preferredFilename: key)
+    }
+
+    func writeInPlace(_ wrapper: FileWrapper, to path: String) throws {
+        try DurableWriter(symlinkPolicy: .refuse).write(
+            wrapper, to: path, expecting: ExpectedDestination(try Disk.status(path)))
+    }
+
+    @Test(
+        "A member rewritten in place, renamed over, removed or created by another program before the save: nothing in its directory is written, the error names it",
+        arguments: ["in place", "renamed over", "removed", "created"])
+    func changedBeforeTheSave(change: String) throws {
+        let (path, wrapper) = try package(change.replacingOccurrences(of: " ", with: "-"))
+        replace("a.txt", in: wrapper, with: "a2")
+        replace("b.txt", in: wrapper, with: "b2")
+        replace("new.txt", in: wrapper, with: "n2")
+        let theirs: String
+        switch change {
+        case "in place":
+            // Same size; only the inode's times and contents differ.
+            let fd = try FileDescriptor.open(path + "/a.txt", .writeOnly)
+            try fd.writeAll(Array("AA".utf8))
+            try fd.close()
+            theirs = "a.txt"
+        case "renamed over":
+            try Data("theirs".utf8).write(to: URL(fileURLWithPath: path + "/.x"))
+            #expect(rename(path + "/.x", path + "/a.txt") == 0)
+            theirs = "a.txt"
+        case "removed":
+            #expect(unlink(path + "/a.txt") == 0)
+            theirs = "a.txt"
+        default:
+            try Data("theirs".utf8).write(to: URL(fileURLWithPath: path + "/new.txt"))
+            theirs = "new.txt"
+        }
+        let before = try Disk.names(in: path).sorted()
+        let contents = before.map { try? Disk.bytes(path + "/" + $0) }
+        do {
+            try writeInPlace(wrapper, to: path)
+            Issue.record("\(change): the save replaced another program's member")
+        } catch let error as DestinationChanged {
+            #expect(error.path == path + "/" + theirs, "\(error)")
+        }
+        #expect(try Disk.names(in: path).sorted() == before, "nothing added or removed")
+        #expect(before.map { try? Disk.bytes(path + "/" + $0) } == contents, "nothing rewritten")
+    }
+
+    @Test("A member removed from the package while another program changed it is not removed")
+    func removalOfAChangedMember() throws {
+        let (path, wrapper) = try package("removal")
+        wrapper.removeFileWrapper(try #require(wrapper.fileWrappers?["b.txt"]))
+        try Data("theirs".utf8).write(to: URL(fileURLWithPath: path + "/.x"))
+        #expect(rename(path + "/.x", path + "/b.txt") == 0)
+        #expect(throws: DestinationChanged.self) { try writeInPlace(wrapper, to: path) }
+        #expect(try Disk.bytes(path + "/b.txt") == Data("theirs".utf8))
+    }
+
+    @Test("A member of a directory inside the package, changed by another program, is not replaced")
+    func nestedMember() throws {
+        let (path, wrapper) = try package("nested")
+        let sub = try #require(wrapper.fileWrappers?["sub"])
+        replace("c.txt", in: sub, with: "c2")
+        try Data("theirs".utf8).write(to: URL(fileURLWithPath: path + "/sub/.x"))
+        #expect(rename(path + "/sub/.x", path + "/sub/c.txt") == 0)
+        #expect(throws: DestinationChanged.self) { try writeInPlace(wrapper, to: path) }
+        #expect(try Disk.bytes(path + "/sub/c.txt") == Data("theirs".utf8))
+    }
+
+    @Test(
+        "Members the package's own saves wrote, removed or put back are expected as they left them: edits, a save, more edits and a save go through; so does a retry after a failed save"
+    )
+    func ownSavesAreExpected() throws {
+        let (path, wrapper) = try package("own")
+        replace("a.txt", in: wrapper, with: "a2")
+        wrapper.removeFileWrapper(try #require(wrapper.fileWrappers?["b.txt"]))
+        try writeInPlace(wrapper, to: path)
+        replace("a.txt", in: wrapper, with: "a3")
+        replace("b.txt", in: wrapper, with: "b3")
+        try writeInPlace(wrapper, to: path)
+        #expect(try Disk.bytes(path + "/a.txt") == Data("a3".utf8))
+        #expect(try Disk.bytes(path + "/b.txt") == Data("b3".utf8))
+
+        // A save that replaced a member and then failed (a later member's bytes could not
+        // be read): the retry expects the member it wrote, not the one before. The order
+        // of the two writes follows the keys' hashes, so names are tried until the
+        // replaced one came first.
+        var exercised = false
+        for attempt in 0..<40 where !exercised {
+            let name = "m\(attempt).txt"
+            replace(name, in: wrapper, with: "before")
+            try writeInPlace(wrapper, to: path)
+            replace(name, in: wrapper, with: "after")
+            let gone = directory.sub("gone-\(attempt)")
+            try Data("lazy".utf8).write(to: URL(fileURLWithPath: gone))
+            let unreadable = try FileWrapper(url: URL(fileURLWithPath: gone))
+            #expect(unlink(gone) == 0)
+            unreadable.preferredFilename = "u\(attempt)"
+            wrapper.addFileWrapper(unreadable)
+            #expect(throws: (any Error).self) { try writeInPlace(wrapper, to: path) }
+            wrapper.removeFileWrapper(unreadable)
+            exercised = try Disk.bytes(path + "/" + name) == Data("after".utf8)
+            try writeInPlace(wrapper, to: path)
+            #expect(try Disk.bytes(path + "/" + name) == Data("after".utf8))
+        }
+        #expect(exercised, "no attempt replaced the member before the failure")
+    }
+}
