@@ -386,6 +386,14 @@ extension DocumentStore {
                 "the file was changed by another program while the daemon was down, and the version the journalled edits apply to is not kept (\(members.count) records)"
             )
         }
+        if rebuilt.skipped > 0 {
+            summary.unapplied.append(
+                "\(path): \(rebuilt.skipped) journalled edits after a missing, damaged or refused one were not replayed onto the version rebuilt for the conflict; \(rebuilt.edits) were"
+            )
+            log.error(
+                "the journal lacks an edit of \(path) (damaged or missing records): the \(rebuilt.skipped) edits after it were not replayed onto the version rebuilt for the conflict",
+                ["document": path, "message_id": MessageID.journalReplayed])
+        }
         guard var entry = current else {
             // Removed while down: the edits' version is saved under the name again.
             var fresh: Entry
@@ -426,9 +434,12 @@ extension DocumentStore {
 
     /// The document the journalled records of `chain` describe, from the last record that
     /// gives the whole document on: a base with contents, or an edit that replaces everything.
+    /// Edits apply one after the other, each to the change before it: after a gap (an edit
+    /// missing with a lost segment, one that cannot be decoded or is refused) the ones that
+    /// follow are `skipped` until a record gives the whole document again.
     private func rebuild(
         _ chain: Chain, of chains: borrowing Chains, path: String
-    ) -> (document: any AutosaveDocument, token: UInt64, edits: Int)? {
+    ) -> (document: any AutosaveDocument, token: UInt64, edits: Int, skipped: Int)? {
         guard
             let registration = registry.registration(forName: PathName.lastComponent(path), isDirectory: false)
                 ?? registry.registration(forName: PathName.lastComponent(path), isDirectory: true),
@@ -437,6 +448,9 @@ extension DocumentStore {
         var document: (any AutosaveDocument)?
         var token: UInt64 = 0
         var edits = 0
+        var skipped = 0
+        // The document is not what `token` says: an edit since the last whole one is lost.
+        var broken = false
         var markers = chain.markers[...]
         for index in chain.members {
             let record = chains.records[index]
@@ -450,6 +464,7 @@ extension DocumentStore {
                                 file: FileWrapper(regularFileWithContents: contents))
                         )
                         token = t
+                        broken = false
                     } else if document == nil {
                         token = t
                     }
@@ -458,7 +473,6 @@ extension DocumentStore {
             }
             let t = record.token
             if record.command?.replacesWholeDocument == true {
-                guard let edit = try? record.edit() else { continue }
                 var fresh: any AutosaveDocument
                 do {
                     fresh = try registration.documentType.init(
@@ -466,20 +480,30 @@ extension DocumentStore {
                             contentType: registration.contentType,
                             file: FileWrapper(regularFileWithContents: Data())))
                 } catch { continue }
-                if (try? fresh.apply(edit, existingFile: nil)) != nil {
+                if let edit = try? record.edit(), (try? fresh.apply(edit, existingFile: nil)) != nil {
                     document = fresh
                     token = t
                     edits += 1
+                    broken = false
+                } else if t > token {
+                    broken = true
+                    skipped += 1
                 }
-            } else if var known = document, t > token, let edit = try? record.edit() {
-                if (try? known.apply(edit, existingFile: nil)) != nil {
-                    document = known
+            } else if let known = document, t > token {
+                var next = known
+                if !broken, t == token + 1, let edit = try? record.edit(),
+                    (try? next.apply(edit, existingFile: nil)) != nil
+                {
+                    document = next
                     token = t
                     edits += 1
+                } else {
+                    broken = true
+                    skipped += 1
                 }
             }
         }
-        return document.map { ($0, token, edits) }
+        return document.map { ($0, token, edits, skipped) }
     }
 
     /// Makes a replayed document's records its own again: its owner, and that the journal

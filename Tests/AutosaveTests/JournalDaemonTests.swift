@@ -729,6 +729,49 @@ struct BadJournalTests {
         #expect(unapplied.count == 1 && unapplied[0].stringValue?.hasPrefix("a.txt: ") == true, "\(unapplied)")
         rig.kill()
     }
+
+    @Test(
+        "A missing segment and the file changed while the daemon was down: the conflict copy holds the edits up to the gap, none after it, and the gap is reported"
+    )
+    func missingSegmentAndChangedWhileDown() async throws {
+        let rig = try JournalRig("[Journal]\nMaxSize=1M\n")
+        try FileManager.default.createDirectory(atPath: rig.root, withIntermediateDirectories: true)
+        try Disk.write("on disk\n", to: rig.root + "/a.txt")
+        try await rig.start()
+        let client = try rig.client()
+        // Each append numbered, so that a copy with a gap in it shows.
+        func chunk(_ index: Int) -> String {
+            String(format: "%04d", index) + String(repeating: "a", count: 4091) + "\n"
+        }
+        try rig.ok(["cmd": "set", "doc": "a.txt", "text": ""], on: client)
+        for index in 1...150 {
+            try rig.ok(["cmd": "append", "doc": "a.txt", "text": .string(chunk(index))], on: client)
+        }
+        rig.kill()
+        let segments = rig.segments
+        #expect(segments.count == 3, "\(segments)")
+        try FileManager.default.removeItem(atPath: rig.journal + "/" + segments[1])
+        try Disk.write("theirs, while down\n", to: rig.root + "/a.txt")
+        try await rig.start()
+        #expect(
+            String(decoding: try Disk.bytes(rig.root + "/a.txt"), as: UTF8.self) == "theirs, while down\n",
+            "the other program's version stays")
+        let copies = try Disk.names(in: rig.root).filter { $0.hasPrefix("a (conflict ") }
+        let copy = try #require(copies.first, "no conflict copy")
+        let text = String(decoding: try Disk.bytes(rig.root + "/" + copy), as: UTF8.self)
+        let count = text.utf8.count / 4096
+        #expect(count > 0 && count < 100, "\(count) appends in the copy")
+        #expect(
+            text == (0..<count).map { chunk($0 + 1) }.joined(),
+            "the appends 1...\(count), in order, and nothing after a gap")
+        let unapplied = try rig.status()["journal"]?["last_replay"]?["unapplied"]?.arrayValue ?? []
+        #expect(
+            unapplied.contains {
+                $0.stringValue?.hasPrefix("a.txt: ") == true && $0.stringValue?.contains("not replayed") == true
+            },
+            "\(unapplied)")
+        rig.kill()
+    }
 }
 
 /// A library user's own document type, whose edits are the engine's ``DocumentEdit``s.
