@@ -164,6 +164,8 @@ extension DocumentStore {
         /// in ``Chains/records``.
         var markers: [(index: Int, entry: JournalEntry)] = []
         var undecodable: String?
+        /// Its last record's LSN, decodable or not: what its release must reach.
+        var lastLSN = LSN.zero
     }
 
     /// The chains of every document the journal holds records of, in the order of their
@@ -188,6 +190,7 @@ extension DocumentStore {
             highestOwner = max(highestOwner ?? 0, record.owner)
             let at = Int(numbering.number(of: record.owner))
             if at == list.count { list.append(Chain(owner: record.owner)) }
+            list[at].lastLSN = record.lsn
             guard list[at].undecodable == nil else { return at }
             do {
                 switch try JournalEntry.peek(record.payload) {
@@ -241,8 +244,9 @@ extension DocumentStore {
                 log.error(
                     "the journal's edits to \(chain.path) were not replayed: \(undecodable)",
                     ["document": chain.path, "message_id": MessageID.journalReplayed])
-                let last = chain.members.last.map { chains.records[$0].lsn }
-                journal?.release(owner: owner, through: last ?? LSN(UInt64.max >> 1), log: &chain.log)
+                // Through its last record: the undecodable one and those after it too, or
+                // they would keep their segment for as long as the daemon runs.
+                journal?.release(owner: owner, through: chain.lastLSN, log: &chain.log)
                 continue
             }
             replay(chain, of: chains, into: &summary)
@@ -417,7 +421,10 @@ extension DocumentStore {
             return drop(nil)
         }
         entry.document = rebuilt.document
-        entry.changeCount = max(entry.changeCount, rebuilt.token) + 1
+        // The change count the records end at (the file's version counts as the change
+        // before it): edits made from here on follow them without a gap, and a later
+        // rebuild, should this one's save not be made, takes them too.
+        entry.changeCount = max(rebuilt.token, entry.changeCount + 1)
         adopt(&entry, owner: owner, log: journalLog, path: path)
         entries[path] = entry
         summary.edits += rebuilt.edits
@@ -473,14 +480,10 @@ extension DocumentStore {
             }
             let t = record.token
             if record.command?.replacesWholeDocument == true {
-                var fresh: any AutosaveDocument
-                do {
-                    fresh = try registration.documentType.init(
-                        configuration: .init(
-                            contentType: registration.contentType,
-                            file: FileWrapper(regularFileWithContents: Data())))
-                } catch { continue }
-                if let edit = try? record.edit(), (try? fresh.apply(edit, existingFile: nil)) != nil {
+                // From the type's empty document (a JSON document is no empty file).
+                if var fresh = try? Self.emptyDocument(registration), let edit = try? record.edit(),
+                    (try? fresh.apply(edit, existingFile: nil)) != nil
+                {
                     document = fresh
                     token = t
                     edits += 1

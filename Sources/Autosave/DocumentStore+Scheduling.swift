@@ -554,7 +554,12 @@ extension DocumentStore {
     ) {
         savesInFlight -= 1
         defer { slotFreed() }
-        guard let index = entries.index(forKey: path) else { return }
+        guard let index = entries.index(forKey: path) else {
+            // Closed while it saved: what was reported meanwhile is not for a document opened there later.
+            pendingChecks.remove(path)
+            pendingMemberChecks.removeValue(forKey: path)
+            return
+        }
         entries[index].savingToken = nil
         switch result {
         case .success(let outcome):

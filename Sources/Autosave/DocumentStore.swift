@@ -710,8 +710,7 @@ public actor DocumentStore {
         return .notFound(path)
     }
 
-    private static func emptyDocument(_ registration: DocumentTypeRegistry.Registration) throws -> any AutosaveDocument
-    {
+    static func emptyDocument(_ registration: DocumentTypeRegistry.Registration) throws -> any AutosaveDocument {
         // The built-in types' empty documents directly, without reading an empty file.
         if registration.documentType == JSONDocument.self { return JSONDocument(value: .object([])) }
         if registration.documentType == PlainTextDocument.self { return PlainTextDocument(text: "") }

@@ -63,7 +63,9 @@ public struct PackageDocument: AutosaveDocument {
         let package =
             configuration.existingFile.flatMap { $0.isDirectory ? $0 : nil }
             ?? FileWrapper(directoryWithFileWrappers: [:])
-        for key in touched.keys.sorted() {
+        // In the order of their last edits: a member `x` put after `x/y` was removed must
+        // not be taken for a file in the way of `x/y` (nor the other way round).
+        for (key, _) in touched.sorted(by: { $0.value < $1.value }) {
             let components = try Self.validate(key)
             var directory = package
             for name in components.dropLast() {

@@ -1091,6 +1091,23 @@ struct WriteSession {
                 }
                 looked[key] = .some(found)
             }
+            // The directories kept since the last sync are still directories: one another
+            // program replaced by a file or a link is not swapped out for ours.
+            for key in directoryKeys where checksMembers && !changedKeys.contains(key) {
+                let childPath = join(path, key)
+                guard let synced = children[key]?.syncRecord, synced.path == childPath else { continue }
+                let found = try stat(key, in: directory, path: childPath)
+                if found?.kind != .directory {
+                    let identity = synced.identity
+                    throw DestinationChanged(
+                        path: childPath,
+                        expected: .member(
+                            device: identity.device, inode: identity.inode, size: identity.size,
+                            modified: identity.modified, isDirectory: true),
+                        found: found)
+                }
+                looked[key] = .some(found)
+            }
         } else {
             let onDisk: [DirectoryEntry]
             do throws(Errno) { onDisk = try directory.directoryEntries() } catch {
@@ -1135,6 +1152,9 @@ struct WriteSession {
                         throw DocumentError(operation: .unlink, path: childPath, errno: error)
                     }
                     location.existing = nil
+                    changed = true
+                    // Should the write below fail, the retry finds nothing there, as expected.
+                    if tracked { wrapper.noteMemberOnDisk(key, nil) }
                 }
                 try writeRegularFile(child, at: location, syncDirectory: false)
                 changed = true

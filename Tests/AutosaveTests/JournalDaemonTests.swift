@@ -288,6 +288,57 @@ struct JournalDaemonTests {
         #expect(rig.stop() == 0)
     }
 
+    @Test(
+        "Changed while down, a JSON document whose edits begin with a set of the whole value: the conflict copy holds the set and the patch after it"
+    )
+    func changedWhileDownJSON() async throws {
+        let rig = try JournalRig()
+        try await rig.start()
+        let client = try rig.client()
+        try rig.ok(["cmd": "set", "doc": "j.json", "json": ["v": 0]], on: client)
+        try rig.ok(["cmd": "save", "doc": "j.json", "wait": true], on: client)
+        try rig.ok(["cmd": "set", "doc": "j.json", "json": ["v": 1, "w": "x"]], on: client)
+        try rig.ok(["cmd": "patch", "doc": "j.json", "patch": ["w": .null, "z": true]], on: client)
+        rig.kill()
+        try Disk.write("{\"theirs\": true}\n", to: rig.root + "/j.json")
+        try await rig.start()
+        #expect(try rig.json("j.json") == ["theirs": true])
+        let copies = try Disk.names(in: rig.root).filter { $0.hasPrefix("j (conflict ") }
+        let copy = try #require(copies.first, "no conflict copy")
+        #expect(try JSONValue(parsing: Array(try Disk.bytes(rig.root + "/" + copy))) == ["v": 1, "z": true])
+        let unapplied = try rig.status()["journal"]?["last_replay"]?["unapplied"]?.arrayValue ?? []
+        #expect(unapplied.isEmpty, "\(unapplied)")
+        #expect(rig.stop() == 0)
+    }
+
+    @Test(
+        "Changed while down twice, with Keep=memory and the save of the edits failing in between: the edits made after the first start are in the second start's version",
+        .enabled(if: Machine.isRoot, "chattr +i needs root"))
+    func changedWhileDownTwice() async throws {
+        let rig = try JournalRig("[Conflicts]\nKeep=memory\n")
+        try await rig.start()
+        try rig.ok(["cmd": "set", "doc": "a.txt", "text": "base\n"])
+        try rig.ok(["cmd": "save", "doc": "a.txt", "wait": true])
+        try rig.ok(["cmd": "append", "doc": "a.txt", "text": "before the first kill\n"])
+        rig.kill()
+        try Disk.write("theirs\n", to: rig.root + "/a.txt")
+        // Immutable: the save of the edits under the name fails (EPERM) and is retried.
+        let file = rig.root + "/a.txt"
+        #expect(try Machine.run("chattr", ["+i", file]).status == 0)
+        defer { _ = try? Machine.run("chattr", ["-i", file]) }
+        try await rig.start()
+        #expect(try rig.text("a.txt") == "base\nbefore the first kill\n")
+        try rig.ok(["cmd": "append", "doc": "a.txt", "text": "after the first start\n"])
+        rig.kill()
+        #expect(try Machine.run("chattr", ["-i", file]).status == 0)
+        try await rig.start()
+        #expect(try rig.text("a.txt") == "base\nbefore the first kill\nafter the first start\n")
+        let unapplied = try rig.status()["journal"]?["last_replay"]?["unapplied"]?.arrayValue ?? []
+        #expect(unapplied.isEmpty, "\(unapplied)")
+        #expect(rig.stop() == 0)
+        #expect(try Disk.bytes(file) == Data("base\nbefore the first kill\nafter the first start\n".utf8))
+    }
+
     @Test("A save that fails at shutdown leaves its edits in the journal; the next start replays and saves them")
     func failedShutdownSave() async throws {
         let rig = try JournalRig()
@@ -727,6 +778,36 @@ struct BadJournalTests {
         #expect(problems.contains { $0.stringValue?.contains("missing") == true }, "\(problems)")
         let unapplied = replay?["unapplied"]?.arrayValue ?? []
         #expect(unapplied.count == 1 && unapplied[0].stringValue?.hasPrefix("a.txt: ") == true, "\(unapplied)")
+        rig.kill()
+    }
+
+    @Test(
+        "A record that cannot be decoded after decodable ones of its document: reported, nothing of that document applied, and no record of it left pinning its segment"
+    )
+    func undecodableAfterDecodable() async throws {
+        let rig = try JournalRig()
+        try await rig.start()
+        try rig.ok(["cmd": "set", "doc": "a.txt", "text": "one\n"])
+        try rig.ok(["cmd": "append", "doc": "a.txt", "text": "two\n"])
+        rig.kill()
+        // After a.txt's base and edits, a record of the same document the daemon cannot decode.
+        let journal = try Journal(directory: rig.journal)
+        var owner: UInt64 = 0
+        var records = 0
+        try journal.replay { record in
+            owner = record.owner
+            records += 1
+            journal.noteReplayed(owner: record.owner, lsn: record.lsn)
+        }
+        #expect(records == 3)
+        try journal.append(owner: owner, payload: [0xEE, 0xEE, 0xEE])
+        #expect(journal.close() == nil)
+        try await rig.start()
+        let status = try rig.status()["journal"]
+        let unapplied = status?["last_replay"]?["unapplied"]?.arrayValue ?? []
+        #expect(unapplied.contains { $0.stringValue?.hasPrefix("a.txt: ") == true }, "\(unapplied)")
+        #expect(try rig.client().call(["cmd": "get", "doc": "a.txt"])["error"]?["code"] == "not-found")
+        #expect(status?["unsaved_records"]?.intValue == 0, "\(status ?? .null)")
         rig.kill()
     }
 

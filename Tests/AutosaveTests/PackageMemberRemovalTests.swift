@@ -30,4 +30,37 @@ struct PackageMemberRemovalTests {
         #expect(status["watch"]?["conflicts"]?.intValue == 0)
         #expect(await daemon.stop() == 0)
     }
+
+    @Test(
+        "A member x/y removed, then a member x put (and the other way round): saved as the last edits left them, x's bytes kept on disk and in memory",
+        arguments: [true, false])
+    func fileAndDirectoryUnderOneName(fileLast: Bool) async throws {
+        let daemon = try await RunningDaemon(quiet: "1h")
+        #expect(try daemon.ctl("create", "book.package").status == 0)
+        // The first state: x/y a member (x a directory), or x a member (a file).
+        if fileLast {
+            #expect(try daemon.ctl("put-member", "book.package", "x/y", "--text", "inner\n").status == 0)
+        } else {
+            #expect(try daemon.ctl("put-member", "book.package", "x", "--text", "file\n").status == 0)
+        }
+        #expect(try daemon.ctl("save", "book.package", "--wait").status == 0)
+        if fileLast {
+            #expect(try daemon.ctl("remove-member", "book.package", "x/y").status == 0)
+            #expect(try daemon.ctl("put-member", "book.package", "x", "--text", "file\n").status == 0)
+        } else {
+            #expect(try daemon.ctl("remove-member", "book.package", "x").status == 0)
+            #expect(try daemon.ctl("put-member", "book.package", "x/y", "--text", "inner\n").status == 0)
+        }
+        let saved = try daemon.ctl("save", "book.package", "--wait")
+        #expect(saved.status == 0, "\(saved)")
+        let package = daemon.root + "/book.package"
+        if fileLast {
+            #expect(try Disk.bytes(package + "/x") == Data("file\n".utf8))
+            #expect(try daemon.ctl("get", "book.package", "--member", "x").stdout == "file\n")
+        } else {
+            #expect(try Disk.bytes(package + "/x/y") == Data("inner\n".utf8))
+            #expect(try daemon.ctl("get", "book.package", "--member", "x/y").stdout == "inner\n")
+        }
+        #expect(await daemon.stop() == 0)
+    }
 }

@@ -210,4 +210,35 @@ struct PackageMemberChangeTests {
         }
         #expect(exercised, "no attempt replaced the member before the failure")
     }
+
+    @Test("A directory of the package replaced by another program's file: not swapped out, nothing written beside it")
+    func directoryReplacedByTheirFile() throws {
+        let (path, wrapper) = try package("their-file")
+        replace("a.txt", in: wrapper, with: "a2")
+        try FileManager.default.removeItem(atPath: path + "/sub")
+        try Data("theirs".utf8).write(to: URL(fileURLWithPath: path + "/sub"))
+        #expect(throws: DestinationChanged.self) { try writeInPlace(wrapper, to: path) }
+        #expect(try Disk.bytes(path + "/sub") == Data("theirs".utf8))
+        #expect(try Disk.bytes(path + "/a.txt") == Data("a1".utf8))
+    }
+
+    @Test(
+        "A directory member made a file whose write fails after the directory is removed: the retry expects nothing there"
+    )
+    func directoryToFileFailing() throws {
+        let (path, wrapper) = try package("dir-to-file")
+        wrapper.removeFileWrapper(try #require(wrapper.fileWrappers?["sub"]))
+        let gone = directory.sub("gone-sub")
+        try Data("lazy".utf8).write(to: URL(fileURLWithPath: gone))
+        let unreadable = try FileWrapper(url: URL(fileURLWithPath: gone))
+        #expect(unlink(gone) == 0)
+        unreadable.preferredFilename = "sub"
+        wrapper.addFileWrapper(unreadable)
+        #expect(throws: (any Error).self) { try writeInPlace(wrapper, to: path) }
+        #expect(!FileManager.default.fileExists(atPath: path + "/sub"), "the directory went before the write failed")
+        wrapper.removeFileWrapper(unreadable)
+        replace("sub", in: wrapper, with: "now a file")
+        try writeInPlace(wrapper, to: path)
+        #expect(try Disk.bytes(path + "/sub") == Data("now a file".utf8))
+    }
 }
