@@ -286,10 +286,16 @@ extension DocumentStore {
         let onDisk: FileIdentity? = current?.fingerprint.flatMap(FileIdentity.init)
         // The latest record naming a version of the file that is the file now.
         var baseToken: UInt64?
+        // The bytes the base gives, if any: the version the edits after it apply to, even
+        // where the file it names is not that version or is gone.
+        var baseContents: Data?
         for marker in chain.markers.reversed() {
             switch marker.entry {
-            case .base(_, let file, let token, _):
-                if isPackage || file == onDisk { baseToken = token }
+            case .base(_, let file, let token, let contents):
+                if isPackage || file == onDisk {
+                    baseToken = token
+                    baseContents = isPackage ? nil : contents
+                }
             case .saving(_, let token, let file):
                 if !isPackage, file == onDisk { baseToken = token }
             default: break
@@ -328,6 +334,15 @@ extension DocumentStore {
                 do { start = try newEntry(path) } catch { return drop("\(error)") }
                 start.changeCount = max(token, 1)
             }
+            if let baseContents {
+                do {
+                    start.document = try type(of: start.document).init(
+                        configuration: .init(
+                            contentType: start.contentType, file: FileWrapper(regularFileWithContents: baseContents)))
+                } catch {
+                    return drop("the journal's base record of the document cannot be read: \(error)")
+                }
+            }
             // An edit that gives the whole document supersedes every edit before it: the
             // edits are applied from the last such one on (the others are replayed by it,
             // as a rewritten log replays the writes it folds). Should it be refused, they
@@ -348,6 +363,14 @@ extension DocumentStore {
                         {
                             // A package saved in place, cut between removing a member and writing the
                             // rest: the member is gone already, as the edit wants.
+                        } catch let error as DocumentContentError
+                            where error.kind == .invalid && entry.isPackage && Self.putMemberPath(edit) != nil
+                        {
+                            // A package saved in place past this edit (a later save, or one cut
+                            // before its record): the members in its way are those of later edits,
+                            // replayed after it. (Refused edits are never journalled.)
+                            try Self.removeClashes(with: Self.putMemberPath(edit)!, from: &entry)
+                            try entry.document.apply(edit, existingFile: entry.existingFile)
                         }
                     } catch {
                         if position == first, first > 0 {
@@ -374,6 +397,7 @@ extension DocumentStore {
                 if let command = chains.records[edits[position]].command { editCounts.count(command) }
             }
             adopt(&entry, owner: owner, log: journalLog, path: path)
+            rebaseIfShort(&entry, chain: chain, of: chains, path: path)
             let opened = current == nil
             insert(entry, at: path)
             if opened { emit(.opened(document: path)) }
@@ -426,6 +450,7 @@ extension DocumentStore {
         // rebuild, should this one's save not be made, takes them too.
         entry.changeCount = max(rebuilt.token, entry.changeCount + 1)
         adopt(&entry, owner: owner, log: journalLog, path: path)
+        rebaseIfShort(&entry, chain: chain, of: chains, path: path)
         entries[path] = entry
         summary.edits += rebuilt.edits
         summary.documents += 1
@@ -437,6 +462,25 @@ extension DocumentStore {
     private static func removesMember(_ edit: DocumentEdit) -> Bool {
         if case .removeMember = edit { return true }
         return false
+    }
+
+    private static func putMemberPath(_ edit: DocumentEdit) -> String? {
+        if case .putMember(let path, _) = edit { return path }
+        return nil
+    }
+
+    /// Removes the members of a replayed package in the way of a member `path`: those it
+    /// is a directory of, or that are directories of it.
+    private static func removeClashes(with path: String, from entry: inout Entry) throws {
+        guard case .members(let members) = try entry.document.read(.members, existingFile: entry.existingFile) else {
+            return
+        }
+        for member in members
+        where PathName.starts(member, with: path + "/") || PathName.starts(path, with: member + "/")
+            || member.hasPrefix(path + "/") || path.hasPrefix(member + "/")
+        {
+            try entry.document.apply(.removeMember(member), existingFile: entry.existingFile)
+        }
     }
 
     /// The document the journalled records of `chain` describe, from the last record that
@@ -517,6 +561,33 @@ extension DocumentStore {
         entry.journalLog = log
         entry.lastJournalLSN = log.last.rawValue
         journalOwners[owner] = path
+    }
+
+    /// After a replay that stopped short of the chain's last edit (a gap, a refused edit):
+    /// the document's change count moves past every record of the chain, and a base with
+    /// its bytes is journalled at that count. Its next edits then follow this version, not
+    /// the records left unapplied, which a later replay (a crash before the replayed
+    /// document's save is done) would otherwise take for the edits before them.
+    private func rebaseIfShort(_ entry: inout Entry, chain: Chain, of chains: borrowing Chains, path: String) {
+        guard let journal, !entry.isPackage else { return }
+        var highest: UInt64 = 0
+        for index in chain.members where chains.records[index].isEdit {
+            highest = max(highest, chains.records[index].token)
+        }
+        guard highest > entry.changeCount else { return }
+        entry.changeCount = highest
+        guard
+            let wrapper = try? entry.document.fileWrapper(
+                configuration: .init(contentType: entry.contentType, existingFile: nil)),
+            let data = wrapper.regularFileContents
+        else {
+            entry.journalBroken = true
+            return
+        }
+        JournalEntry.base(
+            path: path, file: entry.fingerprint.flatMap(FileIdentity.init), token: entry.changeCount, contents: data
+        ).encode(into: &journalBuffer)
+        _ = append(journal, &entry)
     }
 
     /// A replayed document is saved at once: the journal is a bridge to the save, not a home.
@@ -605,13 +676,17 @@ extension DocumentStore {
     /// version: only when that edit does not give the whole document (otherwise the edit
     /// itself rebuilds it), and only for a small regular file.
     func journalBaseContents(_ entry: Entry, for edit: DocumentEdit) -> Data? {
+        // With no file to name (another program removed it, and the document is to be
+        // written again), the base's bytes are the only record of the version the edits
+        // apply to: kept whatever their size.
+        let limit = entry.fingerprint == nil ? Int.max : JournalEntry.baseContentsLimit
         guard journal != nil, !entry.journalHasBase, !entry.journalBroken, !entry.isPackage,
-            !edit.replacesWholeDocument, (entry.fingerprint?.size ?? 0) <= JournalEntry.baseContentsLimit
+            !edit.replacesWholeDocument, (entry.fingerprint?.size ?? 0) <= limit
         else { return nil }
         guard
             let wrapper = try? entry.document.fileWrapper(
                 configuration: .init(contentType: entry.contentType, existingFile: nil)),
-            let data = wrapper.regularFileContents, data.count <= JournalEntry.baseContentsLimit
+            let data = wrapper.regularFileContents, data.count <= limit
         else { return nil }
         return data
     }

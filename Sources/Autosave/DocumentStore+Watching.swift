@@ -643,6 +643,9 @@ extension DocumentStore {
         let full = root + "/" + document
         let copy = conflictCopyName(document)
         let keep = configuration.conflictKeep
+        // With Keep=memory, a package's next save lays the edits over their version in place:
+        // read before anything is written, so that the conflict is resolved only with it.
+        var inPlace: FileWrapper?
         do {
             let theirs = try FileWrapper(url: URL(fileURLWithPath: full), options: .immediate, beneath: root)
             switch keep {
@@ -651,6 +654,7 @@ extension DocumentStore {
                     configuration: .init(contentType: entry.contentType, existingFile: entry.isPackage ? theirs : nil))
                 try writer.write(mine, to: root + "/" + copy)
             case .memory:
+                if entry.isPackage { inPlace = try FileWrapper(url: URL(fileURLWithPath: full), beneath: root) }
                 try writer.write(theirs, to: root + "/" + copy)
             }
         } catch {
@@ -673,8 +677,7 @@ extension DocumentStore {
                 "\(document) was changed by another program while it had unsaved edits: their version was copied to \(copy), the edits are saved under \(document)",
                 ["document": document, "conflict_copy": copy, "message_id": MessageID.conflict])
             // The next save lays the edits over the file as it is now (members in place for a package).
-            entries[document]!.existingFile =
-                entry.isPackage ? try? FileWrapper(url: URL(fileURLWithPath: full), beneath: root) : nil
+            entries[document]!.existingFile = inPlace
             if let status = try? FileDescriptor.currentWorkingDirectory.status(of: full) {
                 let bytes = entry.isPackage ? nil : FileContents.read(full)
                 entries[document]!.fingerprint = Fingerprint(status, contents: bytes)

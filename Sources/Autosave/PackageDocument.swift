@@ -93,9 +93,19 @@ public struct PackageDocument: AutosaveDocument {
         switch edit {
         case .putMember(let path, let data):
             _ = try Self.validate(path)
-            // Compared by bytes, as the kernel compares names (see validate(_:)).
+            // A name another member has in another Unicode normalization: the kernel sees two
+            // files, the package's dictionaries (and the file wrapper's) one name.
+            if let index = members.index(forKey: path), !members.keys[index].utf8.elementsEqual(path.utf8) {
+                throw DocumentContentError(
+                    .invalid,
+                    "member '\(path)' is member '\(members.keys[index])' in another Unicode normalization: a package cannot hold both"
+                )
+            }
+            // Compared by bytes, as the kernel compares names (see validate(_:)), and as
+            // Swift compares strings, canonically, which the dictionaries do.
             if let clash = members.keys.first(where: {
                 PathName.starts($0, with: path + "/") || PathName.starts(path, with: $0 + "/")
+                    || $0.hasPrefix(path + "/") || path.hasPrefix($0 + "/")
             }) {
                 throw DocumentContentError(.invalid, "member '\(path)' clashes with member '\(clash)'")
             }
@@ -104,9 +114,10 @@ public struct PackageDocument: AutosaveDocument {
             touched[path] = generation
         case .removeMember(let path):
             _ = try Self.validate(path)
-            guard members.removeValue(forKey: path) != nil else {
+            guard let index = members.index(forKey: path), members.keys[index].utf8.elementsEqual(path.utf8) else {
                 throw DocumentContentError(.notFound, "the package has no member '\(path)'")
             }
+            members.remove(at: index)
             generation += 1
             touched[path] = generation
         default:
@@ -120,9 +131,10 @@ public struct PackageDocument: AutosaveDocument {
             return .members(memberPaths)
         case .member(let path):
             let components = try Self.validate(path)
-            guard let member = members[path] else {
+            guard let index = members.index(forKey: path), members.keys[index].utf8.elementsEqual(path.utf8) else {
                 throw DocumentContentError(.notFound, "the package has no member '\(path)'")
             }
+            let member = members.values[index]
             if let data = member.data { return .data(data) }
             var node = existingFile
             for name in components { node = node?.fileWrappers?[name] }

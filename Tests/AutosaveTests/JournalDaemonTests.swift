@@ -339,6 +339,90 @@ struct JournalDaemonTests {
         #expect(try Disk.bytes(file) == Data("base\nbefore the first kill\nafter the first start\n".utf8))
     }
 
+    @Test(
+        "A package saved in place past some of its journalled edits (a member of a later edit on disk, the save's record lost): replay takes every edit, the clash with the later member is no reason to stop"
+    )
+    func packageSavedPastItsEdits() async throws {
+        let rig = try JournalRig()
+        try await rig.start()
+        let client = try rig.client()
+        try rig.ok(["cmd": "create", "doc": "p.package"], on: client)
+        try rig.ok(["cmd": "put-member", "doc": "p.package", "member": "keep.txt", "text": "kept\n"], on: client)
+        try rig.ok(["cmd": "save", "doc": "p.package", "wait": true], on: client)
+        try rig.ok(["cmd": "put-member", "doc": "p.package", "member": "a", "text": "a file\n"], on: client)
+        try rig.ok(["cmd": "remove-member", "doc": "p.package", "member": "a"], on: client)
+        try rig.ok(["cmd": "put-member", "doc": "p.package", "member": "a/b", "text": "inside\n"], on: client)
+        try rig.ok(["cmd": "put-member", "doc": "p.package", "member": "z", "text": "last\n"], on: client)
+        rig.kill()
+        // What a save that wrote a/b and was cut before z (or before its record) leaves.
+        try FileManager.default.createDirectory(atPath: rig.root + "/p.package/a", withIntermediateDirectories: false)
+        try Disk.write("inside\n", to: rig.root + "/p.package/a/b")
+        try await rig.start()
+        #expect(try rig.members("p.package") == ["keep.txt": "kept\n", "a/b": "inside\n", "z": "last\n"])
+        let unapplied = try rig.status()["journal"]?["last_replay"]?["unapplied"]?.arrayValue ?? []
+        #expect(unapplied.isEmpty, "\(unapplied)")
+        #expect(rig.stop() == 0)
+        #expect(try Disk.bytes(rig.root + "/p.package/z") == Data("last\n".utf8))
+    }
+
+    @Test(
+        "WhenRemoved=recreate: a document whose file another program removed, edited, killed before it is written again: the next start has its text and the edit",
+        .enabled(if: Machine.isRoot, "chattr +i needs root"))
+    func recreatedThenEdited() async throws {
+        let rig = try JournalRig("[Conflicts]\nWhenRemoved=recreate\n")
+        try await rig.start()
+        try rig.ok(["cmd": "set", "doc": "a.txt", "text": "hello\n"])
+        try rig.ok(["cmd": "save", "doc": "a.txt", "wait": true])
+        // Removed while the daemon is stopped, and the root made immutable before it goes on:
+        // the save that writes the document again fails (EPERM) and is retried.
+        let daemon = try #require(rig.daemon)
+        daemon.signal(SIGSTOP)
+        #expect(unlink(rig.root + "/a.txt") == 0)
+        #expect(try Machine.run("chattr", ["+i", rig.root]).status == 0)
+        defer { _ = try? Machine.run("chattr", ["-i", rig.root]) }
+        daemon.signal(SIGCONT)
+        // The removal seen: the document is to be written again.
+        try rig.ok(["cmd": "sync"])
+        try rig.ok(["cmd": "append", "doc": "a.txt", "text": "x\n"])
+        #expect(try rig.status()["saves"] == 1, "the document is not written again yet")
+        rig.kill()
+        #expect(try Machine.run("chattr", ["-i", rig.root]).status == 0)
+        try await rig.start()
+        #expect(try rig.text("a.txt") == "hello\nx\n")
+        #expect(rig.stop() == 0)
+        #expect(try Disk.bytes(rig.root + "/a.txt") == Data("hello\nx\n".utf8))
+    }
+
+    @Test(
+        "A replay cut short by a missing segment, the replayed document's save failing, an edit, a second crash: the second start has the replayed text and the edit",
+        .enabled(if: Machine.isRoot, "chattr +i needs root"))
+    func shortReplayThenEdited() async throws {
+        let rig = try JournalRig("[Journal]\nMaxSize=1M\n")
+        try await rig.start()
+        let client = try rig.client()
+        let chunk = String(repeating: "a", count: 4095) + "\n"
+        try rig.ok(["cmd": "set", "doc": "a.txt", "text": ""], on: client)
+        for _ in 0..<150 { try rig.ok(["cmd": "append", "doc": "a.txt", "text": .string(chunk)], on: client) }
+        rig.kill()
+        let segments = rig.segments
+        #expect(segments.count == 3, "\(segments)")
+        try FileManager.default.removeItem(atPath: rig.journal + "/" + segments[1])
+        // The root immutable: the replayed document's save fails (EPERM) and waits for its retry.
+        try FileManager.default.createDirectory(atPath: rig.root, withIntermediateDirectories: true)
+        #expect(try Machine.run("chattr", ["+i", rig.root]).status == 0)
+        defer { _ = try? Machine.run("chattr", ["-i", rig.root]) }
+        try await rig.start()
+        let replayed = try rig.text("a.txt") ?? ""
+        let chunks = replayed.utf8.count / chunk.utf8.count
+        #expect(replayed == String(repeating: chunk, count: chunks) && chunks > 0 && chunks < 100, "\(chunks) chunks")
+        try rig.ok(["cmd": "append", "doc": "a.txt", "text": "after the first start\n"])
+        rig.kill()
+        #expect(try Machine.run("chattr", ["-i", rig.root]).status == 0)
+        try await rig.start()
+        #expect(try rig.text("a.txt") == replayed + "after the first start\n")
+        #expect(rig.stop() == 0)
+    }
+
     @Test("A save that fails at shutdown leaves its edits in the journal; the next start replays and saves them")
     func failedShutdownSave() async throws {
         let rig = try JournalRig()

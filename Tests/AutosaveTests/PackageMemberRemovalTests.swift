@@ -1,3 +1,4 @@
+import Autosave
 import Control
 import Foundation
 import TestSupport
@@ -62,5 +63,38 @@ struct PackageMemberRemovalTests {
             #expect(try daemon.ctl("get", "book.package", "--member", "x/y").stdout == "inner\n")
         }
         #expect(await daemon.stop() == 0)
+    }
+}
+
+@Suite("Package member names in two Unicode normalizations", .serialized)
+struct PackageNormalizationTests {
+    static let composed = "\u{E9}"
+    static let decomposed = "e\u{301}"
+
+    @Test(
+        "A member named as another member, or as its directory, in another Unicode normalization is refused; the other member is kept, in memory and on disk",
+        arguments: [
+            (composed + "/a", decomposed), (decomposed, composed + "/a"), (composed, decomposed),
+        ])
+    func twoNormalizations(first: String, second: String) async throws {
+        let harness = await StoreHarness(quiet: .seconds(3600), maxDelay: .seconds(3600))
+        try FileManager.default.createDirectory(atPath: harness.file("p.package"), withIntermediateDirectories: true)
+        try await harness.store.open("p.package")
+        try await harness.store.apply(.putMember(first, Data("first\n".utf8)), to: "p.package")
+        do {
+            try await harness.store.apply(.putMember(second, Data("second\n".utf8)), to: "p.package")
+            Issue.record("\(Array(second.unicodeScalars)) was taken beside \(Array(first.unicodeScalars))")
+        } catch {
+            #expect(error.code == "bad-request", "\(error)")
+        }
+        if !second.contains("/") {
+            await #expect(throws: StoreError.self, "a removal names the member by its bytes") {
+                try await harness.store.apply(.removeMember(second), to: "p.package")
+            }
+        }
+        try await harness.store.save("p.package", wait: true)
+        #expect(try await harness.store.read("p.package", .member(first)) == .data(Data("first\n".utf8)))
+        #expect(try Disk.bytes(harness.file("p.package/" + first)) == Data("first\n".utf8))
+        #expect(try await harness.store.read("p.package", .members) == .members([first]))
     }
 }
