@@ -107,7 +107,10 @@ extension ControlSession {
         try Task.checkCancellation()
         var urls: [URL] = []
         for (index, export) in prepared.enumerated() {
-            do { try export.commit() } catch {
+            // Nothing at the destination is replaced: not a file there already, not a
+            // document of the store, not an earlier document of this export whose name
+            // came out the same once its type's extension was added.
+            do { try export.commitWithoutReplacing() } catch {
                 throw RequestError(.ioError, "putting \(paths[index]) in place failed: \(error)")
             }
             urls += export.urls

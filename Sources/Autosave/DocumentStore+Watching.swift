@@ -618,7 +618,8 @@ extension DocumentStore {
         return node
     }
 
-    private func reloadFromDisk(_ document: String, reason: @autoclosure () -> String) {
+    @discardableResult
+    private func reloadFromDisk(_ document: String, reason: @autoclosure () -> String) -> Bool {
         do {
             try reread(document, reason: reason())
             externalReloads += 1
@@ -626,9 +627,11 @@ extension DocumentStore {
                 "\(document) was changed by another program; read again",
                 ["document": document, "message_id": MessageID.externalChange])
             emit(.changedOnDisk(document: document))
+            return true
         } catch {
             log.warning(
                 "\(document) was changed by another program but cannot be read: \(error)", ["document": document])
+            return false
         }
     }
 
@@ -669,9 +672,28 @@ extension DocumentStore {
             log.warning(
                 "\(document) was changed by another program while it had unsaved edits: the file keeps their version, the edits were saved as \(copy)",
                 ["document": document, "conflict_copy": copy, "message_id": MessageID.conflict])
-            reloadFromDisk(
+            let reloaded = reloadFromDisk(
                 document,
                 reason: "another program changed the file; the edits were saved as \(copy), the file keeps its version")
+            if !reloaded, let left = entries[document] {
+                // Their version is no document this store can read (say, JSON cut short): the
+                // edits are in the copy, and the document is closed rather than left dirty,
+                // whose every save would find the file changed again and write another copy.
+                remove(document)
+                failWaiters(
+                    left,
+                    .superseded(
+                        document,
+                        message:
+                            "another program changed the file to something that cannot be read; the edits were saved as \(copy), and the document was closed"
+                    ))
+                log.warning(
+                    "\(document) cannot be read as the other program left it; the edits are in \(copy), and the document was closed",
+                    ["document": document, "conflict_copy": copy, "message_id": MessageID.conflict])
+                emit(.conflict(document: document, copy: copy, copyHolds: .memory))
+                emit(.closed(document: document))
+                return
+            }
         case .memory:
             log.warning(
                 "\(document) was changed by another program while it had unsaved edits: their version was copied to \(copy), the edits are saved under \(document)",

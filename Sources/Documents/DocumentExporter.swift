@@ -218,6 +218,23 @@ public final class PreparedExport {
         progress?(.init(phase: .finished, completed: urls.count, total: urls.count, url: nil))
     }
 
+    /// Renames every document into place, in order, replacing nothing: a name something
+    /// is at already (another file, or an earlier document of the export given the same
+    /// name) gets " 2", " 3", … before its extension. ``urls`` says where each went.
+    @MainActor
+    public func commitWithoutReplacing(progress: (@MainActor (DocumentExporter.Progress) -> Void)? = nil) throws {
+        for (index, write) in writes.enumerated() {
+            let (base, ext) = PathName.splitExtension(urls[index].lastPathComponent)
+            let path = try write.commitWithoutReplacing { counter in
+                ext.isEmpty ? "\(base) \(counter)" : "\(base) \(counter).\(ext)"
+            }
+            urls[index] = URL(fileURLWithPath: path)
+            progress?(.init(phase: .committing, completed: index + 1, total: writes.count, url: urls[index]))
+        }
+        writes = []
+        progress?(.init(phase: .finished, completed: urls.count, total: urls.count, url: nil))
+    }
+
     /// Removes every temporary document; no destination is touched.
     public func discard() {
         for write in writes { write.discard() }

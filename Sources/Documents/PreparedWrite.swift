@@ -41,6 +41,36 @@ public final class PreparedWrite {
         return session.report
     }
 
+    /// Puts the prepared node in place without replacing anything: under its destination's
+    /// name if nothing is there, else under the first of `alternative(2)`, `alternative(3)`,
+    /// … that is free (`renameat2` with `RENAME_NOREPLACE`, or its substitutes where the
+    /// file system refuses the flag), and syncs the directory. Returns the path used.
+    public func commitWithoutReplacing(alternative: (Int) -> String) throws -> String {
+        guard var staged else { return session.report.path }
+        var attempt = 1
+        while true {
+            let name = attempt == 1 ? staged.location.name : alternative(attempt)
+            do throws(Errno) {
+                try Renaming.renameWithoutReplacing(staged.temporary, to: name, in: staged.location.directory)
+                staged.location.name = name
+                break
+            } catch .fileExists where attempt < 10_000 {
+                attempt += 1
+            } catch {
+                discard()
+                throw DocumentError(
+                    operation: .rename, path: join(staged.location.directoryPath, name), errno: error)
+            }
+        }
+        try? staged.file?.close()
+        staged.file = nil
+        self.staged = nil
+        try session.sync(staged.location.directory, path: staged.location.directoryPath)
+        session.report.path = staged.location.path
+        session.closeAll()
+        return staged.location.path
+    }
+
     /// Removes the temporary node; the destination is untouched.
     public func discard() {
         if let staged { session.discard(staged) }

@@ -1019,6 +1019,37 @@ struct ControlSocketTests {
     }
 
     @Test(
+        "An export replaces nothing: not a file at the destination, not a document of the store, not an earlier document of the export whose name came out the same"
+    )
+    func exportReplacesNothing() async throws {
+        let daemon = try await RunningDaemon(quiet: "1h")
+        let client = try daemon.client()
+        for (doc, text) in [
+            ("a/r.md", "first"), ("b/r.md.txt", "second"), ("x/notes.txt", "mine"), ("y/keep.txt", "new"),
+        ] {
+            #expect(try client.call(["cmd": "set", "doc": .string(doc), "text": .string(text)])["ok"] == true)
+        }
+        // At the destination: another program's file, and a document of the store, saved.
+        try FileManager.default.createDirectory(atPath: daemon.root + "/out", withIntermediateDirectories: true)
+        try Disk.write("theirs", to: daemon.root + "/out/notes.txt")
+        #expect(try client.call(["cmd": "set", "doc": "out/keep.txt", "text": "kept"])["ok"] == true)
+        #expect(try client.call(["cmd": "save", "doc": "out/keep.txt", "wait": true])["ok"] == true)
+
+        let reply = try client.call([
+            "cmd": "export", "docs": ["a/r.md", "b/r.md.txt", "x/notes.txt", "y/keep.txt"], "to": "out",
+        ])
+        #expect(reply["ok"] == true, "\(reply)")
+        let paths = reply["paths"]?.arrayValue?.compactMap(\.stringValue) ?? []
+        #expect(paths.count == 4 && Set(paths).count == 4, "\(paths)")
+        let written = try paths.map { String(decoding: try Disk.bytes($0), as: UTF8.self) }
+        #expect(written == ["first", "second", "mine", "new"], "\(paths)")
+        #expect(try Disk.bytes(daemon.root + "/out/notes.txt") == Data("theirs".utf8))
+        #expect(try Disk.bytes(daemon.root + "/out/keep.txt") == Data("kept".utf8))
+        #expect(try client.call(["cmd": "get", "doc": "out/keep.txt"])["text"] == "kept")
+        #expect(await daemon.stop() == 0)
+    }
+
+    @Test(
         "Two exports under one id: the one that ends first leaves the other reachable, and a cancel of the id cancels it"
     )
     func exportsSharingAnID() async throws {

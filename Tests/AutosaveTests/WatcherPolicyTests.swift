@@ -1,3 +1,4 @@
+import Control
 import Foundation
 import Posix
 import TestSupport
@@ -172,6 +173,59 @@ struct WatcherPolicyTests {
         #expect(try await store.read("book.package", .member("1.txt")) == .data(Data("theirs\n".utf8)))
         #expect(try await store.info("book.package").state == .clean)
         #expect(try harness.text(onDisk: "book.package/1.txt") == "theirs\n")
+    }
+
+    @Test(
+        "Keep=disk, and another program leaves a JSON document unreadable while it has unsaved edits: one conflict copy holds the edits, the document is closed, and saves make no more copies"
+    )
+    func conflictWithAnUnreadableFile() async throws {
+        let harness = try await base.harness()
+        let store = harness.store
+        try Disk.write("{\"v\": 0}\n", to: harness.file("a.json"))
+        await store.sync()
+        try await store.open("a.json")
+        try await store.apply(.setJSON("{\"v\": 1}"), to: "a.json")
+        try Disk.write("{\"v\": ", to: harness.file("a.json"))
+        await store.sync()
+        for _ in 0..<3 { _ = try? await store.save("a.json", wait: true) }
+        await store.sync()
+        let copies = try Disk.names(in: harness.root).filter { $0.hasPrefix("a (conflict ") }
+        #expect(copies.count == 1, "\(copies)")
+        if let copy = copies.first {
+            #expect(try JSONValue(parsing: Array(try Disk.bytes(harness.file(copy)))) == ["v": 1])
+        }
+        #expect(try harness.text(onDisk: "a.json") == "{\"v\": ", "their version stays")
+        await #expect(throws: StoreError.self, "closed") { try await store.info("a.json") }
+    }
+
+    @Test(
+        "WhenRemoved=close: a document closed while its save runs and another made at its path meanwhile: the old save's end does not count the new document's edits as saved"
+    )
+    func saveEndingForAClosedDocument() async throws {
+        let harness = try await base.harness { $0.whenRemoved = .close }
+        let store = harness.store
+        try await store.apply(.setText("old\n"), to: "a.txt", create: true)
+        let file = harness.file("a.txt")
+        // Right after the save's rename: another program removes the file (the document is
+        // closed), and a client makes a new document at the path.
+        await store.setAfterRename { path in
+            guard path == file else { return }
+            #expect(unlink(file) == 0)
+            let done = DispatchSemaphore(value: 0)
+            Task {
+                await store.cookieBarrier()
+                _ = try? await store.apply(.setText("new\n"), to: "a.txt", create: true)
+                done.signal()
+            }
+            done.wait()
+        }
+        await #expect(throws: StoreError.self, "the document saved is closed") {
+            try await store.save("a.txt", wait: true)
+        }
+        await store.setAfterRename(nil)
+        #expect(try await store.info("a.txt").state != .clean, "the new document's edit is not saved yet")
+        try await store.save("a.txt", wait: true)
+        #expect(try harness.text(onDisk: "a.txt") == "new\n")
     }
 
     @Test(
