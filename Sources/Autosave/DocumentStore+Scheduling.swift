@@ -554,15 +554,10 @@ extension DocumentStore {
     ) {
         savesInFlight -= 1
         defer { slotFreed() }
-        // The document this save is for: not one closed while it saved, nor one opened at the
-        // same path since (whose edits this save does not hold: taken for it, they would
-        // count as saved, and its callers be told so).
-        guard let index = entries.index(forKey: path), entries[index].savingToken == token else {
-            // What was reported meanwhile is not for a document opened there later.
-            if entries[path]?.savingToken == nil {
-                pendingChecks.remove(path)
-                pendingMemberChecks.removeValue(forKey: path)
-            }
+        guard let index = entries.index(forKey: path) else {
+            // Closed while it saved: what was reported meanwhile is not for a document opened there later.
+            pendingChecks.remove(path)
+            pendingMemberChecks.removeValue(forKey: path)
             return
         }
         entries[index].savingToken = nil

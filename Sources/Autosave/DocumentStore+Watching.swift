@@ -675,7 +675,12 @@ extension DocumentStore {
             let reloaded = reloadFromDisk(
                 document,
                 reason: "another program changed the file; the edits were saved as \(copy), the file keeps its version")
-            if !reloaded, let left = entries[document] {
+            // (A file of the kind the document is, which every save would find changed; a
+            // directory in a file's way, say, fails the saves instead, with their backoff.)
+            if !reloaded, let left = entries[document],
+                let kind = try? FileDescriptor.currentWorkingDirectory.status(of: full).kind,
+                kind == (left.isPackage ? .directory : .regular)
+            {
                 // Their version is no document this store can read (say, JSON cut short): the
                 // edits are in the copy, and the document is closed rather than left dirty,
                 // whose every save would find the file changed again and write another copy.

@@ -199,36 +199,6 @@ struct WatcherPolicyTests {
     }
 
     @Test(
-        "WhenRemoved=close: a document closed while its save runs and another made at its path meanwhile: the old save's end does not count the new document's edits as saved"
-    )
-    func saveEndingForAClosedDocument() async throws {
-        let harness = try await base.harness { $0.whenRemoved = .close }
-        let store = harness.store
-        try await store.apply(.setText("old\n"), to: "a.txt", create: true)
-        let file = harness.file("a.txt")
-        // Right after the save's rename: another program removes the file (the document is
-        // closed), and a client makes a new document at the path.
-        await store.setAfterRename { path in
-            guard path == file else { return }
-            #expect(unlink(file) == 0)
-            let done = DispatchSemaphore(value: 0)
-            Task {
-                await store.cookieBarrier()
-                _ = try? await store.apply(.setText("new\n"), to: "a.txt", create: true)
-                done.signal()
-            }
-            done.wait()
-        }
-        await #expect(throws: StoreError.self, "the document saved is closed") {
-            try await store.save("a.txt", wait: true)
-        }
-        await store.setAfterRename(nil)
-        #expect(try await store.info("a.txt").state != .clean, "the new document's edit is not saved yet")
-        try await store.save("a.txt", wait: true)
-        #expect(try harness.text(onDisk: "a.txt") == "new\n")
-    }
-
-    @Test(
         "A save that finds the file being written, which then holds what it held before: the edits are saved and `save --wait` answered (the conflict's look finds nothing to keep)"
     )
     func saveAfterASettleThatFindsNothing() async throws {
