@@ -441,16 +441,24 @@ struct JournalDaemonTests {
         #expect(try Disk.bytes(rig.root + "/sub/a.txt") == Data("kept through a failed shutdown\n".utf8))
     }
 
+    /// A rig whose root and journal are on a tmpfs of 1 MiB (mounted while `held` lives).
+    static func rigOnASmallDisk(_ name: String) throws -> (
+        small: String, rig: JournalRig, held: (Mount, TemporaryDirectory)
+    ) {
+        let scratch = TemporaryDirectory(name)
+        let small = scratch.sub("small")
+        try FileManager.default.createDirectory(atPath: small, withIntermediateDirectories: false)
+        let tmpfs = try Mount(tmpfsOfSize: "1m", at: small)
+        let rig = try JournalRig(root: small + "/root", journal: small + "/journal")
+        return (small, rig, (tmpfs, scratch))
+    }
+
     @Test(
         "The journal's disk full: the edit in flight is not acknowledged until its record is written, new edits are refused naming the journal, and all recovers without a restart",
         .enabled(if: Machine.isRoot, "mounting needs root"))
     func journalDiskFull() async throws {
-        let scratch = TemporaryDirectory("journal-full")
-        let small = scratch.sub("small")
-        try FileManager.default.createDirectory(atPath: small, withIntermediateDirectories: false)
-        let tmpfs = try Mount(tmpfsOfSize: "1m", at: small)
-        defer { withExtendedLifetime(tmpfs) {} }
-        let rig = try JournalRig(root: small + "/root", journal: small + "/journal")
+        let (small, rig, held) = try Self.rigOnASmallDisk("journal-full")
+        defer { withExtendedLifetime(held) {} }
         try await rig.start()
         let client = try rig.client()
         try rig.ok(["cmd": "set", "doc": "a.txt", "text": "before\n"], on: client)
@@ -481,12 +489,8 @@ struct JournalDaemonTests {
         "The journal's disk full: an edit's reply queued behind replies a client was not reading is not sent when it reads, until the edit's record is written",
         .enabled(if: Machine.isRoot, "mounting needs root"))
     func journalDiskFullWithAClientNotReading() async throws {
-        let scratch = TemporaryDirectory("journal-full-reader")
-        let small = scratch.sub("small")
-        try FileManager.default.createDirectory(atPath: small, withIntermediateDirectories: false)
-        let tmpfs = try Mount(tmpfsOfSize: "1m", at: small)
-        defer { withExtendedLifetime(tmpfs) {} }
-        let rig = try JournalRig(root: small + "/root", journal: small + "/journal")
+        let (small, rig, held) = try Self.rigOnASmallDisk("journal-full-reader")
+        defer { withExtendedLifetime(held) {} }
         try await rig.start()
         let other = try rig.client()
         let page = String(repeating: "g", count: 16 << 10)

@@ -107,6 +107,18 @@ struct PackageMemberChangeTests {
         directory.addRegularFile(withContents: Data(text.utf8), preferredFilename: key)
     }
 
+    /// Adds a member `name` whose bytes cannot be read (read lazily from a file removed
+    /// since): its write fails, after the members written before it.
+    func addUnreadable(_ name: String, to wrapper: FileWrapper) throws -> FileWrapper {
+        let gone = directory.sub("gone-" + name)
+        try Data("lazy".utf8).write(to: URL(fileURLWithPath: gone))
+        let unreadable = try FileWrapper(url: URL(fileURLWithPath: gone))
+        #expect(unlink(gone) == 0)
+        unreadable.preferredFilename = name
+        wrapper.addFileWrapper(unreadable)
+        return unreadable
+    }
+
     func writeInPlace(_ wrapper: FileWrapper, to path: String) throws {
         try DurableWriter(symlinkPolicy: .refuse).write(
             wrapper, to: path, expecting: ExpectedDestination(try Disk.status(path)))
@@ -196,12 +208,7 @@ struct PackageMemberChangeTests {
             replace(name, in: wrapper, with: "before")
             try writeInPlace(wrapper, to: path)
             replace(name, in: wrapper, with: "after")
-            let gone = directory.sub("gone-\(attempt)")
-            try Data("lazy".utf8).write(to: URL(fileURLWithPath: gone))
-            let unreadable = try FileWrapper(url: URL(fileURLWithPath: gone))
-            #expect(unlink(gone) == 0)
-            unreadable.preferredFilename = "u\(attempt)"
-            wrapper.addFileWrapper(unreadable)
+            let unreadable = try addUnreadable("u\(attempt)", to: wrapper)
             #expect(throws: (any Error).self) { try writeInPlace(wrapper, to: path) }
             wrapper.removeFileWrapper(unreadable)
             exercised = try Disk.bytes(path + "/" + name) == Data("after".utf8)
@@ -228,12 +235,7 @@ struct PackageMemberChangeTests {
     func directoryToFileFailing() throws {
         let (path, wrapper) = try package("dir-to-file")
         wrapper.removeFileWrapper(try #require(wrapper.fileWrappers?["sub"]))
-        let gone = directory.sub("gone-sub")
-        try Data("lazy".utf8).write(to: URL(fileURLWithPath: gone))
-        let unreadable = try FileWrapper(url: URL(fileURLWithPath: gone))
-        #expect(unlink(gone) == 0)
-        unreadable.preferredFilename = "sub"
-        wrapper.addFileWrapper(unreadable)
+        let unreadable = try addUnreadable("sub", to: wrapper)
         #expect(throws: (any Error).self) { try writeInPlace(wrapper, to: path) }
         #expect(!FileManager.default.fileExists(atPath: path + "/sub"), "the directory went before the write failed")
         wrapper.removeFileWrapper(unreadable)
