@@ -289,7 +289,7 @@ extension DocumentStore {
 
     /// Starts the saves that are due, as many as there are free slots. Due documents
     /// beyond the slots stay in the heap, in deadline order, until a save finishes
-    /// (``finishSave(_:token:snapshot:result:duration:since:)``): the loop's work is per
+    /// (``finishSave(_:serial:token:snapshot:result:duration:since:)``): the loop's work is per
     /// save started, not per document due — a burst of thousands due at once (the quiet
     /// period of a burst of new documents ending, a journal compaction) is not walked
     /// while the saves are busy.
@@ -347,11 +347,14 @@ extension DocumentStore {
 
     private func startSave(_ path: String, at index: EntryTable.Index) {
         // One access to the entry, in place: what the save needs is taken from it.
+        saveSerial += 1
+        let serial = saveSerial
         let (token, since, snapshot, existing, expected, type, journalSaving, onLoop) = modifyEntry(at: index) {
             entry in
             let token = entry.changeCount
             let since = entry.firstUnsavedEdit
             entry.savingToken = token
+            entry.savingSerial = serial
             entry.firstUnsavedEdit = nil
             entry.deadline = nil
             entry.savingLSN = entry.lastJournalLSN
@@ -433,7 +436,9 @@ extension DocumentStore {
         }
         let finish = {
             @Sendable (store: isolated DocumentStore, result: Result<SaveOutcome, any Error>, duration: Duration) in
-            store.finishSave(path, token: token, snapshot: snapshot, result: result, duration: duration, since: since)
+            store.finishSave(
+                path, serial: serial, token: token, snapshot: snapshot, result: result, duration: duration, since: since
+            )
         }
         let save = DeferredSave(work: work, finish: finish)
         if onLoop {
@@ -549,15 +554,23 @@ extension DocumentStore {
     }
 
     private func finishSave(
-        _ path: String, token: UInt64, snapshot: any AutosaveDocument,
+        _ path: String, serial: UInt64, token: UInt64, snapshot: any AutosaveDocument,
         result: Result<SaveOutcome, any Error>, duration: Duration, since: Moment?
     ) {
         savesInFlight -= 1
         defer { slotFreed() }
-        guard let index = entries.index(forKey: path) else {
-            // Closed while it saved: what was reported meanwhile is not for a document opened there later.
-            pendingChecks.remove(path)
-            pendingMemberChecks.removeValue(forKey: path)
+        // The document this save is for: not one closed while it saved, nor one opened at the
+        // same path since (whose edits this save does not hold: taken for it, they would
+        // count as saved, and its callers be told so).
+        guard let index = entries.index(forKey: path), entries[index].savingToken != nil,
+            entries[index].savingSerial == serial
+        else {
+            // What was reported meanwhile is not for a document opened there later (unless
+            // that one's own save is in flight: its end looks).
+            if entries[path]?.savingToken == nil {
+                pendingChecks.remove(path)
+                pendingMemberChecks.removeValue(forKey: path)
+            }
             return
         }
         entries[index].savingToken = nil

@@ -97,6 +97,9 @@ public actor DocumentStore {
         var waiters: [Waiter] = []
         /// The LSN of the latest record the save in flight covers.
         var savingLSN: UInt64 = 0
+        /// The store-wide number of the save in flight (see ``DocumentStore/saveSerial``):
+        /// its end applies to this document only if the number is still its own.
+        var savingSerial: UInt64 = 0
         private var rawLastSaveDuration: Int64 = -1
         private(set) var fingerprintBox: Boxed<Fingerprint>? = nil
 
@@ -189,6 +192,10 @@ public actor DocumentStore {
     var directoryLooks: [String: DirectoryLooks] = [:]
     var heap = DeadlineHeap()
     var savesInFlight = 0
+    /// Numbers every save started. A save's end finds its document by path; the number
+    /// tells it from another document opened at that path since (whose first save's change
+    /// token may well be the same).
+    var saveSerial: UInt64 = 0
     @exclusivity(unchecked) var accepting = true
     var sleeper: CheckedContinuation<Void, Never>?
     @exclusivity(unchecked) var sleepTarget: Moment?

@@ -1,6 +1,7 @@
 import Control
 import Foundation
 import Posix
+import Synchronization
 import TestSupport
 import Testing
 
@@ -173,6 +174,44 @@ struct WatcherPolicyTests {
         #expect(try await store.read("book.package", .member("1.txt")) == .data(Data("theirs\n".utf8)))
         #expect(try await store.info("book.package").state == .clean)
         #expect(try harness.text(onDisk: "book.package/1.txt") == "theirs\n")
+    }
+
+    @Test(
+        "WhenRemoved=close: a document closed while its save runs and another made at its path meanwhile: the old save's end does not count the new document's edits as saved"
+    )
+    func saveEndingForAClosedDocument() async throws {
+        // One save at a time: the new document's first save starts once the old one's end is handled.
+        let harness = try await base.harness {
+            $0.whenRemoved = .close
+            $0.maxConcurrentSaves = 1
+        }
+        let store = harness.store
+        try await store.apply(.setText("old\n"), to: "a.txt", create: true)
+        let file = harness.file("a.txt")
+        // Right after the first save's rename (once: the new document's own save may run
+        // before the hook is taken away): another program removes the file (the document
+        // is closed), and a client makes a new document at the path.
+        let first = Mutex(true)
+        await store.setAfterRename { path in
+            guard path == file, first.withLock({ was in defer { was = false }; return was }) else { return }
+            #expect(unlink(file) == 0)
+            let done = DispatchSemaphore(value: 0)
+            Task {
+                await store.cookieBarrier()
+                _ = try? await store.apply(.setText("new\n"), to: "a.txt", create: true)
+                done.signal()
+            }
+            done.wait()
+        }
+        await #expect(throws: StoreError.self, "the document saved is closed") {
+            try await store.save("a.txt", wait: true)
+        }
+        await store.setAfterRename(nil)
+        // Taken for the old save's, the new document's edit would count as saved: this
+        // save would write nothing, and no file would be there.
+        try await store.save("a.txt", wait: true)
+        #expect(try harness.text(onDisk: "a.txt") == "new\n")
+        #expect(try await store.info("a.txt").state == .clean)
     }
 
     @Test(
