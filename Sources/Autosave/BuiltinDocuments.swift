@@ -134,7 +134,7 @@ public struct JSONDocument: AutosaveDocument {
             return .text(text)
         case .jsonPointer(let pointer):
             do { return .json(try value.value(at: pointer)) } catch {
-                throw DocumentContentError(.notFound, "\(error)")
+                throw DocumentContentError(error.isMalformed ? .invalid : .notFound, "\(error)")
             }
         default:
             throw DocumentContentError(.unsupported, "JSON documents answer a get or a get by pointer")

@@ -213,12 +213,23 @@ extension Configuration {
         }
         errors += configuration.validate(file: files.last ?? path)
         if !errors.isEmpty { throw ConfigurationErrors(errors: errors) }
+        configuration.absoluteRoot()
         return configuration
+    }
+
+    /// Makes a relative `Root=` (the embedded default `./autosave-data`, say) absolute
+    /// against the working directory: every path the store reads is compared with the
+    /// root by bytes, and Foundation hands some of them back absolute. The journal's
+    /// default directory beside it follows.
+    public mutating func absoluteRoot() {
+        root = PathName.absolute(root, cwd: FileManager.default.currentDirectoryPath)
     }
 
     private static func readText(_ path: String) throws -> String {
         let fd = try FileDescriptor.open(path)
-        let bytes = try fd.closeAfter { () throws(Errno) -> [UInt8] in try fd.readToEnd() }
+        var bytes = try fd.closeAfter { () throws(Errno) -> [UInt8] in try fd.readToEnd() }
+        // A byte-order mark some editors write is no part of the first line.
+        if bytes.starts(with: [0xEF, 0xBB, 0xBF]) { bytes.removeFirst(3) }
         guard let text = String(validating: bytes, as: UTF8.self) else {
             throw ConfigurationError(file: path, line: nil, message: "is not UTF-8 text")
         }
@@ -338,7 +349,10 @@ extension Configuration {
         case ("Autosave", "MaxDelay"):
             return parseSpan(value) { maxDelay = $0 }
         case ("Autosave", "RetryInterval"):
+            // Zero would retry a failing save at once, again and again.
             return parseSpan(value) { retryInterval = $0 }
+                ?? (retryInterval > .zero
+                    ? nil : "must be longer than 0 (a failed save waits this long before its retry)")
         case ("Autosave", "MaxRetryInterval"):
             return parseSpan(value) { maxRetryInterval = $0 }
         case ("Autosave", "MaxConcurrentSaves"):
@@ -401,8 +415,9 @@ extension Configuration {
             guard let n = Int(value), n >= 1, n <= 1_000_000 else { return "expected a whole number from 1 to 1000000" }
             maxConnections = n
         case ("Control", "MaxRequestSize"):
-            guard let n = Self.byteSize(value), n >= 1024 else {
-                return "expected a size such as 64K, 8M or 1G (at least 1K)"
+            // Below 4 GiB: a request's fields are kept with 32-bit lengths.
+            guard let n = Self.byteSize(value), n >= 1024, n < 1 << 32 else {
+                return "expected a size such as 64K, 8M or 1G (at least 1K, less than 4G)"
             }
             maxRequestSize = n
         case ("Control", "ExportDirectories"):

@@ -156,11 +156,13 @@ public final class ControlServer: Sendable {
         await withTaskCancellationHandler {
             await serveClients()
         } onCancel: {
-            // Shutting the sockets down ends every wait on them: the connections read
-            // end-of-file and finish, the accept loop wakes and sees the cancellation.
+            // Shutting the connections down ends every wait on them: they read end-of-file
+            // and finish. The listener is not shut down (one systemd passed is systemd's
+            // too): its wait is ended, and the accept loop sees the cancellation.
             live.withLock { live in
+                // (Not once the listener is closed: its number may belong to another descriptor.)
+                if !live.stopping { loop.end(FileDescriptor(rawValue: listener)) }
                 live.stopping = true
-                try? FileDescriptor(rawValue: listener).shutdown()
                 for raw in live.descriptors { try? FileDescriptor(rawValue: raw).shutdown() }
             }
         }
@@ -206,8 +208,12 @@ public final class ControlServer: Sendable {
             }
             group.cancelAll()
         }
-        loop.forget(listener)
-        try? listener.close()
+        // Stopping from here on: a cancellation that comes later leaves the closed number alone.
+        live.withLock { live in
+            live.stopping = true
+            loop.forget(listener)
+            try? listener.close()
+        }
         if let boundPath, let boundInode,
             (try? FileDescriptor.currentWorkingDirectory.status(of: boundPath))?.inode == boundInode
         {

@@ -65,17 +65,25 @@ extension ControlSession {
             return type
         }
 
+        // Names taken, and for each name taken twice the next number to try: a request
+        // naming one document thousands of times costs a look per name, not a walk of
+        // every name before it for every number.
         var names: [String] = []
+        var taken = Set<String>()
+        var nextNumber: [String: Int] = [:]
         for path in paths {
             var name = PathName.lastComponent(path)
-            if names.contains(name) {
+            if taken.contains(name) {
+                let first = name
                 let (base, ext) = PathName.splitExtension(name)
-                var counter = 2
+                var counter = nextNumber[first] ?? 2
                 repeat {
                     name = ext.isEmpty ? "\(base) \(counter)" : "\(base) \(counter).\(ext)"
                     counter += 1
-                } while names.contains(name)
+                } while taken.contains(name)
+                nextNumber[first] = counter
             }
+            taken.insert(name)
             names.append(name)
         }
 

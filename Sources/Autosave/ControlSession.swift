@@ -207,11 +207,13 @@ final class ControlSession: Sendable {
         return try store.apply(edit, named: path, create: create, unopened: server).outcome.info(path: path)
     }
 
-    /// Whether `path` ends in `.json`, in any case: `set` with `text` parses such a document's text as JSON.
+    /// Whether `path`'s extension is `json`, in any case: `set` with `text` parses such a
+    /// document's text as JSON. A name that is only `.json` has no extension (a raw-data
+    /// document, as ``PathName/pathExtension(_:)`` and the registry see it).
     static func isJSONPath(_ path: String) -> Bool {
         var path = path
         return path.withUTF8 { bytes in
-            guard bytes.count >= 5 else { return false }
+            guard bytes.count >= 6, bytes[bytes.count - 6] != UInt8(ascii: "/") else { return false }
             let suffix = UnsafeBufferPointer(rebasing: bytes[(bytes.count - 5)...])
             return suffix[0] == UInt8(ascii: ".") && suffix[1] | 0x20 == UInt8(ascii: "j")
                 && suffix[2] | 0x20 == UInt8(ascii: "s") && suffix[3] | 0x20 == UInt8(ascii: "o")
@@ -261,6 +263,10 @@ final class ControlSession: Sendable {
             return
         }
         guard let durable = durableFlag(request, store: store) else { return }
+        // The records written so far are synced before the reply, whenever it leaves: a
+        // save with `wait` sends its reply from inside the save's completion, before this
+        // returns. The request's own edit, if any, is required after it is made.
+        if durable { store.requireDurable(connection) }
         defer { if durable { store.requireDurable(connection) } }
         // Inline, not through a closure: a closure would run off the caller's (the store's) thread.
         do { try await run(request, store: store) } catch { sendFailure(id, error) }

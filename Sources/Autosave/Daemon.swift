@@ -80,7 +80,30 @@ public enum Daemon {
     /// allocates from one `malloc` arena (``Allocator/useOneArena(environment:)``; an
     /// operator's `MALLOC_ARENA_MAX` or `GLIBC_TUNABLES` arena limit is left as it is). The
     /// daemon's `main` calls it first; a program embedding the store makes its own choice.
-    public static func prepareProcess() { Allocator.useOneArena() }
+    /// `fsync` of every directory above `path` (absolute), from `/` down: the entries
+    /// of directories just made are durable.
+    static func syncParents(of path: String) throws {
+        var directory = PathName.parent(path)
+        var chain: [String] = []
+        while !directory.isEmpty {
+            chain.append(directory)
+            if directory == "/" { break }
+            directory = PathName.parent(directory)
+        }
+        for directory in chain.reversed() {
+            // One this process may pass through but not read (mode 0711) cannot be opened
+            // to be synced: left as it is (it existed before; only what was made matters).
+            guard let fd = try? FileDescriptor.open(directory, options: [.directory]) else { continue }
+            try fd.closeAfter { () throws(Errno) in try fd.sync() }
+        }
+    }
+
+    public static func prepareProcess() {
+        Allocator.useOneArena()
+        // A write to a pipe whose reader is gone (standard error piped to a program that
+        // exited) fails with EPIPE instead of killing the daemon, unsaved edits and all.
+        signal(SIGPIPE, SIG_IGN)
+    }
 
     /// Runs the daemon until SIGTERM or SIGINT and returns its exit code.
     ///
@@ -90,8 +113,7 @@ public enum Daemon {
         arguments: [String], environment: [String: String] = ProcessInfo.processInfo.environment,
         onReady: (@Sendable (DocumentStore) async -> Void)? = nil
     ) async -> Int32 {
-        let stderr = FileHandle.standardError
-        func fail(_ message: String) { stderr.write(Data("autosaved: \(message)\n".utf8)) }
+        func fail(_ message: String) { StderrLogHandler.writeToStandardError(Array("autosaved: \(message)\n".utf8)) }
 
         let options: Options
         do { options = try parse(arguments) } catch {
@@ -143,7 +165,11 @@ public enum Daemon {
         let signals = SignalStream([SIGTERM, SIGINT, SIGHUP])
 
         do {
+            let existed = FileManager.default.fileExists(atPath: configuration.root)
             try FileManager.default.createDirectory(atPath: configuration.root, withIntermediateDirectories: true)
+            // Made now: its entry (and those of any directory made with it) is durable
+            // before a save in it is acknowledged.
+            if !existed { try syncParents(of: configuration.root) }
         } catch {
             return fatal(
                 "cannot create the store root \(configuration.root): \(error.localizedDescription)", errno: EACCES,

@@ -249,7 +249,23 @@ extension DocumentStore {
                 journal?.release(owner: owner, through: chain.lastLSN, log: &chain.log)
                 continue
             }
+            // A document the ignore rules have come to match while the daemon was down (an
+            // ignore file written, `Ignore=` changed): its acknowledged edits are replayed all
+            // the same, and it is closed once they are saved.
+            replayOverridesIgnore = true
             replay(chain, of: chains, into: &summary)
+            replayOverridesIgnore = false
+            if let entry = entries[chain.path], ignore.ignoring(chain.path, isDirectory: entry.isPackage) != nil {
+                if entry.isDirty {
+                    log.notice(
+                        "\(chain.path) is ignored now; its journalled edits were replayed, and it is closed once they are saved",
+                        ["document": chain.path])
+                    Task { [weak self] in try? await self?.closeIgnored(chain.path) }
+                } else {
+                    remove(chain.path)
+                    emit(.closed(document: chain.path))
+                }
+            }
         }
         return summary
     }

@@ -373,6 +373,7 @@ extension DocumentStore {
         let root = root
         let writer = writer
         let clock = clock
+        let durableDirectories = durableDirectories
         // Serialising and writing block on memory copies and on the disk: they run on the
         // save threads, never on the store's thread that edits (and the socket) run on; the
         // result comes back to the loop with one wake-up. A small save somebody waits for
@@ -419,6 +420,17 @@ extension DocumentStore {
                     }
                 } catch let error as DocumentError where error.operation == .syncDirectory {
                     throw Self.replacedBeforeFailing(error, contentHash: hashing?.value)
+                }
+                // The directories above the document's own (which the writer synced) are
+                // durable before the save counts as done, once per directory.
+                if let directory = Self.directory(of: path), !durableDirectories.withLock({ $0.contains(directory) }) {
+                    do throws(DocumentError) {
+                        try Self.syncDirectories(above: directory, beneath: root, known: durableDirectories)
+                    } catch {
+                        var failed = error
+                        failed.placed = report.placed
+                        throw Self.replacedBeforeFailing(failed, contentHash: hashing?.value)
+                    }
                 }
                 // The file or the package's directory this save put in place, by its own
                 // descriptor: a status by path could be another program's that replaced it
@@ -499,6 +511,46 @@ extension DocumentStore {
         // After the save's answer (``finishSave``), not on its way.
         if case .success(let outcome) = result { outcome.leftOpen?.close() }
         return true
+    }
+
+    /// Makes the entries of `directory` (relative to the root) and of every directory
+    /// above it durable: an `fsync` of each directory from the root down to `directory`'s
+    /// parent, each opened relative to the one before without following a link. The
+    /// writer syncs a document's own directory after its rename; a directory made just
+    /// before — by another save of this store whose sync of its parent is still running,
+    /// or by another program that never syncs — could otherwise vanish with a power cut,
+    /// and the acknowledged file with it. Each directory is done once (`known`), until the
+    /// watcher reports a directory removed or renamed.
+    nonisolated static func syncDirectories(
+        above directory: String, beneath root: String, known: Lock<Set<String>>
+    ) throws(DocumentError) {
+        var done: [String] = []
+        // The directory being opened or synced, for the error to name.
+        var at = root
+        do throws(Errno) {
+            var current = try FileDescriptor.open(root, options: [.directory])
+            defer { try? current.close() }
+            var prefix = ""
+            for name in PathName.components(directory) {
+                try current.sync()
+                prefix = prefix.isEmpty ? name : prefix + "/" + name
+                done.append(prefix)
+                at = root + "/" + prefix
+                let next: FileDescriptor
+                do throws(Errno) {
+                    next = try FileDescriptor.open(name, relativeTo: current, options: [.directory, .noFollow])
+                } catch .noSuchFile, .notDirectory, .tooManySymbolicLinks {
+                    // Renamed or removed by another program since the file was put in it:
+                    // the watcher reports it, and the document follows (nothing more to sync here).
+                    return
+                }
+                try? current.close()
+                current = next
+            }
+        } catch {
+            throw DocumentError(operation: .syncDirectory, path: at, errno: error)
+        }
+        known.withLock { $0.formUnion(done) }
     }
 
     /// Whether a save's write failed at opening a directory on the way in a way
@@ -636,39 +688,31 @@ extension DocumentStore {
             log.info(
                 "the save of \(path) found the file changed by another program and replaced nothing: \(error)",
                 ["document": path, "message_id": MessageID.externalChange])
-            changeFoundBySave(path)
+            if !heldRenames.isEmpty, heldRenames[path] != nil {
+                // Renamed meanwhile (their rename came before the save's): looked at where it went.
+                pendingChecks.insert(path)
+            } else {
+                changeFoundBySave(path)
+            }
         case .failure(let thrown):
             let replaced = thrown as? FailedAfterReplacing
-            let error = replaced?.error ?? thrown
-            let (failure, failed, backoff, type) = modifyEntry(at: index) {
-                entry -> (SaveFailure, [Entry.Waiter], Duration, UTType) in
-                if let replaced {
-                    // The file in place is this save's: the retry replaces it, and the watcher
-                    // does not take it for another program's.
-                    entry.fingerprint = replaced.fingerprint
-                }
-                let attempts = (entry.failure?.attempts ?? 0) + 1
-                let wait = self.backoff(after: attempts)
-                let retryAt = Moment.now + wait
-                let failure = Self.describe(error, document: path, attempts: attempts, retryAt: date(of: retryAt))
-                entry.failure = failure
-                entry.retryAt = retryAt
-                if entry.firstUnsavedEdit == nil { entry.firstUnsavedEdit = .now }
-                let failed = entry.waiters.filter { $0.token <= token }
-                entry.waiters.removeAll { $0.token <= token }
-                if entry.waiters.isEmpty { entry.waiters = [] }
-                return (failure, failed, wait, entry.contentType)
+            recordSaveFailure(path, at: index, replaced?.error ?? thrown, through: token, placed: replaced?.fingerprint)
+        }
+        // Saves made for the journal's MaxSize=: another round once this one's are done,
+        // until it is under the limit.
+        let compacted = journalCompacting && journalCompactionDocuments.remove(path) != nil
+        defer {
+            if compacted, journalCompactionDocuments.isEmpty, let journal { compactIfNeeded(journal) }
+        }
+        // Another program renamed the file while the save was written: the document follows it now.
+        var path = path
+        if !heldRenames.isEmpty, let destination = heldRenames.removeValue(forKey: path) {
+            guard let followed = followHeldRename(path, to: destination) else {
+                pendingChecks.remove(path)
+                pendingMemberChecks.removeValue(forKey: path)
+                return
             }
-            lastFailure = failure
-            for waiter in failed { waiter.continuation.resume(throwing: StoreError.saveFailed(failure)) }
-            log.error(
-                "\(failure.description); retrying in \(TimeSpan.format(backoff))",
-                [
-                    "document": path, "operation": failure.operation, "path": failure.path,
-                    "errno": failure.errno.map { "\($0.rawValue)" } ?? "", "errno_name": failure.errno?.name ?? "",
-                    "content_type": type.identifier, "message_id": MessageID.saveFailed,
-                ])
-            emit(.saveFailed(failure))
+            path = followed
         }
         // A conflict waiting for the other program's write to settle is resolved by its
         // look; saving again meanwhile would only find the file changed again.
@@ -683,13 +727,46 @@ extension DocumentStore {
                 checkExternalChange(path, member: member)
             }
         }
-        // Saves made for the journal's MaxSize=: another round once this one's are done,
-        // until it is under the limit.
-        if journalCompacting, journalCompactionDocuments.remove(path) != nil, journalCompactionDocuments.isEmpty,
-            let journal
-        {
-            compactIfNeeded(journal)
+    }
+
+    /// A save of the document at `index` failed with `error` (or its conflict copy could
+    /// not be written): the failure is recorded, the next attempt waits for the backoff,
+    /// and callers waiting for edits through `token` are answered with `save-failed`.
+    /// `placed`: the file the failed save put in place all the same (see
+    /// ``replacedBeforeFailing(_:contentHash:)``).
+    func recordSaveFailure(
+        _ path: String, at index: EntryTable.Index, _ error: any Error, through token: UInt64,
+        placed: Fingerprint? = nil
+    ) {
+        let (failure, failed, backoff, type) = modifyEntry(at: index) {
+            entry -> (SaveFailure, [Entry.Waiter], Duration, UTType) in
+            if let placed {
+                // The file in place is this save's: the retry replaces it, and the watcher
+                // does not take it for another program's.
+                entry.fingerprint = placed
+            }
+            let attempts = (entry.failure?.attempts ?? 0) + 1
+            let wait = self.backoff(after: attempts)
+            let retryAt = Moment.now + wait
+            let failure = Self.describe(error, document: path, attempts: attempts, retryAt: date(of: retryAt))
+            entry.failure = failure
+            entry.retryAt = retryAt
+            if entry.firstUnsavedEdit == nil { entry.firstUnsavedEdit = .now }
+            let failed = entry.waiters.filter { $0.token <= token }
+            entry.waiters.removeAll { $0.token <= token }
+            if entry.waiters.isEmpty { entry.waiters = [] }
+            return (failure, failed, wait, entry.contentType)
         }
+        lastFailure = failure
+        for waiter in failed { waiter.continuation.resume(throwing: StoreError.saveFailed(failure)) }
+        log.error(
+            "\(failure.description); retrying in \(TimeSpan.format(backoff))",
+            [
+                "document": path, "operation": failure.operation, "path": failure.path,
+                "errno": failure.errno.map { "\($0.rawValue)" } ?? "", "errno_name": failure.errno?.name ?? "",
+                "content_type": type.identifier, "message_id": MessageID.saveFailed,
+            ])
+        emit(.saveFailed(failure))
     }
 
     /// A save whose directory's sync failed after the rename: its file is in place (the

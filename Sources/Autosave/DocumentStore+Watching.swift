@@ -178,6 +178,12 @@ extension DocumentStore {
                 }
                 let document = documentPath(for: path)
                 if entries[document] == nil {
+                    if !heldRenames.isEmpty, let source = heldRename(to: document) {
+                        // The file of a document being saved, renamed meanwhile: looked at once it follows.
+                        notePendingCheck(
+                            source, member: document == path ? nil : String(path.dropFirst(document.count + 1)))
+                        continue
+                    }
                     if !recentlyClosed.isEmpty, isClosedAsLeft(document, path: path) { continue }
                     openNew(document)
                 } else if entries[document]!.savingToken != nil {
@@ -191,6 +197,7 @@ extension DocumentStore {
                 }
             case .removed(let path):
                 if path.hasPrefix(Self.syncCookiePrefix) || isTemporary(path) { continue }
+                forgetDurableDirectories(atOrUnder: path)
                 if !knownDirectories.isEmpty, !isStoreOwn(path) { forgetKnownDirectories(atOrUnder: path) }
                 if ignore.current.isIgnoreFile(PathName.lastComponent(path)) {
                     ignoreFileChanged(in: PathName.parent(path))
@@ -205,6 +212,8 @@ extension DocumentStore {
                         pendingMemberChecks[document, default: []].insert(String(path.dropFirst(document.count + 1)))
                     } else if entries[document] != nil {
                         checkExternalChange(document, member: String(path.dropFirst(document.count + 1)))
+                    } else if !heldRenames.isEmpty, let source = heldRename(to: document) {
+                        notePendingCheck(source, member: String(path.dropFirst(document.count + 1)))
                     }
                 } else if entries[document] != nil {
                     removedExternally(document)
@@ -213,6 +222,7 @@ extension DocumentStore {
                     for inside in documents(under: path) { removedExternally(inside) }
                 }
             case .renamed(let from, let to, let isDirectory):
+                if isDirectory { forgetDurableDirectories(atOrUnder: from) }
                 // A save's temporary put in place is reported as a change of its destination.
                 if !knownDirectories.isEmpty, !isTemporary(from) {
                     forgetKnownDirectories(atOrUnder: from)
@@ -253,8 +263,19 @@ extension DocumentStore {
         }
     }
 
+    /// A directory was removed or renamed (or may have been): which directories' entries
+    /// are durable is found out again by the next save in each.
+    private func forgetDurableDirectories(atOrUnder path: String? = nil) {
+        durableDirectories.withLock { known in
+            guard !known.isEmpty else { return }
+            guard let path else { return known.removeAll() }
+            known = known.filter { !PathName.isWithin($0, path) }
+        }
+    }
+
     /// Compares every open document with the disk and opens what is new.
     func rescan() {
+        forgetDurableDirectories()
         for document in entries.keys {
             if (try? FileDescriptor.currentWorkingDirectory.status(of: root + "/" + document)) == nil {
                 removedExternally(document)
@@ -365,7 +386,7 @@ extension DocumentStore {
     }
 
     /// Saves and forgets a document that became ignored.
-    private func closeIgnored(_ path: String) async throws {
+    func closeIgnored(_ path: String) async throws {
         guard entries.index(forKey: path) != nil else { return }
         try await save(path, wait: true)
         if let entry = entries[path], !entry.isDirty, entry.savingToken == nil,
@@ -407,6 +428,10 @@ extension DocumentStore {
     /// document is written again from memory or closed.
     private func removedExternally(_ document: String) {
         guard let entry = entries[document] else { return }
+        // Renamed while its save runs (or onto the name of one that was): the file is
+        // elsewhere, and the document follows it then.
+        if !heldRenames.isEmpty, heldRenames[document] != nil { return }
+        if !movesOntoHeld.isEmpty, movesOntoHeld.values.contains(document) { return }
         if (try? FileDescriptor.currentWorkingDirectory.status(of: root + "/" + document)) != nil { return }
         let unsaved = entry.isDirty || entry.savingToken != nil
         let recreate: Bool =
@@ -474,6 +499,8 @@ extension DocumentStore {
             ignoredPaths.insert(to)
             return
         }
+        // The file of a document being saved, renamed again (or a directory holding it).
+        if !heldRenames.isEmpty, renameHeld(from: from, to: to) { return }
         let fromDocument = documentPath(for: from)
         let toDocument = documentPath(for: to)
         if fromDocument != from || toDocument != to {
@@ -491,7 +518,8 @@ extension DocumentStore {
                 for document in documents(under: from) {
                     let moved = to + document.dropFirst(from.count)
                     move(document, to: moved)
-                    checkExternalChange(moved)
+                    // (Not one held until its save is done: its follow looks.)
+                    if entries.index(forKey: document) == nil { checkExternalChange(moved) }
                 }
                 if configuration.openNewFiles { scan(directory: to) }
             }
@@ -503,20 +531,42 @@ extension DocumentStore {
         }
         move(from, to: to)
         // A change just before the rename was handled (or is queued) under the old name,
-        // where the file no longer is: compare what is now under the new name.
-        checkExternalChange(to)
+        // where the file no longer is: compare what is now under the new name (once the
+        // document is there: one held until a save is done is looked at when it follows).
+        if entries.index(forKey: from) == nil { checkExternalChange(to) }
     }
 
-    /// Moves the open document `from` to the name its file now has.
-    private func move(_ from: String, to: String) {
-        guard let entry = entries[from] else { return }
+    /// Moves the open document `from` to the name its file now has. Returns whether it
+    /// did (or will, once a save is done); otherwise the old name counted as removed and
+    /// the new one as changed.
+    @discardableResult
+    private func move(_ from: String, to: String) -> Bool {
+        guard let entry = entries[from] else { return false }
         let name = PathName.lastComponent(to)
         let registration = registry.registration(forName: name, isDirectory: entry.isPackage)
-        guard entries[to] == nil, entry.savingToken == nil, registration?.contentType == entry.contentType else {
+        if entries.index(forKey: to) != nil, !heldRenames.isEmpty, heldRenames[to] != nil, entry.savingToken == nil,
+            registration?.contentType == entry.contentType, movesOntoHeld[to] == nil
+        {
+            // Onto the name of a document whose own file went elsewhere during its save:
+            // this one takes the name once that one has followed its file.
+            movesOntoHeld[to] = from
+            return true
+        }
+        guard entries[to] == nil, registration?.contentType == entry.contentType else {
             handle([.removed(from), .changed(to)])
-            return
+            return false
+        }
+        if entry.savingToken != nil {
+            // The save's end is for the old name (its result, the file it found, the
+            // fingerprint it recorded): the document follows once it is done. A document
+            // already held keeps where its file went first (a directory above renamed
+            // since is applied to that by ``renameHeld(from:to:)``).
+            if heldRenames[from] == nil { heldRenames[from] = to }
+            return true
         }
         remove(from, keepingJournal: true)
+        // What the last read or save recorded of each file is where the file is now.
+        entry.existingFile?.fileWasMoved(from: root + "/" + from, to: root + "/" + to)
         insert(entry, at: to)
         entries[to]!.queuedAt = nil
         journalMoved(&entries[to]!, to: to)
@@ -525,6 +575,93 @@ extension DocumentStore {
             "\(from) was renamed to \(to) by another program; the document follows it",
             ["document": to, "old_document": from, "message_id": MessageID.externalChange])
         emit(.renamed(document: from, to: to))
+        return true
+    }
+
+    /// The document being saved that another program renamed to `path`, if any.
+    func heldRename(to path: String) -> String? {
+        heldRenames.first { $0.value == path }?.key
+    }
+
+    /// Notes a change reported at a held rename's new name, for the look that follows it.
+    private func notePendingCheck(_ document: String, member: String?) {
+        pendingChecks.insert(document)
+        if let member { pendingMemberChecks[document, default: []].insert(member) }
+    }
+
+    /// Another program renamed `from` to `to`: the new names of held renames at or under
+    /// `from` change with it (a file renamed back to the name its document has is only
+    /// looked at once the save is done). Returns whether `from` was one of those files
+    /// itself, so that nothing else is to be done for the rename.
+    private func renameHeld(from: String, to: String) -> Bool {
+        var wasHeld = false
+        for (source, destination) in heldRenames
+        where destination == from || PathName.starts(destination, with: from + "/") {
+            wasHeld = wasHeld || destination == from
+            let moved = to + destination.dropFirst(from.count)
+            if moved == source {
+                heldRenames.removeValue(forKey: source)
+                pendingChecks.insert(source)
+            } else {
+                heldRenames[source] = moved
+            }
+        }
+        return wasHeld
+    }
+
+    /// Follows a rename by another program that came while the document's save was being
+    /// written (``heldRenames``), now that the save is done: by where a file is now.
+    /// Returns the document's path after it, `nil` if it was closed.
+    func followHeldRename(_ from: String, to: String) -> String? {
+        defer { moveOntoFollowed(from) }
+        let directory = FileDescriptor.currentWorkingDirectory
+        let fromThere = (try? directory.status(of: root + "/" + from)) != nil
+        let toThere = (try? directory.status(of: root + "/" + to)) != nil
+        switch (fromThere, toThere) {
+        case (false, true):
+            // Into a package, or under a name the rules ignore: as a move out of the root.
+            if documentPath(for: to) != to || isIgnored(to) {
+                removedExternally(from)
+                handle([.changed(to)])
+                return entries.index(forKey: from) != nil ? from : nil
+            }
+            // The file is under its new name: what the save wrote there (or the file it found
+            // changed) is compared with it there.
+            guard move(from, to: to), entries.index(forKey: to) != nil else {
+                return entries.index(forKey: from) != nil ? from : nil
+            }
+            pendingChecks.remove(from)
+            pendingChecks.insert(to)
+            if let members = pendingMemberChecks.removeValue(forKey: from) {
+                pendingMemberChecks[to, default: []].formUnion(members)
+            }
+            return to
+        case (false, false):
+            // Renamed, then removed: the removal's policy.
+            removedExternally(from)
+            return entries.index(forKey: from) != nil ? from : nil
+        case (true, false):
+            // The renamed file is gone, and a file is at the old name again.
+            pendingChecks.insert(from)
+            return from
+        case (true, true):
+            // The save put its file at the old name after the other program's rename: the
+            // document keeps its name, and the renamed file is a file of its own.
+            pendingChecks.insert(from)
+            handle([.changed(to)])
+            return from
+        }
+    }
+
+    /// The held document at `name` has followed its file (or stayed): a document whose
+    /// file was renamed onto `name` meanwhile moves there now, if the name is free.
+    private func moveOntoFollowed(_ name: String) {
+        guard !movesOntoHeld.isEmpty, let waiting = movesOntoHeld.removeValue(forKey: name) else { return }
+        if entries.index(forKey: name) == nil {
+            if move(waiting, to: name) { checkExternalChange(name) }
+        } else {
+            handle([.removed(waiting), .changed(name)])
+        }
     }
 
     // MARK: Changes
@@ -544,6 +681,14 @@ extension DocumentStore {
             // no need to read it. Any other program's write changes the change time at least.
             if let recorded = entry.fingerprint, Self.sameIdentity(recorded, status) { return }
             let bytes = FileContents.read(full)
+            if bytes == nil {
+                // Not read: if the file there is no longer the one looked at (gone, renamed on
+                // and back, replaced), a report of that follows; only a file that stays as it
+                // was and cannot be read counts as changed.
+                guard let again = try? FileDescriptor.currentWorkingDirectory.status(of: full),
+                    again.device == status.device, again.inode == status.inode, again.changed == status.changed
+                else { return }
+            }
             let now = Fingerprint(status, contents: bytes)
             if now == entry.fingerprint { return }
             if let recorded = entry.fingerprint, now.sameContents(as: recorded) {
@@ -664,6 +809,11 @@ extension DocumentStore {
             log.error(
                 "\(document) changed on disk while it has unsaved edits, and the conflict copy \(copy) could not be written: \(error); the edits stay in memory",
                 ["document": document, "message_id": MessageID.conflict])
+            // The edits cannot reach the disk for now: a failed save, retried after its
+            // backoff (every attempt would find the file changed and the copy failing).
+            if let index = entries.index(forKey: document) {
+                recordSaveFailure(document, at: index, error, through: entry.changeCount)
+            }
             return
         }
         conflicts += 1

@@ -201,6 +201,10 @@ public actor DocumentStore {
     @exclusivity(unchecked) var sleepTarget: Moment?
     /// Where saves are serialised and written.
     nonisolated let saveThreads = SaveThreads()
+    /// Directories (relative to the root) whose entry, and every entry above it, a save
+    /// has made durable (``syncDirectories(above:beneath:known:)``); emptied when the
+    /// watcher reports a directory removed or renamed. Shared with the save threads.
+    nonisolated let durableDirectories = Lock<Set<String>>([])
     var subscribers: [UUID: AsyncStream<StoreEvent>.Continuation] = [:]
     /// Called with every event, on the store's thread (see ``observe(_:)``).
     var observers: [@Sendable (StoreEvent) -> Void] = []
@@ -213,6 +217,15 @@ public actor DocumentStore {
     /// The members of packages in ``pendingChecks`` that changed (or went) meanwhile:
     /// each is compared with what the save wrote, as the watcher would have.
     var pendingMemberChecks: [String: Set<String>] = [:]
+    /// Documents another program renamed while their save was being written, and the
+    /// name their file has now: the document follows once the save is done (see
+    /// ``followHeldRename(_:to:)``), whose end is for the old name. Until then the new name
+    /// is not opened as a document of its own.
+    var heldRenames: [String: String] = [:]
+    /// Open documents whose file another program renamed onto the name of a held
+    /// document (its file gone elsewhere, the document still under that name until its
+    /// save is done), by that name: each moves there once the held one has followed.
+    var movesOntoHeld: [String: String] = [:]
     /// Conflicts waiting for another program to finish writing their file (see
     /// ``conflictSettle``).
     var settlingConflicts: [String: SettlingConflict] = [:]
@@ -274,6 +287,9 @@ public actor DocumentStore {
     @exclusivity(unchecked) var journalFlushedThrough: UInt64 = 0
     /// Saves started because the journal is past `MaxSize=` are running.
     var journalCompacting = false
+    /// Set while one document's journalled edits are replayed: they were acknowledged, so
+    /// they are applied (and saved) even where the ignore rules now match the path.
+    @exclusivity(unchecked) var replayOverridesIgnore = false
     /// The documents the current round of ``compactIfNeeded(_:)`` waits for.
     var journalCompactionDocuments: Set<String> = []
     var unjournalledEdits = 0
@@ -302,6 +318,9 @@ public actor DocumentStore {
         } catch {
             fatalError("cannot create the store's event loop (epoll and eventfd): \(error)")
         }
+        // A root given relative is made absolute once (see ``Configuration/absoluteRoot()``).
+        var configuration = configuration
+        configuration.absoluteRoot()
         self.configuration = configuration
         scheduleDelays = Self.delays(of: configuration)
         refusesEditsWhenSaveFails = configuration.refuseEditsWhenSaveFails
@@ -535,6 +554,15 @@ public actor DocumentStore {
 
     /// Reads the document at `path` from disk, without adding it to the store.
     func loadEntry(_ path: String) throws(StoreError) -> Entry {
+        // The new name of a document's file renamed during its save: the document is
+        // to follow it there (not a second document over the same file).
+        if !heldRenames.isEmpty, let source = heldRename(to: path) {
+            throw .unsupported(
+                path,
+                message:
+                    "another program renamed \(source) to it while that document's save was being written; the document follows its file there once the save is done"
+            )
+        }
         try refuseInsidePackage(path)
         let fullPath = root + "/" + path
         let status: FileStatus
@@ -600,6 +628,10 @@ public actor DocumentStore {
         // Its file may stay (a document closed): its name in its directory is not free.
         if !knownDirectories.isEmpty { noteInTheWay(path) }
         if !ownRenames.isEmpty { ownRenames.removeValue(forKey: path) }
+        if !heldRenames.isEmpty { heldRenames.removeValue(forKey: path) }
+        if !movesOntoHeld.isEmpty {
+            for (name, waiting) in movesOntoHeld where waiting == path { movesOntoHeld.removeValue(forKey: name) }
+        }
         if !journalCompactionDocuments.isEmpty { journalCompactionDocuments.remove(path) }
         if !keepingJournal { journalDiscard(&entry, closing: true) }
         return entry
@@ -690,7 +722,7 @@ public actor DocumentStore {
 
     /// Refuses a path the ignore rules keep from being a document, naming the rule.
     func refuseIgnored(_ path: String, isDirectory: Bool) throws(StoreError) {
-        guard let pattern = ignore.ignoring(path, isDirectory: isDirectory) else { return }
+        guard !replayOverridesIgnore, let pattern = ignore.ignoring(path, isDirectory: isDirectory) else { return }
         throw .invalidPath(path, reason: "it is ignored: it matches \(pattern)")
     }
 
@@ -1013,14 +1045,21 @@ public actor DocumentStore {
     /// Saves every document with unsaved edits; with `wait`, returns once all are durable.
     /// Throws the first failure after every save has finished.
     public func saveAll(wait: Bool) async throws {
-        let dirty = entries.filter { $0.value.isDirty }.map(\.key)
         var firstError: (any Error)?
-        for path in dirty {
-            do { try await save(path, wait: false) } catch { firstError = firstError ?? error }
-        }
-        guard wait else { return }
-        for path in dirty where entries.index(forKey: path) != nil {
-            do { try await save(path, wait: true) } catch { firstError = firstError ?? error }
+        // A document can move while the others are waited for (a rename by another
+        // program, followed once its save is done): one still dirty under a name not
+        // waited for, with no failure of its own, is saved in another round.
+        for round in 0..<3 {
+            let dirty = entries.filter { $0.value.isDirty && (round == 0 || $0.value.failure == nil) }.map(\.key)
+            if dirty.isEmpty { break }
+            for path in dirty {
+                do { try await save(path, wait: false) } catch { firstError = firstError ?? error }
+            }
+            guard wait else { return }
+            for path in dirty where entries.index(forKey: path) != nil {
+                do { try await save(path, wait: true) } catch { firstError = firstError ?? error }
+            }
+            if firstError != nil { break }
         }
         if let firstError { throw firstError }
     }

@@ -332,6 +332,24 @@ final class EventLoop: SerialExecutor, @unchecked Sendable {
         }
     }
 
+    /// Ends every wait for `fd` to become readable, now and later, as a hang-up of its
+    /// peer would — without touching the socket itself. A listening socket systemd passed
+    /// is shared with systemd: shut down, it would hang up for systemd too (which then
+    /// fails the socket unit) and for the next daemon given it. Forget it before closing.
+    func end(_ fd: FileDescriptor) {
+        let raw = fd.rawValue
+        let resumed: UnsafeContinuation<Bool, Never>? = waiters.withLock { all in
+            // Not registered yet: an entry of its own, which the next wait finds ended.
+            var entry = all[raw] ?? Waiters()
+            entry.peerClosed = true
+            let read = entry.read
+            entry.read = nil
+            all[raw] = entry
+            return read
+        }
+        resumed?.resume(returning: true)
+    }
+
     /// Forgets `fd` before it is closed: pending waits end with `false`.
     func forget(_ fd: FileDescriptor) {
         let raw = fd.rawValue

@@ -9,13 +9,15 @@ import Posix
 /// file another program changed, and an emptied file is a common change. LeakSanitizer
 /// found it at the daemon's exit; `FileContentsTests` shows it.
 enum FileContents {
-    /// The bytes of the file at `path` (following symbolic links), or `nil` when it
-    /// cannot be opened or read (a directory, a missing file, no permission).
+    /// The bytes of the regular file at `path` (following symbolic links), or `nil` when
+    /// it cannot be opened or read (a directory, a missing file, no permission), or is no
+    /// regular file: opened without blocking, so that a FIFO another program put there
+    /// does not hold the store's thread until something writes to it.
     static func read(_ path: String) -> Data? {
-        guard let file = try? FileDescriptor.open(path) else { return nil }
+        guard let file = try? FileDescriptor.open(path, options: [.nonBlocking]) else { return nil }
         return file.closeAfter { () -> Data? in
-            let size = (try? file.status()).map { Int($0.size) } ?? 0
-            guard let bytes = try? file.readToEnd(sizeHint: size) else { return nil }
+            guard let status = try? file.status(), status.kind == .regular else { return nil }
+            guard let bytes = try? file.readToEnd(sizeHint: Int(status.size)) else { return nil }
             return Data(bytes)
         }
     }

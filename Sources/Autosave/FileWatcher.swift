@@ -193,6 +193,10 @@ final class FileWatcher: @unchecked Sendable {
     private func appendOverflow(to batch: inout [WatchEvent]) {
         if batch.contains(.overflow) { return }
         if overflowPending.exchange(true, ordering: .relaxed) { return }
+        // The lost events may have been directories made or renamed: the tree is walked
+        // again, so that each directory has its watch under the path it has now (a watch
+        // added again keeps its number and takes the new path), before the store's rescan.
+        if state.withLock({ !$0.rootMissing }) { _ = watchTree("") }
         batch.append(.overflow)
     }
 
@@ -515,23 +519,38 @@ final class FileWatcher: @unchecked Sendable {
             }
             guard wait(milliseconds: 100), let events = try? inotify.readEvents(), !events.isEmpty else { continue }
             var batch: [WatchEvent] = []
-            var pendingMove: (cookie: UInt32, path: String, isDirectory: Bool)?
+            // The first halves of renames whose second half has not been read yet, by cookie.
+            // Other events can come between the two (inotify(7)): another program, or this
+            // daemon's save threads, writing meanwhile — a first half is not taken for a
+            // move out of the root just because the next event is not its second half.
+            var pendingMoves: [(cookie: UInt32, path: String, isDirectory: Bool)] = []
+            // The second halves are waited for up to 5 ms after the latest first half, and
+            // the batch held back for 50 ms at most (then what is unpaired counts as moved
+            // out); what is queued already is always read.
+            let readAt = ContinuousClock.now
+            var latestFirstHalf = readAt
             var queue = events[...]
             var last: Inotify.Event?
             while true {
                 if queue.isEmpty {
                     // The two halves of a rename are queued together; a read can still
                     // fall between them. Wait briefly for the second half.
-                    guard pendingMove != nil, wait(milliseconds: 5, forInotify: true),
+                    guard !pendingMoves.isEmpty else { break }
+                    let until = min(latestFirstHalf + .milliseconds(5), readAt + .milliseconds(50))
+                    let left = until - ContinuousClock.now
+                    let milliseconds = left > .zero ? Int32(left.components.attoseconds / 1_000_000_000_000_000) + 1 : 0
+                    guard wait(milliseconds: milliseconds, forInotify: true),
                         let more = try? inotify.readEvents(), !more.isEmpty
                     else { break }
                     queue = more[...]
                 }
                 let event = queue.removeFirst()
                 last = event
-                if let move = pendingMove {
-                    pendingMove = nil
-                    if event.events.contains(.movedTo), event.cookie == move.cookie, let to = path(of: event) {
+                if event.events.contains(.movedTo), event.cookie != 0, !pendingMoves.isEmpty,
+                    let at = pendingMoves.firstIndex(where: { $0.cookie == event.cookie })
+                {
+                    let move = pendingMoves.remove(at: at)
+                    if let to = path(of: event) {
                         if move.isDirectory {
                             // The watches below keep their descriptors; watching again gives them the new paths.
                             forgetTree(move.path, removingWatches: false)
@@ -544,7 +563,8 @@ final class FileWatcher: @unchecked Sendable {
                     batch.append(.removed(move.path))
                 }
                 if event.events.contains(.movedFrom), event.cookie != 0, let from = path(of: event) {
-                    pendingMove = (event.cookie, from, event.events.contains(.isDirectory))
+                    latestFirstHalf = ContinuousClock.now
+                    pendingMoves.append((event.cookie, from, event.events.contains(.isDirectory)))
                     continue
                 }
                 translate(event, into: &batch)
@@ -553,7 +573,8 @@ final class FileWatcher: @unchecked Sendable {
                     break
                 }
             }
-            if let move = pendingMove {
+            // Never paired: moved out of the root (or to a place not watched).
+            for move in pendingMoves {
                 movedOut(move)
                 batch.append(.removed(move.path))
             }

@@ -44,7 +44,9 @@ public struct PackageDocument: AutosaveDocument {
     /// The member paths, sorted.
     public var memberPaths: [String] { members.keys.sorted() }
 
-    /// Checks a member path: relative, no `.`/`..` or empty components, no NUL.
+    /// Checks a member path: relative, no `.`/`..` or empty components, no NUL, no
+    /// component longer than a file name can be (255 bytes: a longer one is accepted in
+    /// memory, and every save of the package then fails).
     static func validate(_ path: String) throws -> [String] {
         // Split at the bytes: a "/" followed by a combining mark separates two names all the same.
         let components = PathName.components(path, omittingEmpty: false)
@@ -53,6 +55,10 @@ public struct PackageDocument: AutosaveDocument {
         else {
             throw DocumentContentError(
                 .invalid, "'\(path)' is not a valid member path (relative, no '.', '..' or empty parts)")
+        }
+        if components.contains(where: { $0.utf8.count > 255 }) {
+            throw DocumentContentError(
+                .invalid, "'\(path)' is not a valid member path: a part is longer than 255 bytes")
         }
         return components
     }

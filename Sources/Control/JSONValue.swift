@@ -442,6 +442,9 @@ extension JSONValue {
     public struct PointerError: Error, Sendable, Equatable, CustomStringConvertible {
         public var pointer: String
         public var message: String
+        /// The pointer itself is not one (no leading `/`, a bad `~` escape), as opposed
+        /// to one that designates nothing in this value.
+        public var isMalformed = false
         public var description: String { "JSON pointer '\(pointer)': \(message)" }
     }
 
@@ -452,13 +455,13 @@ extension JSONValue {
         if pointer.isEmpty { return self }
         let scalars = pointer.unicodeScalars
         guard scalars.first == "/" else {
-            throw PointerError(pointer: pointer, message: "must be empty or start with '/'")
+            throw PointerError(pointer: pointer, message: "must be empty or start with '/'", isMalformed: true)
         }
         var current = self
         var walked = ""
         for rawToken in scalars.dropFirst().split(separator: "/", omittingEmptySubsequences: false) {
             guard let token = Self.unescape(rawToken) else {
-                throw PointerError(pointer: pointer, message: "'~' must be followed by 0 or 1")
+                throw PointerError(pointer: pointer, message: "'~' must be followed by 0 or 1", isMalformed: true)
             }
             walked += "/" + String(Substring(rawToken))
             switch current {

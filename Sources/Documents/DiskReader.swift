@@ -101,7 +101,7 @@ enum DiskReader {
 
     static func readContents(at path: String, expecting identity: DiskIdentity?) throws -> Data {
         let file: FileDescriptor
-        do throws(Errno) { file = try FileDescriptor.open(path, .readOnly, options: [.noFollow]) } catch {
+        do throws(Errno) { file = try FileDescriptor.open(path, .readOnly, options: [.noFollow, .nonBlocking]) } catch {
             throw DocumentError(operation: .open, path: path, errno: error)
         }
         return try file.closeAfter { try readAll(file, path: path, expecting: identity) }
@@ -112,7 +112,7 @@ enum DiskReader {
     {
         let file: FileDescriptor
         do throws(Errno) {
-            file = try FileDescriptor.open(name, relativeTo: parent, .readOnly, options: [.noFollow])
+            file = try FileDescriptor.open(name, relativeTo: parent, .readOnly, options: [.noFollow, .nonBlocking])
         } catch {
             throw DocumentError(operation: .open, path: path, errno: error)
         }
@@ -123,6 +123,12 @@ enum DiskReader {
     {
         do {
             let status = try file.status()
+            // Opened without blocking (a FIFO put at a member's place would hold the reader
+            // until something wrote to it): anything but a regular file is refused here.
+            guard status.kind == .regular else {
+                throw DocumentError(
+                    operation: .read, path: path, errno: .invalidArgument, detail: "not a regular file")
+            }
             if let identity, DiskIdentity(status) != identity {
                 throw DocumentError(
                     operation: .read, path: path, errno: .noSuchFile,

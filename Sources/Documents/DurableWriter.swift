@@ -606,8 +606,10 @@ struct WriteSession {
         }
     }
 
-    /// Renames a staged node over its destination (exchanging trees), then syncs the directory.
-    mutating func commit(_ staged: Staged, syncDirectory: Bool) throws {
+    /// Renames a staged node over its destination (exchanging trees), then syncs the
+    /// directory. A regular file not `replacing` refuses to replace anything that is there
+    /// (``DestinationChanged``: nothing was expected).
+    mutating func commit(_ staged: Staged, syncDirectory: Bool, replacing: Bool = true) throws {
         let location = staged.location
         let parent = location.directory
         if staged.isTree, location.existing != nil {
@@ -633,10 +635,23 @@ struct WriteSession {
                 do throws(Errno) {
                     if staged.isTree {
                         try Renaming.renameWithoutReplacing(staged.temporary, to: location.name, in: parent)
-                    } else {
+                    } else if replacing {
                         try parent.rename(staged.temporary, to: location.name, flags: [])
                         report.temporaryName = staged.temporary
+                    } else {
+                        // Where the flag is refused (FUSE, NFS), the plain rename after the look,
+                        // as for any file: not the hard-link substitute, whose two steps
+                        // (link, unlink) the watcher would see as a new file.
+                        do {
+                            try parent.rename(staged.temporary, to: location.name, flags: .noReplace)
+                        } catch let error where Renaming.refusedFlags.contains(error) {
+                            try parent.rename(staged.temporary, to: location.name, flags: [])
+                        }
+                        report.temporaryName = staged.temporary
                     }
+                } catch .fileExists where !staged.isTree && !replacing {
+                    let found = try stat(location.name, in: parent, path: location.path)
+                    throw DestinationChanged(path: location.path, expected: .absent, found: found)
                 } catch {
                     throw DocumentError(operation: .rename, path: location.path, errno: error)
                 }
@@ -687,7 +702,9 @@ struct WriteSession {
                 let written = staged.record.identity
                 beforeReplacing(written.device, written.inode, written.size, written.modified)
             }
-            try commit(staged, syncDirectory: syncDirectory)
+            // Nothing expected there: the rename refuses to replace what appeared since the
+            // look (the one compare-and-rename POSIX has, for "absent").
+            try commit(staged, syncDirectory: syncDirectory, replacing: expected != .absent)
         } catch {
             // The file's descriptor is closed here, once (a failed directory sync comes after the rename).
             discard(staged)

@@ -315,6 +315,31 @@ public final class FileWrapper: @unchecked Sendable {
         for child in children { child.releaseContents() }
     }
 
+    /// The file or directory this wrapper was last read from or written to was renamed
+    /// from `old` to `new` (full paths) as it was, by another program say: its record of
+    /// where it was synced, and its children's, name the new place, so that the next
+    /// in-place save of a package still knows each member for what it read or wrote
+    /// there. An addition to Apple's API.
+    public func fileWasMoved(from old: String, to new: String) {
+        func moved(_ path: String) -> String? {
+            guard PathName.isWithin(path, old) else { return nil }
+            return new + String(Substring(path.utf8.dropFirst(old.utf8.count)))
+        }
+        let children: [FileWrapper] = state.withLock { state in
+            if let path = state.sync?.path, let now = moved(path) { state.sync?.path = now }
+            switch state.node {
+            case .regularFile(.onDisk(let path, let identity)):
+                if let now = moved(path) { state.node = .regularFile(.onDisk(path: now, identity: identity)) }
+                return []
+            case .directory(let children):
+                return Array(children.values)
+            default:
+                return []
+            }
+        }
+        for child in children { child.fileWasMoved(from: old, to: new) }
+    }
+
     /// A copy of the tree: the same children, names, attributes and sync records, with
     /// contents shared (they never change). Changing the copy leaves this wrapper as it
     /// is — for writing a document elsewhere without touching the wrapper its own saves

@@ -92,9 +92,14 @@ public struct StderrLogHandler: LogHandler {
     public func log(
         level: LogLevel, message: String, metadata: [String: String], file: String, line: Int, function: String
     ) {
-        let line = Self.line(level: level, message: message, metadata: metadata)
-        // One write(2) per entry: lines from concurrent tasks never interleave. A failed
-        // write (stderr on a full disk, a closed pipe) loses the line, never the daemon.
+        Self.writeToStandardError(Self.line(level: level, message: message, metadata: metadata))
+    }
+
+    /// Writes `line` to standard error with `write(2)`, one call for all of it unless the
+    /// kernel takes less: lines from concurrent tasks never interleave. A failed write
+    /// (standard error on a full disk, a pipe whose reader is gone, a terminal closed)
+    /// loses the line, never the daemon — not `FileHandle`, which traps on such errors.
+    public static func writeToStandardError(_ line: [UInt8]) {
         line.withUnsafeBytes { bytes in
             var offset = 0
             while offset < bytes.count {

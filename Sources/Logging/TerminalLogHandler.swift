@@ -26,8 +26,7 @@ public struct TerminalLogHandler: LogHandler {
         level: LogLevel, message: String, metadata: [String: String], file: String, line: Int, function: String
     ) {
         let text = Self.line(level: level, message: message, metadata: metadata, at: Date(), colour: colour)
-        // One write(2) per entry: lines from concurrent tasks never interleave.
-        FileHandle.standardError.write(Data((text + "\n").utf8))
+        StderrLogHandler.writeToStandardError(Array((text + "\n").utf8))
     }
 
     /// The line for one entry (without its newline).

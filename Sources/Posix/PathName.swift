@@ -34,6 +34,24 @@ public enum PathName {
         return rest.isEmpty || rest.first == slash
     }
 
+    /// `path` made absolute against the working directory `cwd` (an absolute path is
+    /// returned as it is), as Foundation's `URL(fileURLWithPath:)` makes a relative path
+    /// absolute: `.` and empty components dropped, `..` taking away the component before
+    /// it. A store root given relative (`./autosave-data`) is compared with the paths
+    /// of the URLs made of it by bytes; both must be absolute the same way.
+    public static func absolute(_ path: String, cwd: String) -> String {
+        guard path.utf8.first != slash else { return path }
+        var parts: [String] = []
+        for component in components(cwd) + components(path) {
+            switch component {
+            case ".": continue
+            case "..": if !parts.isEmpty { parts.removeLast() }
+            default: parts.append(component)
+            }
+        }
+        return "/" + parts.joined(separator: "/")
+    }
+
     /// `path` without trailing slashes (`"/"` stays `"/"`).
     private static func trimmedEnd(_ path: Substring.UTF8View) -> Substring.UTF8View {
         var end = path.endIndex

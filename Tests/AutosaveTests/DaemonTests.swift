@@ -224,6 +224,66 @@ struct DaemonTests {
         #expect(!FileManager.default.fileExists(atPath: directory.sub("root")))
     }
 
+    @Test(
+        "A relative Root= (the embedded default's ./autosave-data) is the directory under the working directory: its files open, read, save, and the journal is beside it"
+    )
+    func relativeRoot() async throws {
+        let work = directory.sub("work")
+        try FileManager.default.createDirectory(atPath: work + "/autosave-data", withIntermediateDirectories: true)
+        try Disk.write("hello\n", to: work + "/autosave-data/x.txt")
+        let path = directory.sub("relative.conf")
+        let socket = directory.sub("control.sock")
+        try Disk.write("[Store]\nRoot=./autosave-data\n[Control]\nSocket=\(socket)\n", to: path)
+        let process = try DaemonProcess("/bin/sh", ["-c", "cd '\(work)' && exec '\(daemon)' --config '\(path)'"])
+        await process.waitForLine(containing: "started:")
+        // Under the working directory, absolute (the daemon's own spelling of it).
+        let root = PathName.absolute("autosave-data", cwd: work)
+        #expect(process.output.contains { $0.contains("started: 1 document under \(root)") }, "\(process.output)")
+        let ctl = Machine.product("autosavectl")
+        let get = try Machine.run(ctl, ["--socket", socket, "get", "x.txt"])
+        #expect(get.status == 0 && get.stdout == "hello\n", "\(get)")
+        let set = try Machine.run(ctl, ["--socket", socket, "set", "x.txt", "--text", "bye\n"])
+        #expect(set.status == 0, "\(set)")
+        let save = try Machine.run(ctl, ["--socket", socket, "save", "x.txt", "--wait"])
+        #expect(save.status == 0, "\(save)")
+        #expect(try Disk.bytes(work + "/autosave-data/x.txt") == Data("bye\n".utf8))
+        #expect(FileManager.default.fileExists(atPath: work + "/autosave-data.journal"))
+        #expect(try Machine.run(ctl, ["--socket", socket, "status", "--json"]).stdout.contains(root))
+        process.signal(SIGTERM)
+        #expect(await process.exitStatus() == 0)
+    }
+
+    @Test(
+        "Standard error a pipe whose reader is gone: log lines are lost, never the daemon; edits are saved and SIGTERM exits 0"
+    )
+    func standardErrorReaderGone() async throws {
+        let path = try config("")
+        let socket = directory.sub("control.sock")
+        let done = directory.sub("reader-gone")
+        // The reader takes one byte of the first line and exits; `done` says it has.
+        let process = try DaemonProcess(
+            "/bin/bash",
+            ["-c", "exec \"$0\" --config \"$1\" 2> >(head -c 1 > /dev/null; touch \"$2\")", daemon, path, done])
+        try await FaultInjectionMoreTests.waitUntil("the reader of standard error to exit") {
+            FileManager.default.fileExists(atPath: done)
+        }
+        let ctl = Machine.product("autosavectl")
+        try await FaultInjectionMoreTests.waitUntil("the daemon to answer") {
+            try Machine.run(ctl, ["--socket", socket, "status"]).status == 0
+        }
+        // Each logs a line (the save's after its reply), which meets the closed pipe.
+        for round in 0..<3 {
+            #expect(try Machine.run(ctl, ["--socket", socket, "set", "a.txt", "--text", "\(round)\n"]).status == 0)
+            #expect(try Machine.run(ctl, ["--socket", socket, "save", "a.txt", "--wait"]).status == 0)
+        }
+        #expect(try Machine.run(ctl, ["--socket", socket, "status"]).status == 0, "still running")
+        #expect(try Disk.bytes(directory.sub("root/a.txt")) == Data("2\n".utf8))
+        #expect(try Machine.run(ctl, ["--socket", socket, "set", "b.txt", "--text", "at the stop\n"]).status == 0)
+        process.signal(SIGTERM)
+        #expect(await process.exitStatus() == 0)
+        #expect(try Disk.bytes(directory.sub("root/b.txt")) == Data("at the stop\n".utf8))
+    }
+
     @Test("SIGTERM with 1,000 dirty documents: every one is on disk, complete, before exit 0")
     func sigtermFlushes() async throws {
         let path = try config("[Autosave]\nQuietPeriod=1h\nMaxDelay=1h\n")

@@ -235,6 +235,22 @@ struct JournalDaemonTests {
     }
 
     @Test(
+        "\"durable\": true on a save with wait: the reply, sent the moment the file is in place, comes once the records written before it are synced"
+    )
+    func durableSaveWait() async throws {
+        let rig = try JournalRig("[Journal]\nSyncInterval=1h\n")
+        try await rig.start()
+        let client = try rig.client()
+        try rig.ok(["cmd": "set", "doc": "b.txt", "text": "to be saved"], on: client)
+        try rig.ok(["cmd": "set", "doc": "a.txt", "text": "only in the journal"], on: client)
+        let written = try rig.status()["journal"]?["written_lsn"]?.intValue ?? 0
+        try rig.ok(["cmd": "save", "doc": "b.txt", "wait": true, "durable": true], on: client)
+        let after = try rig.status()["journal"]
+        #expect(after?["durable_lsn"]?.intValue ?? 0 >= written, "\(String(describing: after))")
+        #expect(rig.stop() == 0)
+    }
+
+    @Test(
         "A reload keeps what the running journal was opened with (Mode=, SyncInterval=), says so, and status tells the running mode"
     )
     func reloadKeepsJournalSettings() async throws {
@@ -391,6 +407,28 @@ struct JournalDaemonTests {
         #expect(try rig.text("a.txt") == "hello\nx\n")
         #expect(rig.stop() == 0)
         #expect(try Disk.bytes(rig.root + "/a.txt") == Data("hello\nx\n".utf8))
+    }
+
+    @Test(
+        "An acknowledged edit to a path an ignore file written while the daemon was down now matches: replayed and saved, then the document is closed"
+    )
+    func ignoredWhileDown() async throws {
+        let rig = try JournalRig()
+        try await rig.start()
+        try rig.ok(["cmd": "set", "doc": "drafts/plan.txt", "text": "acknowledged\n"])
+        rig.kill()
+        try Disk.write("drafts/\n", to: rig.root + "/.autosavedignore")
+        let daemon = try await rig.start()
+        await daemon.waitForLine(containing: "drafts/plan.txt is ignored now; its journalled edits were replayed")
+        let replay = try rig.status()["journal"]?["last_replay"]
+        #expect(replay?["edits"] == 1, "\(String(describing: replay))")
+        #expect(replay?["unapplied"] == [], "\(String(describing: replay))")
+        try await FaultInjectionMoreTests.waitUntil("the replayed edit saved and the document closed") {
+            (try? Disk.bytes(rig.root + "/drafts/plan.txt")) == Data("acknowledged\n".utf8)
+                && (try? rig.client().call(["cmd": "get", "doc": "drafts/plan.txt"]))?["error"]?["code"]
+                    == "invalid-path"
+        }
+        #expect(rig.stop() == 0)
     }
 
     @Test(

@@ -528,6 +528,27 @@ struct PowerLossTests {
         #expect(crashed == points.count)
     }
 
+    @Test(
+        "A directory another program made and never synced, a document saved in it with wait, then a cut: the directory and the acknowledged file are there"
+    )
+    func unsyncedDirectoryOfAnotherProgram() async throws {
+        let rig = try PowerLossRig()
+        let mount = try PowerLossMount(backing: rig.backing, at: rig.mountPoint)
+        var reply: JSONValue?
+        if let daemon = try await rig.startDaemon() {
+            // mkdir(2) and nothing more: under POSIX's rule its entry in the root is not durable.
+            #expect(mkdir(rig.mountPoint + "/d", 0o755) == 0)
+            let client = try PowerLossRig.client(rig.socket)
+            _ = try client.call(["cmd": "set", "doc": "d/x.txt", "text": "acknowledged\n"])
+            reply = try client.call(["cmd": "save", "doc": "d/x.txt", "wait": true])
+            daemon.signal(SIGKILL)
+            _ = PowerLossRig.waitForExit(daemon)
+        }
+        try mount.unmount()
+        #expect(reply?["ok"] == true, "\(String(describing: reply))")
+        #expect((try? Disk.bytes(rig.backing + "/d/x.txt")) == Data("acknowledged\n".utf8))
+    }
+
     @Test("Start-up recovery cut by a power loss of its own, then a clean start", arguments: [1, 2, 3])
     func recoveryCut(count: Int) async throws {
         // Cuts inside package saves leave temporary files and trees for the restart to

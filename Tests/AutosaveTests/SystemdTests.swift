@@ -386,6 +386,15 @@ struct NspawnTests {
             .contains("configuration reloaded")
         }
 
+        // The service stopped on its own: the socket unit's listener (and its directory)
+        // still work, and the next client starts the daemon again through it.
+        #expect(try container.inside("systemctl", "stop", "autosaved.service").status == 0)
+        #expect(try container.inside("test", "-S", "/run/autosaved/control.sock").status == 0)
+        let again = try container.inside(ctl + ["get", "notes/todo.txt"])
+        #expect(again.status == 0 && again.stdout == "from systemd\n", "\(again)")
+        #expect(try container.inside("systemctl", "is-active", "autosaved.socket").stdout == "active\n")
+        #expect(try container.inside("systemctl", "is-active", "autosaved").stdout == "active\n")
+
         // Stop flushes an edit that was not due for saving yet.
         #expect(
             try container.inside(ctl + ["set", "notes/unsaved.txt", "--text", "flushed\n"])

@@ -157,15 +157,8 @@ struct WatcherPolicyTests {
         let store = harness.store
         // The other program writes the member the save has just written, and the store
         // takes the report of it before the save is done.
-        await store.setAfterRename { path in
-            guard path == package else { return }
-            try? Disk.write("theirs\n", to: package + "/1.txt")
-            let handled = DispatchSemaphore(value: 0)
-            Task {
-                await store.cookieBarrier()
-                handled.signal()
-            }
-            handled.wait()
+        await store.afterFirstRename(of: package) {
+            try Disk.write("theirs\n", to: package + "/1.txt")
         }
         try await store.save("book.package", wait: true)
         await store.setAfterRename(nil)
@@ -174,6 +167,48 @@ struct WatcherPolicyTests {
         #expect(try await store.read("book.package", .member("1.txt")) == .data(Data("theirs\n".utf8)))
         #expect(try await store.info("book.package").state == .clean)
         #expect(try harness.text(onDisk: "book.package/1.txt") == "theirs\n")
+    }
+
+    @Test(
+        "WhenRemoved=close: 3,000 renames back and forth while another program creates and removes files beside them: the document follows every one, its edit kept (the two halves of a rename are paired with other events between them)"
+    )
+    func renamesWithOtherEventsBetweenTheirHalves() async throws {
+        let harness = try await base.harness { $0.whenRemoved = .close }
+        let store = harness.store
+        try Disk.write("one\n", to: harness.file("a.txt"))
+        await store.sync()
+        try await store.open("a.txt")
+        try await store.apply(.setText("mine\n"), to: "a.txt")
+        // Nothing but the renames: no conflict, no removal, no save failure.
+        let seen = Mutex<[String]>([])
+        await store.observe { event in
+            if case .renamed = event { return }
+            seen.withLock { $0.append("\(event)") }
+        }
+        // Another program at work in the same directory (names the default rules ignore).
+        let stop = Mutex(false)
+        let root = harness.root
+        let noise = Thread {
+            var i = 0
+            while !stop.withLock({ $0 }) {
+                let name = root + "/noise\(i % 16).tmp~"
+                let fd = open(name, O_CREAT | O_WRONLY, 0o644)
+                if fd >= 0 { close(fd) }
+                unlink(name)
+                i += 1
+            }
+        }
+        noise.start()
+        for i in 0..<3000 {
+            let (from, to) = i % 2 == 0 ? ("a.txt", "b.txt") : ("b.txt", "a.txt")
+            #expect(rename(harness.file(from), harness.file(to)) == 0)
+        }
+        stop.withLock { $0 = true }
+        await store.sync()
+        #expect(seen.withLock { $0 }.isEmpty, "\(seen.withLock { $0 })")
+        #expect(try await store.read("a.txt") == .text("mine\n"))
+        await #expect(throws: StoreError.self) { try await store.info("b.txt") }
+        #expect(try harness.text(onDisk: "a.txt") == "one\n", "nothing saved meanwhile")
     }
 
     @Test(
@@ -188,20 +223,12 @@ struct WatcherPolicyTests {
         let store = harness.store
         try await store.apply(.setText("old\n"), to: "a.txt", create: true)
         let file = harness.file("a.txt")
-        // Right after the first save's rename (once: the new document's own save may run
-        // before the hook is taken away): another program removes the file (the document
-        // is closed), and a client makes a new document at the path.
-        let first = Mutex(true)
-        await store.setAfterRename { path in
-            guard path == file, first.withLock({ was in defer { was = false }; return was }) else { return }
+        // Right after the first save's rename: another program removes the file (the
+        // document is closed), and a client makes a new document at the path.
+        await store.afterFirstRename(of: file) {
             #expect(unlink(file) == 0)
-            let done = DispatchSemaphore(value: 0)
-            Task {
-                await store.cookieBarrier()
-                _ = try? await store.apply(.setText("new\n"), to: "a.txt", create: true)
-                done.signal()
-            }
-            done.wait()
+            await store.cookieBarrier()
+            _ = try await store.apply(.setText("new\n"), to: "a.txt", create: true)
         }
         await #expect(throws: StoreError.self, "the document saved is closed") {
             try await store.save("a.txt", wait: true)
@@ -212,6 +239,40 @@ struct WatcherPolicyTests {
         try await store.save("a.txt", wait: true)
         #expect(try harness.text(onDisk: "a.txt") == "new\n")
         #expect(try await store.info("a.txt").state == .clean)
+    }
+
+    @Test(
+        "The conflict copy cannot be written (their version, a FIFO, cannot be read): a failed save with its backoff, `save --wait` answered save-failed, nothing replaced — not a save and a copy attempt without pause"
+    )
+    func conflictCopyFails() async throws {
+        let harness = try await base.harness()
+        let store = harness.store
+        try Disk.write("one\n", to: harness.file("a.txt"))
+        await store.sync()
+        try await store.open("a.txt")
+        try await store.apply(.setText("mine\n"), to: "a.txt")
+        // Opened without blocking, it is no regular file: neither read again nor copied.
+        try base.sh("mkfifo a.txt~ && mv a.txt~ a.txt", in: harness)
+        await store.sync()
+        let failure: StoreError? = await {
+            do {
+                try await store.save("a.txt", wait: true)
+                return nil
+            } catch let error as StoreError {
+                return error
+            } catch {
+                return nil
+            }
+        }()
+        guard case .saveFailed(let reported)? = failure else {
+            Issue.record("expected save-failed, got \(String(describing: failure))")
+            return
+        }
+        #expect(reported.retryAt > reported.failedAt)
+        let info = try await store.info("a.txt")
+        #expect(info.changeCount > info.savedChangeCount, "the edits are kept")
+        try base.sh("test -p a.txt", in: harness)
+        #expect(try await store.read("a.txt") == .text("mine\n"))
     }
 
     @Test(
@@ -433,5 +494,30 @@ extension DocumentStore {
     /// Where a test stands in for another program in the moment after a save's rename (see ``DurableWriter/afterRename``).
     func setAfterRename(_ hook: (@Sendable (String) -> Void)?) {
         writer.afterRename = hook
+    }
+
+    /// Runs `body` (another program, and clients) right after the first rename of
+    /// `file` by a save — on the save's thread, before its directory's sync — and has the
+    /// watcher's reports of what it did handled: the save's end comes after them. Once
+    /// only: a later save (another document's at the path, say) runs as usual. The save
+    /// must run on a save thread (a document not saved yet, or a package), not on the
+    /// store's own, which `body` needs.
+    func afterFirstRename(of file: String, _ body: @escaping @Sendable () async throws -> Void) {
+        let first = Mutex(true)
+        writer.afterRename = { [self] path in
+            guard path == file,
+                first.withLock({ was in
+                    defer { was = false }
+                    return was
+                })
+            else { return }
+            let done = DispatchSemaphore(value: 0)
+            Task {
+                do { try await body() } catch { Issue.record(error) }
+                await cookieBarrier()
+                done.signal()
+            }
+            done.wait()
+        }
     }
 }

@@ -221,6 +221,18 @@ final class PosixTests {
 
 @Suite("PathName: path strings split without Foundation")
 struct PathNameTests {
+    @Test("A relative path made absolute as Foundation's file URLs make one (the store compares the two by bytes)")
+    func absolute() {
+        let cases: [(path: String, absolute: String)] = [
+            ("./autosave-data", "/w/d/autosave-data"), ("autosave-data/", "/w/d/autosave-data"),
+            ("a/./b//c", "/w/d/a/b/c"), ("../x", "/w/x"), ("../../../x", "/x"), (".", "/w/d"),
+            ("/abs/./kept", "/abs/./kept"),
+        ]
+        for (path, absolute) in cases {
+            #expect(PathName.absolute(path, cwd: "/w/d") == absolute, "\(path)")
+        }
+    }
+
     @Test("Last component, parent and extension, including the names Foundation's NSString traps on")
     func table() {
         let cases: [(path: String, parent: String, last: String)] = [
