@@ -615,8 +615,17 @@ extension DocumentStore {
     func followHeldRename(_ from: String, to: String) -> String? {
         defer { moveOntoFollowed(from) }
         let directory = FileDescriptor.currentWorkingDirectory
-        let fromThere = (try? directory.status(of: root + "/" + from)) != nil
-        let toThere = (try? directory.status(of: root + "/" + to)) != nil
+        let atFrom = try? directory.status(of: root + "/" + from)
+        let atTo = try? directory.status(of: root + "/" + to)
+        // Both names hold a file: the document's (the one its save put in place, or the one
+        // it last read) tells which name it has — a swap puts another file at the old name.
+        let mine = entries[from]?.fingerprint
+        let isMine = { (status: FileStatus?) -> Bool in
+            guard let status, let mine else { return false }
+            return status.device == mine.device && status.inode == mine.inode
+        }
+        let fromThere = atFrom != nil && !(atTo != nil && !isMine(atFrom) && isMine(atTo))
+        let toThere = atTo != nil
         switch (fromThere, toThere) {
         case (false, true):
             // Into a package, or under a name the rules ignore: as a move out of the root.

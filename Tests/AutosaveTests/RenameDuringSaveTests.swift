@@ -121,6 +121,62 @@ struct RenameDuringSaveTests {
         await #expect(throws: StoreError.self) { try await store.info("d/a.txt") }
     }
 
+    @Test(
+        "WhenRemoved=close: during a's save another program swaps the files (a → x, b → a): a follows to x, and b, with its unsaved edit, takes the name a"
+    )
+    func swapOntoTheSavedName() async throws {
+        let harness = try await base.harness { $0.whenRemoved = .close }
+        let store = harness.store
+        try Disk.write("a\n", to: harness.file("a.txt"))
+        try Disk.write("b\n", to: harness.file("b.txt"))
+        await store.sync()
+        try await store.open("a.txt")
+        try await store.open("b.txt")
+        try await store.apply(.setText("a saved\n"), to: "a.txt")
+        try await store.apply(.setText("b unsaved\n"), to: "b.txt")
+        await store.afterFirstRename(of: harness.file("a.txt")) {
+            try rename(harness, "a.txt", "x.txt")
+            try rename(harness, "b.txt", "a.txt")
+        }
+        try await store.save("a.txt", wait: true)
+        await store.setAfterRename(nil)
+        await store.sync()
+        #expect(try await store.read("x.txt") == .text("a saved\n"))
+        #expect(try await store.read("a.txt") == .text("b unsaved\n"))
+        await #expect(throws: StoreError.self) { try await store.info("b.txt") }
+        try await store.save("a.txt", wait: true)
+        #expect(try harness.text(onDisk: "x.txt") == "a saved\n")
+        #expect(try harness.text(onDisk: "a.txt") == "b unsaved\n")
+        #expect(try Disk.names(in: harness.root).sorted() == ["a.txt", "x.txt"])
+    }
+
+    @Test(
+        "WhenRemoved=recreate: a file renamed into a package during its save is a move out: written again at its name")
+    func renamedIntoAPackageDuringSave() async throws {
+        let harness = try await base.harness { $0.whenRemoved = .recreate }
+        let store = harness.store
+        try FileManager.default.createDirectory(atPath: harness.file("book.package"), withIntermediateDirectories: true)
+        try Disk.write("one\n", to: harness.file("book.package/1.txt"))
+        try Disk.write("a\n", to: harness.file("a.txt"))
+        await store.sync()
+        try await store.open("a.txt")
+        try await store.open("book.package")
+        try await store.apply(.setText("mine\n"), to: "a.txt")
+        await store.afterFirstRename(of: harness.file("a.txt")) {
+            try rename(harness, "a.txt", "b.txt")
+            await store.cookieBarrier()
+            try rename(harness, "b.txt", "book.package/b.txt")
+        }
+        try await store.save("a.txt", wait: true)
+        await store.setAfterRename(nil)
+        await store.sync()
+        await #expect(throws: StoreError.self) { try await store.info("b.txt") }
+        await #expect(throws: StoreError.self) { try await store.info("book.package/b.txt") }
+        try await store.save("a.txt", wait: true)
+        #expect(try harness.text(onDisk: "a.txt") == "mine\n")
+        #expect(try await store.read("book.package", .members) == .members(["1.txt", "b.txt"]))
+    }
+
     @Test("WhenRemoved=close: a package renamed during its save follows with the member put meanwhile")
     func packageRenamedDuringSave() async throws {
         let harness = try await base.harness { $0.whenRemoved = .close }
