@@ -354,7 +354,11 @@ final class ControlSession: Sendable {
         case .create(let document):
             return try store.create(try self.document(document))
         case .revert(let document):
-            return try store.revert(try self.document(document))
+            let info = try store.revert(try self.document(document))
+            // Acknowledged once the journal has the mark that releases the discarded edits:
+            // replay must not bring them back.
+            store.requireReleaseWritten(connection)
+            return info
         case .replace(let document, let offset, let length, let text):
             let path = try document.get()
             let edit = DocumentEdit.replace(offset: try offset.get(), length: try length.get(), with: try text.get())

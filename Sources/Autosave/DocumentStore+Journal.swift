@@ -831,11 +831,26 @@ extension DocumentStore {
         journal.requestSync(through: LSN(lastJournalLSN))
     }
 
+    /// The reply queued next on `connection` acknowledges that edits were discarded (a
+    /// revert): it goes out once the journal has written the marks releasing them (synced,
+    /// with `Mode=always`), which are otherwise written after this pass's replies. A crash
+    /// in between would have replay bring back what the client was told is gone.
+    func requireReleaseWritten(_ connection: Connection) {
+        guard let journal else { return }
+        let written = journal.flush()
+        let always = configuration.journalMode == .always
+        connection.require(written: written.rawValue, durable: always)
+        if always { journal.requestSync(through: written) }
+    }
+
     // MARK: Saves and truncation
 
     /// The record of the file a save puts in place (see ``JournalEntry/saving(path:token:file:)``),
-    /// written while the save's bytes are synced and, with `Mode=always`, durable before the
-    /// rename: `nil` when the document has no journalled records.
+    /// written while the save's bytes are synced and durable before the rename, in every
+    /// mode: `nil` when the document has no journalled records. Once the file is in place,
+    /// replay can match it only through this record: were it lost to a power cut, edits
+    /// made during the save (synced, and acknowledged as durable) would find no version to
+    /// apply to. The sync overlaps the file's own and is shared with other records.
     func journalSaving(_ entry: Entry, path: String, token: UInt64) -> SavingJournalRecord? {
         guard let journal, entry.journalOwner != 0, !entry.isPackage else { return nil }
         let owner = entry.journalOwner
@@ -848,13 +863,23 @@ extension DocumentStore {
             journal.flush()
             return lsn.rawValue
         }
-        guard configuration.journalMode == .always else { return SavingJournalRecord(write: write, settle: nil) }
-        // With Mode=always the record is durable before the file it names is in place.
-        let settle: @Sendable (UInt64) -> Void = { lsn in
-            guard lsn != 0 else { return }
+        let directory = configuration.journalDirectory
+        let settle: @Sendable (UInt64) throws -> Void = { lsn in
+            func failed(_ why: String) -> DocumentError {
+                DocumentError(
+                    operation: .sync, path: directory, errno: .ioError,
+                    detail: "the journal's record of this save could not be made durable (\(why)); nothing was replaced"
+                )
+            }
+            guard lsn != 0 else { throw failed("it could not be appended") }
             let synced = DispatchSemaphore(value: 0)
-            journal.whenDurable(LSN(lsn)) { _ in synced.signal() }
-            _ = synced.wait(timeout: .now() + 10)
+            let failure = Lock<JournalFailure?>(nil)
+            journal.whenDurable(LSN(lsn)) { problem in
+                failure.withLock { $0 = problem }
+                synced.signal()
+            }
+            if synced.wait(timeout: .now() + 10) == .timedOut { throw failed("no sync within 10 s") }
+            if let problem = failure.withLock({ $0 }) { throw failed("\(problem)") }
         }
         return SavingJournalRecord(write: write, settle: settle)
     }

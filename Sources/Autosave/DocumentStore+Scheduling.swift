@@ -392,8 +392,8 @@ extension DocumentStore {
                 let write = {
                     try writer.write(
                         wrapper, to: fullPath, options: [], originalContentsPath: fullPath, expecting: expected,
-                        beforeReplacing: journalSaving?.settle.map { settle in
-                            { _, _, _, _ in settle(savingRecord.lsn) }
+                        beforeReplacing: journalSaving.map { journalSaving in
+                            { _, _, _, _ in try journalSaving.settle(savingRecord.lsn) }
                         },
                         whileSyncing: hashing.map { hashing in
                             { size in
@@ -870,8 +870,9 @@ final class SavingRecord: @unchecked Sendable {
 struct SavingJournalRecord: Sendable {
     /// Appends and writes the record; its LSN (0: it could not be appended).
     let write: @Sendable (FileIdentity) -> UInt64
-    /// With `Mode=always`: waits until the record of that LSN is durable (right before the rename).
-    let settle: (@Sendable (UInt64) -> Void)?
+    /// Waits until the record of that LSN is durable (right before the rename); throws
+    /// when it cannot be made so, and the save fails with nothing replaced.
+    let settle: @Sendable (UInt64) throws -> Void
 }
 
 /// A save on its way from the loop to a save thread and back (see `submit`): written by

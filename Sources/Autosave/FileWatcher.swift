@@ -553,8 +553,16 @@ final class FileWatcher: @unchecked Sendable {
                     if let to = path(of: event) {
                         if move.isDirectory {
                             // The watches below keep their descriptors; watching again gives them the new paths.
-                            forgetTree(move.path, removingWatches: false)
+                            let before = forgetTree(move.path, removingWatches: false)
                             watchTree(to)
+                            // Exchanged (RENAME_EXCHANGE): the other directory is at the old name now.
+                            if (try? FileDescriptor.currentWorkingDirectory.status(of: absolute(move.path)))?.kind
+                                == .directory
+                            {
+                                watchTree(move.path)
+                            }
+                            // Those not taken back (the new name is ignored, say) are given back.
+                            giveBackUnclaimed(before)
                         }
                         batch.append(.renamed(from: move.path, to: to, isDirectory: move.isDirectory))
                         continue
@@ -598,9 +606,11 @@ final class FileWatcher: @unchecked Sendable {
 
     /// Drops the watches and polled directories at and below `relative` (moved away: its
     /// watches would go on reporting under paths that no longer exist).
-    private func forgetTree(_ relative: String, removingWatches: Bool) {
+    /// Returns the watches it dropped.
+    @discardableResult
+    private func forgetTree(_ relative: String, removingWatches: Bool) -> [Int32] {
         func inside(_ path: String) -> Bool { PathName.isWithin(path, relative) }
-        watchChanges.withLock { _ in
+        let watches = watchChanges.withLock { _ in
             let watches = state.withLock { state in
                 let found = state.directories.filter { inside($0.value) }.map(\.key)
                 for watch in found { state.remove(watch) }
@@ -608,11 +618,28 @@ final class FileWatcher: @unchecked Sendable {
                 return found
             }
             if removingWatches { for watch in watches { try? inotify.removeWatch(watch) } }
+            return watches
         }
         polled.withLock { polled in
             for directory in polled.keys where inside(directory) { polled.removeValue(forKey: directory) }
         }
         pollOnly.withLock { $0 = $0.filter { !inside($0) } }
+        return watches
+    }
+
+    /// Gives back (`inotify_rm_watch`) those of `watches` that no walk took back: left in
+    /// the kernel, they would go on reporting under no known path, each report taken for
+    /// lost events (a rescan of everything).
+    private func giveBackUnclaimed(_ watches: [Int32]) {
+        guard !watches.isEmpty else { return }
+        watchChanges.withLock { _ in
+            let unclaimed = state.withLock { state in
+                let found = watches.filter { state.directories[$0] == nil }
+                state.givenBack.formUnion(found)
+                return found
+            }
+            for watch in unclaimed { try? inotify.removeWatch(watch) }
+        }
     }
 
     /// How long the thread lets a save's events gather (see ``run()``).

@@ -120,7 +120,8 @@ public struct DurableWriter: Sendable {
     ///   - beforeReplacing: For a regular file, called with the written file's device, inode,
     ///     size and modification time once it is written and synced, right before the rename
     ///     that puts it in place (the rename keeps all four): how a caller records which
-    ///     file its save is about to leave at `path`.
+    ///     file its save is about to leave at `path`. What it throws fails the write, with
+    ///     nothing replaced.
     ///   - whileSyncing: For a regular file, called with its size once its bytes are written,
     ///     right before the `fsync` that makes them durable, on the writing thread: work to
     ///     do while the disk writes. A file of ``writeBackAheadBytes`` or more is then
@@ -138,7 +139,8 @@ public struct DurableWriter: Sendable {
     public func write(
         _ wrapper: FileWrapper, to path: String, options: FileWrapper.WritingOptions = [],
         originalContentsPath: String? = nil, expecting expected: ExpectedDestination? = nil,
-        beforeReplacing: ((_ device: UInt64, _ inode: UInt64, _ size: Int64, _ modified: FileTime) -> Void)? = nil,
+        beforeReplacing: ((_ device: UInt64, _ inode: UInt64, _ size: Int64, _ modified: FileTime) throws -> Void)? =
+            nil,
         whileSyncing: ((_ size: Int64) -> Void)? = nil, leftOpen: DescriptorsLeftOpen? = nil
     ) throws -> Report {
         var session = WriteSession(policy: symlinkPolicy, swap: packageSwap, keepsContents: keepsWrittenContents)
@@ -684,7 +686,7 @@ struct WriteSession {
     mutating func writeRegularFile(
         _ wrapper: FileWrapper, at location: Location, syncDirectory: Bool,
         expecting expected: ExpectedDestination? = nil, reportingPlaced: Bool = false,
-        beforeReplacing: ((UInt64, UInt64, Int64, FileTime) -> Void)? = nil,
+        beforeReplacing: ((UInt64, UInt64, Int64, FileTime) throws -> Void)? = nil,
         whileSyncing: ((_ size: Int64) -> Void)? = nil
     ) throws {
         let staged = try stageRegularFile(
@@ -700,7 +702,7 @@ struct WriteSession {
             }
             if let beforeReplacing {
                 let written = staged.record.identity
-                beforeReplacing(written.device, written.inode, written.size, written.modified)
+                try beforeReplacing(written.device, written.inode, written.size, written.modified)
             }
             // Nothing expected there: the rename refuses to replace what appeared since the
             // look (the one compare-and-rename POSIX has, for "absent").

@@ -64,6 +64,20 @@ extension Journal {
             report.bytes += scans[i].size
         }
         try classify(&scans, report: &report, highest: &highest)
+        // What was read may be in the page cache only: a process killed (not the machine)
+        // leaves its unsynced writes there, and this start reads them as if they were on
+        // disk. They are synced before anything built on them (a replayed document, an edit
+        // acknowledged as durable after it) counts as durable; a failure is the start's.
+        for scan in scans where scan.size > 0 {
+            do throws(Errno) {
+                let file = try FileDescriptor.open(scan.name, relativeTo: directoryFD, .readOnly)
+                try file.closeAfter { () throws(Errno) in try file.dataSync() }
+            } catch .noSuchFile {
+                continue
+            } catch {
+                throw JournalFailure(.fdatasync, path: directory + "/" + scan.name, errno: error)
+            }
+        }
 
         state.withLock { s in
             s.segments = scans.map { scan in

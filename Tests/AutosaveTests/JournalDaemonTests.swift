@@ -718,6 +718,77 @@ struct JournalPowerLossTests {
         return run
     }
 
+    @Test(
+        "Mode=periodic: an edit made while a save runs, acknowledged as durable, survives a power cut right after that save (the save's record is durable before its rename)"
+    )
+    func durableEditDuringASave() async throws {
+        let directory = TemporaryDirectory("journal-powerloss")
+        let backing = directory.sub("backing")
+        let mountPoint = directory.sub("mnt")
+        for path in [backing, mountPoint] {
+            try FileManager.default.createDirectory(atPath: path, withIntermediateDirectories: false)
+        }
+        // Synced only when asked: what the cut keeps is exactly what was made durable.
+        let rig = try JournalRig(
+            "[Journal]\nSyncInterval=1h\n", root: mountPoint + "/root", journal: mountPoint + "/journal")
+        // Over 64 KiB: the journal's base records name the file without its bytes.
+        let big = String(repeating: "0123456789abcde\n", count: 8192)
+        do {
+            let mount = try PowerLossMount(backing: backing, at: mountPoint)
+            try await rig.start()
+            let client = try rig.client()
+            try rig.ok(["cmd": "set", "doc": "big.txt", "text": .string(big)], on: client)
+            try rig.ok(["cmd": "save", "doc": "big.txt", "wait": true], on: client)
+            try rig.ok(["cmd": "append", "doc": "big.txt", "text": "A\n"], on: client)
+            // A save of A, and B made while it runs (the save took its snapshot first).
+            try rig.ok(["cmd": "save", "doc": "big.txt"], on: client)
+            try rig.ok(["cmd": "append", "doc": "big.txt", "text": "B\n", "durable": true], on: client)
+            try await FaultInjectionMoreTests.waitUntil("the save of A done") {
+                (try? rig.status()["saves"]?.intValue) == 2
+            }
+            rig.kill()
+            try mount.unmount()  // the power cut: everything not synced is gone
+        }
+        let mount = try PowerLossMount(backing: backing, at: mountPoint)
+        try await rig.start()
+        #expect(try rig.text("big.txt") == big + "A\nB\n")
+        #expect(rig.stop() == 0)
+        try mount.unmount()
+    }
+
+    @Test(
+        "Records a killed daemon left unsynced are synced by the next start before it builds on them: a durable edit after that start survives a power cut",
+        .enabled(if: Machine.isRoot, "chattr +i needs root"))
+    func unsyncedRecordsOfAKilledDaemon() async throws {
+        let directory = TemporaryDirectory("journal-powerloss")
+        let backing = directory.sub("backing")
+        let mountPoint = directory.sub("mnt")
+        let root = directory.sub("root")
+        for path in [backing, mountPoint, root] {
+            try FileManager.default.createDirectory(atPath: path, withIntermediateDirectories: false)
+        }
+        // The journal alone on the power-loss file system, synced only when asked.
+        let rig = try JournalRig("[Journal]\nSyncInterval=1h\n", root: root, journal: mountPoint + "/journal")
+        let mount = try PowerLossMount(backing: backing, at: mountPoint)
+        try await rig.start()
+        try rig.ok(["cmd": "set", "doc": "a.txt", "text": "1\n"])
+        for line in 2...5 { try rig.ok(["cmd": "append", "doc": "a.txt", "text": .string("\(line)\n")]) }
+        rig.kill()
+        // The replayed document cannot be saved: the journal alone keeps its edits.
+        #expect(try Machine.run("chattr", ["+i", root]).status == 0)
+        defer { _ = try? Machine.run("chattr", ["-i", root]) }
+        try await rig.start()
+        try rig.ok(["cmd": "append", "doc": "a.txt", "text": "6\n", "durable": true])
+        rig.kill()
+        try mount.unmount()  // the power cut
+        #expect(try Machine.run("chattr", ["-i", root]).status == 0)
+        let again = try PowerLossMount(backing: backing, at: mountPoint)
+        try await rig.start()
+        #expect(try rig.text("a.txt") == "1\n2\n3\n4\n5\n6\n")
+        #expect(rig.stop() == 0)
+        try again.unmount()
+    }
+
     /// `LoopWriteLimit=0`: the journal's thread makes every sync; `1s`: the loop makes them
     /// (this file system's syncs take longer than the default 2 ms).
     @Test(
