@@ -861,6 +861,8 @@ extension DocumentStore {
             // then the document's older records keep its segment.
             guard let lsn = try? journal.appendUnattached(owner: owner, payload: bytes) else { return 0 }
             journal.flush()
+            // Synced while the file's own bytes are: the rename waits for both.
+            journal.requestSync(through: lsn)
             return lsn.rawValue
         }
         let directory = configuration.journalDirectory
@@ -871,15 +873,16 @@ extension DocumentStore {
                     detail: "the journal's record of this save could not be made durable (\(why)); nothing was replaced"
                 )
             }
-            guard lsn != 0 else { throw failed("it could not be appended") }
+            // Not appended (the journal refuses records while it fails): nothing of the
+            // journal is acknowledged as durable meanwhile, and the save goes ahead — it is
+            // what makes the edits durable then.
+            guard lsn != 0 else { return }
             let synced = DispatchSemaphore(value: 0)
-            let failure = Lock<JournalFailure?>(nil)
-            journal.whenDurable(LSN(lsn)) { problem in
-                failure.withLock { $0 = problem }
-                synced.signal()
-            }
+            journal.whenDurable(LSN(lsn)) { _ in synced.signal() }
+            // A failed sync goes ahead too, for the same reason (the journal writes the
+            // record again with everything not yet durable); a sync that does not end in
+            // 10 s fails the save, which is tried again after its backoff.
             if synced.wait(timeout: .now() + 10) == .timedOut { throw failed("no sync within 10 s") }
-            if let problem = failure.withLock({ $0 }) { throw failed("\(problem)") }
         }
         return SavingJournalRecord(write: write, settle: settle)
     }

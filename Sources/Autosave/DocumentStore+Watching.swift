@@ -644,6 +644,8 @@ extension DocumentStore {
             if let members = pendingMemberChecks.removeValue(forKey: from) {
                 pendingMemberChecks[to, default: []].formUnion(members)
             }
+            // Another file at the old name (written after the rename, or swapped in) is one of its own.
+            if atFrom != nil, movesOntoHeld[from] == nil { handle([.changed(from)]) }
             return to
         case (false, false):
             // Renamed, then removed: the removal's policy.
