@@ -666,13 +666,20 @@ struct JournalPowerLossTests {
 
     /// Appends lines to one document, one request at a time, until the cut after the
     /// `cut`-th fsync; then starts the daemon again on the durable state and reads it.
-    func run(mode: String, cut: Int, pace: Duration = .zero, loopWriteLimit: String = "2ms") async throws -> Run {
+    /// A scratch directory (kept for as long as the returned value is) with the empty
+    /// directories `names` in it: the power-loss file system's backing and mount point, and
+    /// whatever else a test keeps beside them.
+    static func scratch(_ names: String...) throws -> (TemporaryDirectory, [String]) {
         let directory = TemporaryDirectory("journal-powerloss")
-        let backing = directory.sub("backing")
-        let mountPoint = directory.sub("mnt")
-        for path in [backing, mountPoint] {
-            try FileManager.default.createDirectory(atPath: path, withIntermediateDirectories: false)
-        }
+        let paths = names.map { directory.sub($0) }
+        for path in paths { try FileManager.default.createDirectory(atPath: path, withIntermediateDirectories: false) }
+        return (directory, paths)
+    }
+
+    func run(mode: String, cut: Int, pace: Duration = .zero, loopWriteLimit: String = "2ms") async throws -> Run {
+        let (directory, made) = try Self.scratch("backing", "mnt")
+        defer { withExtendedLifetime(directory) {} }
+        let (backing, mountPoint) = (made[0], made[1])
         let rig = try JournalRig(
             "[Journal]\nMode=\(mode)\nSyncInterval=100ms\n[Autosave]\nLoopWriteLimit=\(loopWriteLimit)\n",
             root: mountPoint + "/root",
@@ -722,12 +729,9 @@ struct JournalPowerLossTests {
         "Mode=periodic: an edit made while a save runs, acknowledged as durable, survives a power cut right after that save (the save's record is durable before its rename)"
     )
     func durableEditDuringASave() async throws {
-        let directory = TemporaryDirectory("journal-powerloss")
-        let backing = directory.sub("backing")
-        let mountPoint = directory.sub("mnt")
-        for path in [backing, mountPoint] {
-            try FileManager.default.createDirectory(atPath: path, withIntermediateDirectories: false)
-        }
+        let (directory, made) = try Self.scratch("backing", "mnt")
+        defer { withExtendedLifetime(directory) {} }
+        let (backing, mountPoint) = (made[0], made[1])
         // Synced only when asked: what the cut keeps is exactly what was made durable.
         let rig = try JournalRig(
             "[Journal]\nSyncInterval=1h\n", root: mountPoint + "/root", journal: mountPoint + "/journal")
@@ -760,13 +764,9 @@ struct JournalPowerLossTests {
         "Records a killed daemon left unsynced are synced by the next start before it builds on them: a durable edit after that start survives a power cut",
         .enabled(if: Machine.isRoot, "chattr +i needs root"))
     func unsyncedRecordsOfAKilledDaemon() async throws {
-        let directory = TemporaryDirectory("journal-powerloss")
-        let backing = directory.sub("backing")
-        let mountPoint = directory.sub("mnt")
-        let root = directory.sub("root")
-        for path in [backing, mountPoint, root] {
-            try FileManager.default.createDirectory(atPath: path, withIntermediateDirectories: false)
-        }
+        let (directory, made) = try Self.scratch("backing", "mnt", "root")
+        defer { withExtendedLifetime(directory) {} }
+        let (backing, mountPoint, root) = (made[0], made[1], made[2])
         // The journal alone on the power-loss file system, synced only when asked.
         let rig = try JournalRig("[Journal]\nSyncInterval=1h\n", root: root, journal: mountPoint + "/journal")
         let mount = try PowerLossMount(backing: backing, at: mountPoint)

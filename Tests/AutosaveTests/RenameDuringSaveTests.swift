@@ -23,10 +23,7 @@ struct RenameDuringSaveTests {
     func renamedDuringSave() async throws {
         let harness = try await base.harness { $0.whenRemoved = .close }
         let store = harness.store
-        try Disk.write("one\n", to: harness.file("a.txt"))
-        await store.sync()
-        try await store.open("a.txt")
-        try await store.apply(.setText("two\n"), to: "a.txt")
+        try await base.openEdited(harness, "a.txt", onDisk: "one\n", .setText("two\n"))
         await store.afterFirstRename(of: harness.file("a.txt")) {
             try await store.apply(.append("three\n"), to: "a.txt")
             try rename(harness, "a.txt", "b.txt")
@@ -47,10 +44,7 @@ struct RenameDuringSaveTests {
     func renamedTwiceDuringSave() async throws {
         let harness = try await base.harness { $0.whenRemoved = .recreate }
         let store = harness.store
-        try Disk.write("one\n", to: harness.file("a.txt"))
-        await store.sync()
-        try await store.open("a.txt")
-        try await store.apply(.setText("two\n"), to: "a.txt")
+        try await base.openEdited(harness, "a.txt", onDisk: "one\n", .setText("two\n"))
         await store.afterFirstRename(of: harness.file("a.txt")) {
             try await store.apply(.append("three\n"), to: "a.txt")
             try rename(harness, "a.txt", "b.txt")
@@ -74,10 +68,7 @@ struct RenameDuringSaveTests {
     func renamedBackDuringSave() async throws {
         let harness = try await base.harness { $0.whenRemoved = .close }
         let store = harness.store
-        try Disk.write("one\n", to: harness.file("a.txt"))
-        await store.sync()
-        try await store.open("a.txt")
-        try await store.apply(.setText("two\n"), to: "a.txt")
+        try await base.openEdited(harness, "a.txt", onDisk: "one\n", .setText("two\n"))
         await store.afterFirstRename(of: harness.file("a.txt")) {
             try await store.apply(.append("three\n"), to: "a.txt")
             try rename(harness, "a.txt", "b.txt")
@@ -101,10 +92,7 @@ struct RenameDuringSaveTests {
         let harness = try await base.harness { $0.whenRemoved = .recreate }
         let store = harness.store
         try FileManager.default.createDirectory(atPath: harness.file("d"), withIntermediateDirectories: true)
-        try Disk.write("one\n", to: harness.file("d/a.txt"))
-        await store.sync()
-        try await store.open("d/a.txt")
-        try await store.apply(.setText("two\n"), to: "d/a.txt")
+        try await base.openEdited(harness, "d/a.txt", onDisk: "one\n", .setText("two\n"))
         await store.afterFirstRename(of: harness.file("d/a.txt")) {
             try await store.apply(.append("three\n"), to: "d/a.txt")
             try rename(harness, "d", "e")

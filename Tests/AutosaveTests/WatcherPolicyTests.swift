@@ -175,10 +175,7 @@ struct WatcherPolicyTests {
     func renamesWithOtherEventsBetweenTheirHalves() async throws {
         let harness = try await base.harness { $0.whenRemoved = .close }
         let store = harness.store
-        try Disk.write("one\n", to: harness.file("a.txt"))
-        await store.sync()
-        try await store.open("a.txt")
-        try await store.apply(.setText("mine\n"), to: "a.txt")
+        try await base.openEdited(harness, "a.txt", onDisk: "one\n", .setText("mine\n"))
         // Nothing but the renames: no conflict, no removal, no save failure.
         let seen = Mutex<[String]>([])
         await store.observe { event in
@@ -247,10 +244,7 @@ struct WatcherPolicyTests {
     func conflictCopyFails() async throws {
         let harness = try await base.harness()
         let store = harness.store
-        try Disk.write("one\n", to: harness.file("a.txt"))
-        await store.sync()
-        try await store.open("a.txt")
-        try await store.apply(.setText("mine\n"), to: "a.txt")
+        try await base.openEdited(harness, "a.txt", onDisk: "one\n", .setText("mine\n"))
         // Opened without blocking, it is no regular file: neither read again nor copied.
         try base.sh("mkfifo a.txt~ && mv a.txt~ a.txt", in: harness)
         await store.sync()

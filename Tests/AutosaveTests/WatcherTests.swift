@@ -18,6 +18,15 @@ struct WatcherTests {
         return harness
     }
 
+    /// Opens `path`, first written with `text` by another program, and makes `edit` to it
+    /// (left unsaved: the quiet period is long).
+    func openEdited(_ harness: StoreHarness, _ path: String, onDisk text: String, _ edit: DocumentEdit) async throws {
+        try Disk.write(text, to: harness.file(path))
+        await harness.store.sync()
+        try await harness.store.open(path)
+        try await harness.store.apply(edit, to: path)
+    }
+
     func sh(_ script: String, in harness: StoreHarness) throws {
         let result = try Machine.run("/bin/sh", ["-c", "cd '\(harness.root)' && " + script])
         #expect(result.status == 0, "\(script): \(result.stderr)")
