@@ -94,7 +94,7 @@ extension DocumentStore {
                 mode: mode, segmentSize: segmentSize,
                 maxPayloadSize: 256 << 20,
                 // Obsolete segments are kept for reuse: two, and more within MaxSize=.
-                recycleWithin: configuration.journalMaxSize),
+                recycleWithin: configuration.journalMaxSize, io: journalIO),
             onDurable: { lsn in gate.advance(durable: lsn.rawValue) },
             onFailure: { failure in
                 gate.lastFailure.withLock { $0 = failure.description }
@@ -427,7 +427,7 @@ extension DocumentStore {
         // that gives the whole document, if any, and kept beside the file's by `[Conflicts]`.
         guard let rebuilt = rebuild(chain, of: chains, path: path) else {
             return drop(
-                "the file was changed by another program while the daemon was down, and the version the journalled edits apply to is not kept (\(members.count) records)"
+                "the file is not a version the journal knows, and the version the journalled edits apply to is not kept (\(members.count) records): another program changed the file while the daemon was down, or a save put it in place right before a power cut took the journal's record of that save (the file then holds every edit the journal had made durable)"
             )
         }
         if rebuilt.skipped > 0 {
@@ -625,6 +625,8 @@ extension DocumentStore {
     /// is what ``journalBaseContents(_:for:)`` found before the edit was applied.
     func journalEdit(_ entry: inout Entry, path: String, _ edit: DocumentEdit, baseContents: Data?) {
         guard let journal, !entry.journalBroken else { return }
+        // Made during the document's save: before its record is appended (see ``SaveCommit``).
+        if entry.savingToken != nil, !saveCommits.isEmpty { saveCommits[entry.savingSerial]?.edit() }
         if entry.journalOwner == 0 {
             entry.journalOwner = nextJournalOwner
             nextJournalOwner += 1
@@ -846,15 +848,16 @@ extension DocumentStore {
     // MARK: Saves and truncation
 
     /// The record of the file a save puts in place (see ``JournalEntry/saving(path:token:file:)``),
-    /// written while the save's bytes are synced and durable before the rename, in every
-    /// mode: `nil` when the document has no journalled records. Once the file is in place,
-    /// replay can match it only through this record: were it lost to a power cut, edits
-    /// made during the save (synced, and acknowledged as durable) would find no version to
-    /// apply to. The sync overlaps the file's own and is shared with other records.
+    /// written while the save's bytes are synced: `nil` when the document has no journalled
+    /// records. Once the file is in place, replay can match it only through this record:
+    /// were it lost to a power cut, edits made during the save (synced, and acknowledged
+    /// as durable) would find no version to apply to. So it is durable before the rename
+    /// with `Mode=always`, and with `periodic` when the document was edited during the
+    /// save (``SaveCommit``). The sync overlaps the file's own and is shared with other records.
     func journalSaving(_ entry: Entry, path: String, token: UInt64) -> SavingJournalRecord? {
         guard let journal, entry.journalOwner != 0, !entry.isPackage else { return nil }
         let owner = entry.journalOwner
-        let write: @Sendable (FileIdentity) -> UInt64 = { file in
+        let write: @Sendable (FileIdentity, Bool) -> UInt64 = { file, sync in
             var bytes: [UInt8] = []
             JournalEntry.saving(path: path, token: token, file: file).encode(into: &bytes)
             // Taken into the document's log when the save is done (``journalSaved``); until
@@ -862,7 +865,7 @@ extension DocumentStore {
             guard let lsn = try? journal.appendUnattached(owner: owner, payload: bytes) else { return 0 }
             journal.flush()
             // Synced while the file's own bytes are: the rename waits for both.
-            journal.requestSync(through: lsn)
+            if sync { journal.requestSync(through: lsn) }
             return lsn.rawValue
         }
         let directory = configuration.journalDirectory

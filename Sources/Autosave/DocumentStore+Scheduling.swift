@@ -4,6 +4,7 @@ import Foundation
 import Journal
 import Logging
 import Posix
+import Synchronization
 
 /// A point on the store's clock, in nanoseconds of `CLOCK_BOOTTIME` (the clock
 /// `ContinuousClock` reads on Linux): a plain integer, so the deadline arithmetic of
@@ -368,6 +369,10 @@ extension DocumentStore {
                 self.journalSaving(entry, path: path, token: token), mayRunOnLoop(entry)
             )
         }
+        // With `Mode=periodic`, only a save its document is edited during waits for its
+        // journal record's sync (see ``SaveCommit``); with `always`, every one does.
+        let commit = journalSaving != nil && configuration.journalMode != .always ? SaveCommit() : nil
+        if let commit { saveCommits[serial] = commit }
         savesInFlight += 1
         let fullPath = root + "/" + path
         let root = root
@@ -393,7 +398,10 @@ extension DocumentStore {
                     try writer.write(
                         wrapper, to: fullPath, options: [], originalContentsPath: fullPath, expecting: expected,
                         beforeReplacing: journalSaving.map { journalSaving in
-                            { _, _, _, _ in try journalSaving.settle(savingRecord.lsn) }
+                            { _, _, _, _ in
+                                if let commit, commit.commit() { return }
+                                try journalSaving.settle(savingRecord.lsn)
+                            }
                         },
                         whileSyncing: hashing.map { hashing in
                             { size in
@@ -402,7 +410,11 @@ extension DocumentStore {
                                 // save that fails names a file that is nowhere, and is passed over).
                                 let hash = hashing.value
                                 if let journalSaving, let hash {
-                                    savingRecord.lsn = journalSaving.write(FileIdentity(size: size, hash: hash))
+                                    // Its sync started now (overlapping the file's) only where
+                                    // the rename is to wait for it; otherwise the journal's
+                                    // own syncs take it, and the file's sync has the disk alone.
+                                    savingRecord.lsn = journalSaving.write(
+                                        FileIdentity(size: size, hash: hash), commit?.isEdited ?? true)
                                 }
                             }
                         }, leftOpen: leftOpen)
@@ -611,6 +623,7 @@ extension DocumentStore {
     ) {
         savesInFlight -= 1
         defer { slotFreed() }
+        if !saveCommits.isEmpty { saveCommits[serial] = nil }
         // The document this save is for: not one closed while it saved, nor one opened at the
         // same path since (whose edits this save does not hold: taken for it, they would
         // count as saved, and its callers be told so).
@@ -866,10 +879,49 @@ final class SavingRecord: @unchecked Sendable {
     var lsn: UInt64 = 0
 }
 
+/// Whether a save must wait for its journal record (the file it puts in place) to be
+/// durable before its rename: the save thread and the edits of its document, on the
+/// loop, race for one state.
+///
+/// Once the file is in place, replay can match it only through that record. An edit
+/// journalled before the record (between the save's start and the record's append)
+/// could be made durable while the record is not, and a power cut right after the
+/// rename would leave it with no version to apply to. So an edit made during the save
+/// moves the state from idle to *edited* before its own record is appended, and the
+/// save, finding it so, waits for the record's sync. A save that moved it from idle to
+/// *committing* first renames at once: every edit after that has its record appended
+/// after the save's, and the journal is made durable in order, so whatever makes such an
+/// edit durable makes the save's record durable too. A save nobody edits meanwhile
+/// never waits for the journal (a power cut before the record's sync then leaves a file
+/// holding every journalled edit, which replay finds so when the journal holds the
+/// document's bytes, and otherwise reports as a file it does not know).
+final class SaveCommit: Sendable {
+    private static let idle: UInt8 = 0
+    private static let edited: UInt8 = 1
+    private static let committing: UInt8 = 2
+    private let state = Atomic<UInt8>(SaveCommit.idle)
+
+    /// On the loop, before an edit of the document is journalled.
+    func edit() {
+        _ = state.compareExchange(expected: Self.idle, desired: Self.edited, ordering: .acquiringAndReleasing)
+    }
+
+    /// Whether an edit came (so far).
+    var isEdited: Bool { state.load(ordering: .acquiring) == Self.edited }
+
+    /// On the save thread, right before the rename: whether it may go ahead without the
+    /// record's sync (no edit came first).
+    func commit() -> Bool {
+        state.compareExchange(expected: Self.idle, desired: Self.committing, ordering: .acquiringAndReleasing)
+            .exchanged
+    }
+}
+
 /// The journal's record of the file a save puts in place (``DocumentStore/journalSaving(_:path:token:)``).
 struct SavingJournalRecord: Sendable {
-    /// Appends and writes the record; its LSN (0: it could not be appended).
-    let write: @Sendable (FileIdentity) -> UInt64
+    /// Appends and writes the record, and starts its sync if asked; its LSN (0: it could
+    /// not be appended).
+    let write: @Sendable (FileIdentity, _ sync: Bool) -> UInt64
     /// Waits until the record of that LSN is durable (right before the rename); throws
     /// when it cannot be made so, and the save fails with nothing replaced.
     let settle: @Sendable (UInt64) throws -> Void

@@ -196,6 +196,12 @@ public actor DocumentStore {
     /// tells it from another document opened at that path since (whose first save's change
     /// token may well be the same).
     var saveSerial: UInt64 = 0
+    /// The saves in flight whose journal record an edit made meanwhile needs durable
+    /// before their rename (``SaveCommit``), by ``saveSerial``; looked up only for a
+    /// document being saved.
+    var saveCommits: [UInt64: SaveCommit] = [:]
+    /// The calls through which the journal's records reach the disk (tests wrap them).
+    var journalIO = JournalIO.system
     @exclusivity(unchecked) var accepting = true
     var sleeper: CheckedContinuation<Void, Never>?
     @exclusivity(unchecked) var sleepTarget: Moment?

@@ -1,0 +1,142 @@
+import Foundation
+import Journal
+import Posix
+import Synchronization
+import TestSupport
+import Testing
+
+@testable import Autosave
+@testable import Documents
+
+/// The journal's syncs, wrapped: each may be made to take longer (`delay`) or to wait
+/// until released (`hold`). Every sync is still the system's own `fdatasync`.
+final class HeldJournalSyncs: Sendable {
+    private let state = Mutex<(held: Bool, delay: Duration)>((false, .zero))
+    private let released = DispatchSemaphore(value: 0)
+
+    var io: JournalIO {
+        JournalIO(
+            write: { fd, bytes throws(Errno) in try fd.writeAll(bytes) },
+            dataSync: { [self] fd throws(Errno) in
+                let (held, delay) = state.withLock { ($0.held, $0.delay) }
+                if held { released.wait() }
+                if delay > .zero { Thread.sleep(forTimeInterval: Double(delay.microseconds) / 1e6) }
+                try fd.dataSync()
+            })
+    }
+
+    func delay(_ delay: Duration) { state.withLock { $0.delay = delay } }
+
+    func hold() { state.withLock { $0.held = true } }
+
+    /// Lets every held sync go, and every later one.
+    func release() {
+        state.withLock { $0.held = false }
+        // More than the journal's one sync thread and the loop could ever hold.
+        for _ in 0..<4 { released.signal() }
+    }
+}
+
+extension DocumentStore {
+    func setJournalIO(_ io: JournalIO) { journalIO = io }
+    var openedJournal: Journal? { journal }
+}
+
+/// With `Mode=periodic`, a save's journal record (the file it puts in place) is durable
+/// before its rename exactly when the document was edited during the save (see
+/// ``SaveCommit``); with `always`, for every save.
+@Suite("A save's journal record and its rename", .serialized)
+struct SaveCommitTests {
+    /// A store on a gated document with a journal synced only when asked (and through `syncs`).
+    static func harness(_ syncs: HeldJournalSyncs, mode: JournalMode = .periodic) async throws -> (StoreHarness, Gate) {
+        var registry = DocumentTypeRegistry()
+        registry.register(GatedDocument.self, contentType: GatedDocument.type, filenameExtensions: ["gated"])
+        let gate = Gate()
+        Gate.current = gate
+        defer { Gate.current = nil }
+        let journal = TemporaryDirectory("save-commit-journal")
+        let harness = await StoreHarness(quiet: .seconds(3600), maxDelay: .seconds(3600), registry: registry) {
+            $0.journalDirectorySetting = journal.sub("journal")
+            $0.journalMode = mode
+            $0.journalSyncInterval = .seconds(3600)
+        }
+        withExtendedLifetime(journal) {}
+        await harness.store.setJournalIO(syncs.io)
+        try Disk.write("first\n", to: harness.file("doc.gated"))
+        try await harness.store.open("doc.gated")
+        try await harness.store.openJournal()
+        return (harness, gate)
+    }
+
+    /// The journal's figures when `file` is renamed into place, taken on the save's thread.
+    static func atRename(of file: String, _ store: DocumentStore) async -> AsyncStream<
+        (written: UInt64, durable: UInt64)
+    > {
+        let journal = await store.openedJournal!
+        let (stream, continuation) = AsyncStream<(written: UInt64, durable: UInt64)>.makeStream()
+        await store.setAfterRename { path in
+            guard path == file else { return }
+            let figures = journal.statistics
+            continuation.yield((figures.writtenThrough.rawValue, figures.durableThrough.rawValue))
+        }
+        return stream
+    }
+
+    @Test("Mode=periodic: a document edited during its save has the save's record durable before the rename")
+    func editedDuringTheSave() async throws {
+        let syncs = HeldJournalSyncs()
+        let (harness, gate) = try await Self.harness(syncs)
+        let store = harness.store
+        try await store.apply(.setText("A\n"), to: "doc.gated")
+        var renames = await Self.atRename(of: harness.file("doc.gated"), store).makeAsyncIterator()
+        // Every sync from here on takes longer than the file's own: a rename that does not
+        // wait for the record comes before it is durable.
+        syncs.delay(.milliseconds(300))
+        try await store.save("doc.gated", wait: false)
+        var arrivals = gate.arrived.makeAsyncIterator()
+        _ = await arrivals.next()
+        // The save took its snapshot (A) and waits at the gate, its record not yet appended.
+        try await store.apply(.setText("B\n"), to: "doc.gated")
+        gate.open(waiting: 1)
+        let figures = try #require(await renames.next())
+        #expect(
+            figures.durable >= figures.written,
+            "renamed with the journal written through \(figures.written) but durable only through \(figures.durable)")
+        #expect(await store.closeJournal().failure == nil)
+    }
+
+    @Test("Mode=periodic: a save its document is not edited during renames without waiting for the journal's sync")
+    func notEditedDuringTheSave() async throws {
+        let syncs = HeldJournalSyncs()
+        let (harness, gate) = try await Self.harness(syncs)
+        gate.open(waiting: 0)
+        let store = harness.store
+        try await store.apply(.setText("A\n"), to: "doc.gated")
+        var renames = await Self.atRename(of: harness.file("doc.gated"), store).makeAsyncIterator()
+        // No journal sync ends until the save has: a save waiting for one would fail (after 10 s).
+        syncs.hold()
+        try await store.save("doc.gated", wait: true)
+        let figures = try #require(await renames.next())
+        #expect(figures.durable < figures.written, "the save's record was synced before the rename")
+        #expect(try harness.text(onDisk: "doc.gated") == "A\n")
+        syncs.release()
+        #expect(await store.closeJournal().failure == nil)
+    }
+
+    @Test("Mode=always: every save's record is durable before its rename")
+    func always() async throws {
+        let syncs = HeldJournalSyncs()
+        let (harness, gate) = try await Self.harness(syncs, mode: .always)
+        gate.open(waiting: 0)
+        let store = harness.store
+        try await store.apply(.setText("A\n"), to: "doc.gated")
+        var renames = await Self.atRename(of: harness.file("doc.gated"), store).makeAsyncIterator()
+        syncs.delay(.milliseconds(300))
+        try await store.save("doc.gated", wait: true)
+        let figures = try #require(await renames.next())
+        #expect(
+            figures.durable >= figures.written,
+            "renamed with the journal written through \(figures.written) but durable only through \(figures.durable)")
+        #expect(await store.closeJournal().failure == nil)
+    }
+}
