@@ -6,6 +6,9 @@
 //   socket   through the daemon's control socket: `set` of the document, then `save`
 //            with "wait": true; the time is the save's round trip, that is the whole
 //            exchange less the set's own round trip (printed too)
+//   durable  the same with "durable": true on the set: its reply waits for the journal's
+//            sync, so the save's round trip is the save alone, with nothing of the
+//            journal left for it to make durable (as for a save after the quiet period)
 //   floor    with FLOOR_SOCKET: the same set and save sent to bench/savefloor.c, the bare
 //            recipe behind a minimal socket server: what the socket alone adds
 //
@@ -129,7 +132,7 @@ int main(int argc, char **argv) {
     if (directory < 0) fail("open bare directory");
     int fd = connect_to(argv[1]);
     int floor_fd = argc == 7 ? connect_to(argv[6]) : -1;
-    int kinds = floor_fd < 0 ? 2 : 3;
+    int kinds = floor_fd < 0 ? 3 : 4;
 
     // The set request, with the text at a fixed place so each iteration can vary it.
     size_t capacity = bytes + strlen(doc) + 128;
@@ -139,6 +142,12 @@ int main(int argc, char **argv) {
     memset(text, 'a', bytes);
     size_t set_length = (size_t)prefix + bytes;
     set_length += (size_t)snprintf(set + set_length, capacity - set_length, "\"}\n");
+    // The same set, durable: ...","durable":true}
+    char *durable_set = malloc(capacity + 32);
+    memcpy(durable_set, set, set_length - 2);
+    size_t durable_length = set_length - 2;
+    durable_length += (size_t)sprintf(durable_set + durable_length, ",\"durable\":true}\n");
+    char *durable_text = durable_set + prefix;
     char save[512];
     size_t save_length = (size_t)snprintf(save, sizeof save, "{\"id\":2,\"cmd\":\"save\",\"doc\":\"%s\",\"wait\":true}\n", doc);
 
@@ -146,6 +155,8 @@ int main(int argc, char **argv) {
     double *saved = malloc(iterations * sizeof(double));
     double *setting = malloc(iterations * sizeof(double));
     double *floored = malloc(iterations * sizeof(double));
+    double *saved_durable = malloc(iterations * sizeof(double));
+    double *setting_durable = malloc(iterations * sizeof(double));
     // One untimed save of each first: the document exists, the files are there.
     exchange(fd, set, set_length);
     exchange(fd, save, save_length);
@@ -156,6 +167,9 @@ int main(int argc, char **argv) {
     }
     for (size_t i = 0; i < iterations; i++) {
         vary(text, bytes, (long)i + 1);
+        // Other contents than the plain set's, so that each set is an edit.
+        memcpy(durable_text, text, bytes);
+        vary(durable_text, bytes, (long)i + 1 + 1000000);
         for (int turn = 0; turn < kinds; turn++) {
             int kind = (int)((turn + i) % (size_t)kinds);
             if (kind == 0) {
@@ -170,6 +184,14 @@ int main(int argc, char **argv) {
                 double t2 = now();
                 setting[i] = t1 - t0;
                 saved[i] = t2 - t1;
+            } else if (kind == 2) {
+                double t0 = now();
+                exchange(fd, durable_set, durable_length);
+                double t1 = now();
+                exchange(fd, save, save_length);
+                double t2 = now();
+                setting_durable[i] = t1 - t0;
+                saved_durable[i] = t2 - t1;
             } else {
                 exchange(floor_fd, set, set_length);
                 double t1 = now();
@@ -184,6 +206,9 @@ int main(int argc, char **argv) {
     row("save through the socket (less the set)", saved, iterations);
     row("(the set's own round trip)", setting, iterations);
     ratios("ratio, socket / bare", saved, bare, iterations);
+    row("save through the socket after a durable set (less the set)", saved_durable, iterations);
+    row("(the durable set's own round trip)", setting_durable, iterations);
+    ratios("ratio, socket after a durable set / bare", saved_durable, bare, iterations);
     if (floor_fd >= 0) {
         row("floor: the recipe behind a minimal socket server (bench/savefloor.c)", floored, iterations);
         ratios("ratio, floor / bare", floored, bare, iterations);

@@ -371,7 +371,9 @@ extension DocumentStore {
         }
         // With `Mode=periodic`, only a save its document is edited during waits for its
         // journal record's sync (see ``SaveCommit``); with `always`, every one does.
-        let commit = journalSaving != nil && configuration.journalMode != .always ? SaveCommit() : nil
+        let commit =
+            journalSaving != nil && configuration.journalMode != .always
+            ? SaveCommit(preceding: entries[index].savingLSN, gate: replyGate) : nil
         if let commit { saveCommits[serial] = commit }
         savesInFlight += 1
         let fullPath = root + "/" + path
@@ -414,7 +416,7 @@ extension DocumentStore {
                                     // the rename is to wait for it; otherwise the journal's
                                     // own syncs take it, and the file's sync has the disk alone.
                                     savingRecord.lsn = journalSaving.write(
-                                        FileIdentity(size: size, hash: hash), commit?.isEdited ?? true)
+                                        FileIdentity(size: size, hash: hash), commit?.needsRecord ?? true)
                                 }
                             }
                         }, leftOpen: leftOpen)
@@ -880,40 +882,59 @@ final class SavingRecord: @unchecked Sendable {
 }
 
 /// Whether a save must wait for its journal record (the file it puts in place) to be
-/// durable before its rename: the save thread and the edits of its document, on the
-/// loop, race for one state.
+/// durable before its rename (`Mode=periodic`; with `always`, every save waits).
 ///
-/// Once the file is in place, replay can match it only through that record. An edit
-/// journalled before the record (between the save's start and the record's append)
-/// could be made durable while the record is not, and a power cut right after the
-/// rename would leave it with no version to apply to. So an edit made during the save
-/// moves the state from idle to *edited* before its own record is appended, and the
-/// save, finding it so, waits for the record's sync. A save that moved it from idle to
-/// *committing* first renames at once: every edit after that has its record appended
-/// after the save's, and the journal is made durable in order, so whatever makes such an
-/// edit durable makes the save's record durable too. A save nobody edits meanwhile
-/// never waits for the journal (a power cut before the record's sync then leaves a file
-/// holding every journalled edit, which replay finds so when the journal holds the
-/// document's bytes, and otherwise reports as a file it does not know).
+/// Once the file is in place, replay can match it only through that record; without
+/// it, replay rebuilds the version the durable records give and compares it with the
+/// file. Two cases need the record:
+/// - An edit journalled during the save before the record was appended could be made
+///   durable while the record is not: a power cut right after the rename leaves it
+///   with no version to apply to. So an edit made during the save moves the state from
+///   idle to *edited* before its own record is appended, and the save, finding it so,
+///   waits. A save that moved it from idle to *committing* first needs nothing for the
+///   edits after: their records follow its own, and the journal is durable in order.
+/// - The document's records before the save (the edits it holds) not yet durable: a
+///   power cut after the rename leaves a file ahead of the durable records, which
+///   replay would take for another program's (a false conflict, and with
+///   `Keep=memory` the older version put back under the name). The record's sync makes
+///   them durable too (they precede it).
+///
+/// A save whose edits a periodic sync has already made durable (every save after the
+/// quiet period, with the default 2 s against `SyncInterval=1s`), and that nobody edits
+/// meanwhile, renames without waiting for the journal: a cut before its record's sync
+/// leaves a file holding exactly the durable records' edits, which replay finds so
+/// where the journal holds the document's bytes, and otherwise reports.
 final class SaveCommit: Sendable {
     private static let idle: UInt8 = 0
     private static let edited: UInt8 = 1
     private static let committing: UInt8 = 2
     private let state = Atomic<UInt8>(SaveCommit.idle)
+    /// The document's last record before the save.
+    private let preceding: UInt64
+    /// Where the journal's durable point is kept, for any thread.
+    private let gate: ReplyGate
+
+    init(preceding: UInt64, gate: ReplyGate) {
+        self.preceding = preceding
+        self.gate = gate
+    }
 
     /// On the loop, before an edit of the document is journalled.
     func edit() {
         _ = state.compareExchange(expected: Self.idle, desired: Self.edited, ordering: .acquiringAndReleasing)
     }
 
-    /// Whether an edit came (so far).
-    var isEdited: Bool { state.load(ordering: .acquiring) == Self.edited }
+    /// Whether the record is to be durable before the rename, as far as is known yet
+    /// (its sync is then started beside the file's).
+    var needsRecord: Bool {
+        state.load(ordering: .acquiring) == Self.edited || gate.durable.load(ordering: .acquiring) < preceding
+    }
 
     /// On the save thread, right before the rename: whether it may go ahead without the
-    /// record's sync (no edit came first).
+    /// record's sync (no edit came first, and the edits the save holds are durable).
     func commit() -> Bool {
         state.compareExchange(expected: Self.idle, desired: Self.committing, ordering: .acquiringAndReleasing)
-            .exchanged
+            .exchanged && gate.durable.load(ordering: .acquiring) >= preceding
     }
 }
 

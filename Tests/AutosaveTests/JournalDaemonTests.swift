@@ -761,6 +761,35 @@ struct JournalPowerLossTests {
     }
 
     @Test(
+        "Mode=periodic: a save of edits no sync had covered yet, and a power cut right after it: the file is the journal's version, not another program's (no conflict, nothing put back)"
+    )
+    func savedAheadOfTheSyncs() async throws {
+        let (directory, made) = try Self.scratch("backing", "mnt")
+        defer { withExtendedLifetime(directory) {} }
+        let (backing, mountPoint) = (made[0], made[1])
+        // Synced only when asked; a conflict would put the journal's version under the name.
+        let rig = try JournalRig(
+            "[Conflicts]\nKeep=memory\n[Journal]\nSyncInterval=1h\n", root: mountPoint + "/root",
+            journal: mountPoint + "/journal")
+        do {
+            let mount = try PowerLossMount(backing: backing, at: mountPoint)
+            try await rig.start()
+            try rig.ok(["cmd": "set", "doc": "a.txt", "text": "1\n", "durable": true])
+            try rig.ok(["cmd": "append", "doc": "a.txt", "text": "2\n"])
+            // Nobody edits it while it saves; the append is in no synced record.
+            try rig.ok(["cmd": "save", "doc": "a.txt", "wait": true])
+            rig.kill()
+            try mount.unmount()  // the power cut
+        }
+        let mount = try PowerLossMount(backing: backing, at: mountPoint)
+        try await rig.start()
+        #expect(try rig.text("a.txt") == "1\n2\n")
+        #expect(try FileManager.default.contentsOfDirectory(atPath: mountPoint + "/root") == ["a.txt"])
+        #expect(rig.stop() == 0)
+        try mount.unmount()
+    }
+
+    @Test(
         "Records a killed daemon left unsynced are synced by the next start before it builds on them: a durable edit after that start survives a power cut",
         .enabled(if: Machine.isRoot, "chattr +i needs root"))
     func unsyncedRecordsOfAKilledDaemon() async throws {

@@ -40,6 +40,13 @@ final class HeldJournalSyncs: Sendable {
 extension DocumentStore {
     func setJournalIO(_ io: JournalIO) { journalIO = io }
     var openedJournal: Journal? { journal }
+
+    /// Returns once every record journalled so far is durable.
+    func journalSynced() async {
+        guard let journal else { return }
+        let last = journal.flush()
+        await withCheckedContinuation { done in journal.whenDurable(last) { _ in done.resume() } }
+    }
 }
 
 /// With `Mode=periodic`, a save's journal record (the file it puts in place) is durable
@@ -112,6 +119,8 @@ struct SaveCommitTests {
         gate.open(waiting: 0)
         let store = harness.store
         try await store.apply(.setText("A\n"), to: "doc.gated")
+        // As a periodic sync would have (the quiet period is longer than SyncInterval=).
+        await store.journalSynced()
         var renames = await Self.atRename(of: harness.file("doc.gated"), store).makeAsyncIterator()
         // No journal sync ends until the save has: a save waiting for one would fail (after 10 s).
         syncs.hold()
@@ -120,6 +129,23 @@ struct SaveCommitTests {
         #expect(figures.durable < figures.written, "the save's record was synced before the rename")
         #expect(try harness.text(onDisk: "doc.gated") == "A\n")
         syncs.release()
+        #expect(await store.closeJournal().failure == nil)
+    }
+
+    @Test("Mode=periodic: a save of edits not yet durable has its record, and them, durable before the rename")
+    func editsNotYetDurable() async throws {
+        let syncs = HeldJournalSyncs()
+        let (harness, gate) = try await Self.harness(syncs)
+        gate.open(waiting: 0)
+        let store = harness.store
+        try await store.apply(.setText("A\n"), to: "doc.gated")
+        var renames = await Self.atRename(of: harness.file("doc.gated"), store).makeAsyncIterator()
+        syncs.delay(.milliseconds(300))
+        try await store.save("doc.gated", wait: true)
+        let figures = try #require(await renames.next())
+        #expect(
+            figures.durable >= figures.written,
+            "renamed with the journal written through \(figures.written) but durable only through \(figures.durable)")
         #expect(await store.closeJournal().failure == nil)
     }
 
