@@ -253,6 +253,10 @@ struct SystemdTests {
         if !FileManager.default.isExecutableFile(atPath: "/usr/local/bin/autosaved") {
             service = service.replacingOccurrences(of: "/usr/local/bin/autosaved", with: Machine.product("autosaved"))
         }
+        if !FileManager.default.isExecutableFile(atPath: "/usr/local/bin/autosavectl") {
+            service = service.replacingOccurrences(
+                of: "/usr/local/bin/autosavectl", with: Machine.product("autosavectl"))
+        }
         try Disk.write(service, to: directory.sub("autosaved.service"))
         try FileManager.default.copyItem(
             atPath: repository + "/systemd/autosaved.socket", toPath: directory.sub("autosaved.socket"))
@@ -297,6 +301,7 @@ struct NspawnTests {
         let repository = ShippedConfigurationTests.repository
         // The shipped units, with ExecStart pointing where the built binaries are bound.
         var service = try String(contentsOfFile: repository + "/systemd/autosaved.service", encoding: .utf8)
+            .replacingOccurrences(of: "/usr/local/bin/autosavectl", with: "/opt/autosaved/autosavectl")
             .replacingOccurrences(of: "/usr/local/bin/autosaved", with: "/opt/autosaved/autosaved")
         if Machine.sanitizer == "address" {
             // LeakSanitizer stops the threads with ptrace for its check at exit, which the
@@ -376,6 +381,20 @@ struct NspawnTests {
                 == "Documentation=\"man:autosaved(8)\" \"man:autosaved.conf(5)\" \"man:autosavectl(1)\" file:///usr/share/doc/autosaved/README.md\n"
         )
 
+        // A refused file fails the reload, the problem named, and the running configuration stays.
+        #expect(
+            try container.inside(
+                "sh", "-c",
+                "mkdir -p /etc/autosaved && printf '[Autosave]\\nQuietPeriod=soon\\n' > /etc/autosaved/autosaved.conf"
+            ).status == 0)
+        let refused = try container.inside("systemctl", "reload", "autosaved")
+        #expect(refused.status != 0, "\(refused)")
+        #expect(try container.inside("systemctl", "is-active", "autosaved").stdout == "active\n")
+        let said = try container.inside(
+            "journalctl", "-u", "autosaved", "--no-pager", "-o", "cat", "_COMM=autosavectl"
+        ).stdout
+        #expect(said.contains("QuietPeriod=soon"), "\(said)")
+        #expect(try container.inside("rm", "/etc/autosaved/autosaved.conf").status == 0)
         #expect(try container.inside("systemctl", "reload", "autosaved").status == 0)
         #expect(try container.inside("systemctl", "is-active", "autosaved").stdout == "active\n")
         try await container.waitUntil("the reload in the journal") {
