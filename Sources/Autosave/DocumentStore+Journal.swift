@@ -880,12 +880,24 @@ extension DocumentStore {
             // journal is acknowledged as durable meanwhile, and the save goes ahead — it is
             // what makes the edits durable then.
             guard lsn != 0 else { return }
-            let synced = DispatchSemaphore(value: 0)
-            journal.whenDurable(LSN(lsn)) { _ in synced.signal() }
-            // A failed sync goes ahead too, for the same reason (the journal writes the
-            // record again with everything not yet durable); a sync that does not end in
-            // 10 s fails the save, which is tried again after its backoff.
-            if synced.wait(timeout: .now() + 10) == .timedOut { throw failed("no sync within 10 s") }
+            let deadline = DispatchTime.now() + 10
+            while true {
+                let synced = DispatchSemaphore(value: 0)
+                let failure = Mutex(false)
+                journal.whenDurable(LSN(lsn)) { error in
+                    failure.withLock { $0 = error != nil }
+                    synced.signal()
+                }
+                // A sync that does not end in 10 s fails the save, which is tried again
+                // after its backoff.
+                if synced.wait(timeout: deadline) == .timedOut { throw failed("no sync within 10 s") }
+                if !failure.withLock({ $0 }) { return }
+                // A failed sync: the journal writes every record not yet durable again (its
+                // recovery), and the record is waited for there — an edit made during the
+                // save may have been acknowledged as durable, and needs it. A journal still
+                // failing after 10 s lets the save go ahead, for the reason above.
+                if DispatchTime.now() >= deadline { return }
+            }
         }
         return SavingJournalRecord(write: write, settle: settle)
     }

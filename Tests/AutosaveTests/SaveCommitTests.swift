@@ -11,7 +11,7 @@ import Testing
 /// The journal's syncs, wrapped: each may be made to take longer (`delay`) or to wait
 /// until released (`hold`). Every sync is still the system's own `fdatasync`.
 final class HeldJournalSyncs: Sendable {
-    private let state = Mutex<(held: Bool, delay: Duration)>((false, .zero))
+    private let state = Mutex<(held: Bool, delay: Duration, failing: Int)>((false, .zero, 0))
     private let released = DispatchSemaphore(value: 0)
 
     var io: JournalIO {
@@ -21,6 +21,12 @@ final class HeldJournalSyncs: Sendable {
                 let (held, delay) = state.withLock { ($0.held, $0.delay) }
                 if held { released.wait() }
                 if delay > .zero { Thread.sleep(forTimeInterval: Double(delay.microseconds) / 1e6) }
+                let fails = state.withLock { state in
+                    defer { state.failing = max(0, state.failing - 1) }
+                    return state.failing > 0
+                }
+                // An injected failure: the disk's error, the file left as it was.
+                if fails { throw Errno.ioError }
                 try fd.dataSync()
             })
     }
@@ -28,6 +34,9 @@ final class HeldJournalSyncs: Sendable {
     func delay(_ delay: Duration) { state.withLock { $0.delay = delay } }
 
     func hold() { state.withLock { $0.held = true } }
+
+    /// The next `count` syncs fail with EIO.
+    func fail(next count: Int) { state.withLock { $0.failing = count } }
 
     /// Lets every held sync go, and every later one.
     func release() {
@@ -61,13 +70,11 @@ struct SaveCommitTests {
         let gate = Gate()
         Gate.current = gate
         defer { Gate.current = nil }
-        let journal = TemporaryDirectory("save-commit-journal")
+        // The journal beside the root, in the harness's directory.
         let harness = await StoreHarness(quiet: .seconds(3600), maxDelay: .seconds(3600), registry: registry) {
-            $0.journalDirectorySetting = journal.sub("journal")
             $0.journalMode = mode
             $0.journalSyncInterval = .seconds(3600)
         }
-        withExtendedLifetime(journal) {}
         await harness.store.setJournalIO(syncs.io)
         try Disk.write("first\n", to: harness.file("doc.gated"))
         try await harness.store.open("doc.gated")
@@ -75,7 +82,8 @@ struct SaveCommitTests {
         return (harness, gate)
     }
 
-    /// The journal's figures when `file` is renamed into place, taken on the save's thread.
+    /// The journal's figures when `file` is renamed into place, taken on the save's thread: the last
+    /// record appended (`written`) and how far it is durable.
     static func atRename(of file: String, _ store: DocumentStore) async -> AsyncStream<
         (written: UInt64, durable: UInt64)
     > {
@@ -84,7 +92,7 @@ struct SaveCommitTests {
         await store.setAfterRename { path in
             guard path == file else { return }
             let figures = journal.statistics
-            continuation.yield((figures.writtenThrough.rawValue, figures.durableThrough.rawValue))
+            continuation.yield((figures.lastLSN.rawValue, figures.durableThrough.rawValue))
         }
         return stream
     }
@@ -104,6 +112,31 @@ struct SaveCommitTests {
         _ = await arrivals.next()
         // The save took its snapshot (A) and waits at the gate, its record not yet appended.
         try await store.apply(.setText("B\n"), to: "doc.gated")
+        gate.open(waiting: 1)
+        let figures = try #require(await renames.next())
+        #expect(
+            figures.durable >= figures.written,
+            "renamed with the journal written through \(figures.written) but durable only through \(figures.durable)")
+        #expect(await store.closeJournal().failure == nil)
+    }
+
+    @Test(
+        "Mode=periodic: when the sync of the record of a save edited meanwhile fails, the rename waits for the journal to write it again"
+    )
+    func recordSyncFails() async throws {
+        let syncs = HeldJournalSyncs()
+        let (harness, gate) = try await Self.harness(syncs)
+        let store = harness.store
+        try await store.apply(.setText("A\n"), to: "doc.gated")
+        var renames = await Self.atRename(of: harness.file("doc.gated"), store).makeAsyncIterator()
+        try await store.save("doc.gated", wait: false)
+        var arrivals = gate.arrived.makeAsyncIterator()
+        _ = await arrivals.next()
+        try await store.apply(.setText("B\n"), to: "doc.gated")
+        // The sync the record asks for fails, once the save waits for it; the journal's
+        // recovery writes it again (and syncs it, as slowly).
+        syncs.delay(.milliseconds(300))
+        syncs.fail(next: 1)
         gate.open(waiting: 1)
         let figures = try #require(await renames.next())
         #expect(
