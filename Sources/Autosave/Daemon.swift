@@ -103,6 +103,16 @@ public enum Daemon {
         // A write to a pipe whose reader is gone (standard error piped to a program that
         // exited) fails with EPIPE instead of killing the daemon, unsaved edits and all.
         signal(SIGPIPE, SIG_IGN)
+        // Descriptors up to the hard limit (systemd gives 1,024 soft, 524,288 hard): a
+        // package's save holds a directory open at each level of its tree, and every
+        // client holds one. The soft limit exists for programs using select(2); the
+        // daemon uses epoll.
+        let files = __rlimit_resource_t(RLIMIT_NOFILE.rawValue)
+        var limit = rlimit()
+        if getrlimit(files, &limit) == 0, limit.rlim_cur < limit.rlim_max {
+            limit.rlim_cur = limit.rlim_max
+            _ = setrlimit(files, &limit)
+        }
     }
 
     /// Runs the daemon until SIGTERM or SIGINT and returns its exit code.

@@ -445,6 +445,7 @@ extension DocumentStore {
             fresh.document = rebuilt.document
             fresh.changeCount = max(rebuilt.token, 1)
             adopt(&fresh, owner: owner, log: journalLog, path: path)
+            rebaseIfShort(&fresh, chain: chain, of: chains, path: path)
             insert(fresh, at: path)
             emit(.opened(document: path))
             summary.edits += rebuilt.edits
@@ -707,6 +708,34 @@ extension DocumentStore {
             let data = wrapper.regularFileContents, data.count <= limit
         else { return nil }
         return data
+    }
+
+    /// The document's version in memory no longer follows from a file the journal's
+    /// records name: another program removed its file (and the document is to be written
+    /// again), or replaced it while the document had unsaved edits that are kept over it.
+    /// A base carrying the document's bytes, whatever their size, is journalled now, and
+    /// the edits after it apply to that: a crash before the document is written again
+    /// finds in the journal the version it was writing (the older records name a file
+    /// that is gone or is not this version, and would be dropped).
+    func journalRebase(_ entry: inout Entry, path: String) {
+        guard let journal, !entry.isPackage else { return }
+        guard
+            let data = try? entry.document.fileWrapper(
+                configuration: .init(contentType: entry.contentType, existingFile: nil)
+            ).regularFileContents
+        else { return }
+        if entry.journalOwner == 0 {
+            entry.journalOwner = nextJournalOwner
+            nextJournalOwner += 1
+            journalOwners[entry.journalOwner] = path
+        }
+        if entry.savingToken != nil, !saveCommits.isEmpty { saveCommits[entry.savingSerial]?.edit() }
+        JournalEntry.base(path: path, file: nil, token: entry.changeCount, contents: data).encode(into: &journalBuffer)
+        if append(journal, &entry) {
+            entry.journalHasBase = true
+            // The base holds whatever edits the journal could not: the chain is whole again.
+            entry.journalBroken = false
+        }
     }
 
     /// An edit made through ``modify(_:as:_:)``: the journal cannot hold it, so the

@@ -446,6 +446,7 @@ extension DocumentStore {
             entries[document]!.fingerprint = nil
             entries[document]!.forcedToken = entries[document]!.changeCount
             if entries[document]!.firstUnsavedEdit == nil { entries[document]!.firstUnsavedEdit = .now }
+            journalRebase(&entries[document]!, path: document)
             schedule(document)
             log.warning(
                 "\(document) was removed by another program; writing it again from memory",
@@ -871,6 +872,7 @@ extension DocumentStore {
                 entries[document]!.fingerprint = Fingerprint(status, contents: bytes)
             }
             entries[document]!.forcedToken = entries[document]!.changeCount
+            journalRebase(&entries[document]!, path: document)
             schedule(document)
         }
         emit(.conflict(document: document, copy: copy, copyHolds: keep == .disk ? .memory : .disk))

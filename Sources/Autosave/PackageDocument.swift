@@ -44,9 +44,17 @@ public struct PackageDocument: AutosaveDocument {
     /// The member paths, sorted.
     public var memberPaths: [String] { members.keys.sorted() }
 
+    /// The longest member path, in bytes, and the most directories it may go down: the
+    /// package's path, its root's and the member's together stay well within what the
+    /// kernel takes as one path (4,096 bytes), and a save, which holds a directory open
+    /// at each level, within the descriptors it has.
+    static let maxMemberPathBytes = 1024
+    static let maxMemberDepth = 32
+
     /// Checks a member path: relative, no `.`/`..` or empty components, no NUL, no
     /// component longer than a file name can be (255 bytes: a longer one is accepted in
-    /// memory, and every save of the package then fails).
+    /// memory, and every save of the package then fails), at most
+    /// ``maxMemberPathBytes`` long and ``maxMemberDepth`` parts deep.
     static func validate(_ path: String) throws -> [String] {
         // Split at the bytes: a "/" followed by a combining mark separates two names all the same.
         let components = PathName.components(path, omittingEmpty: false)
@@ -59,6 +67,12 @@ public struct PackageDocument: AutosaveDocument {
         if components.contains(where: { $0.utf8.count > 255 }) {
             throw DocumentContentError(
                 .invalid, "'\(path)' is not a valid member path: a part is longer than 255 bytes")
+        }
+        if path.utf8.count > maxMemberPathBytes || components.count > maxMemberDepth {
+            throw DocumentContentError(
+                .invalid,
+                "not a valid member path: \(path.utf8.count) bytes in \(components.count) parts (at most \(maxMemberPathBytes) bytes and \(maxMemberDepth) parts)"
+            )
         }
         return components
     }

@@ -227,6 +227,10 @@ public enum StoreError: Error, Sendable, Equatable, CustomStringConvertible {
 
 /// Document paths relative to the store root.
 enum DocumentPath {
+    /// The longest document path, in bytes: with the root's and a package member's, well
+    /// within what the kernel takes as one path (4,096 bytes).
+    static let maxBytes = 2048
+
     /// The normalised form of `path`, or why it is not acceptable: it must be relative,
     /// without `.`, `..` or empty components, without NUL bytes or the writer's
     /// temporary names.
@@ -242,6 +246,11 @@ enum DocumentPath {
         }
         while bytes.last == slash { bytes = bytes.dropLast() }
         if bytes.isEmpty { throw .invalidPath(path, reason: "the path is empty") }
+        if bytes.count > maxBytes {
+            throw .invalidPath(
+                String(decoding: bytes.prefix(64), as: UTF8.self) + "…",
+                reason: "the path is \(bytes.count) bytes long, over the \(maxBytes) a document's may be")
+        }
         if bytes.contains(0) { throw .invalidPath(path, reason: "the path contains a NUL byte") }
         if bytes.first == slash { throw .invalidPath(path, reason: "the path must be relative to the store root") }
         for bytes in bytes.split(separator: slash, omittingEmptySubsequences: false) {
@@ -272,6 +281,7 @@ extension DocumentPath {
     }
 
     private static func isPlainlyValid(_ bytes: UnsafeBufferPointer<UInt8>) -> Bool {
+        if bytes.count > maxBytes { return false }
         var componentLength = 0
         for byte in bytes {
             switch byte {

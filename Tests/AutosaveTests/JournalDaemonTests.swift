@@ -356,6 +356,35 @@ struct JournalDaemonTests {
     }
 
     @Test(
+        "Keep=memory, a large document replaced by another program while the daemon runs, the edits' save failing: the edits made before and after survive a crash",
+        .enabled(if: Machine.isRoot, "chattr +i needs root"))
+    func conflictWhileRunningThenKilled() async throws {
+        let rig = try JournalRig("[Conflicts]\nKeep=memory\n")
+        try await rig.start()
+        // Over 64 KiB: no base carries its bytes, and appends give no whole version.
+        let big = String(repeating: "0123456789abcde\n", count: 8192)
+        try rig.ok(["cmd": "set", "doc": "a.txt", "text": .string(big)])
+        try rig.ok(["cmd": "save", "doc": "a.txt", "wait": true])
+        try rig.ok(["cmd": "append", "doc": "a.txt", "text": "A\n"])
+        let file = rig.root + "/a.txt"
+        // Another program's version, made immutable at once (the conflict waits 50 ms for
+        // the file to settle): the save of the edits under the name fails, and is retried.
+        let replace = try Machine.run("sh", ["-c", "printf 'theirs\\n' > \"$1\" && chattr +i \"$1\"", "sh", file])
+        #expect(replace.status == 0, "\(replace)")
+        defer { _ = try? Machine.run("chattr", ["-i", file]) }
+        try await FaultInjectionMoreTests.waitUntil("the conflict copy of theirs") {
+            ((try? Disk.names(in: rig.root)) ?? []).contains { $0.hasPrefix("a (conflict") }
+        }
+        try rig.ok(["cmd": "append", "doc": "a.txt", "text": "B\n"])
+        rig.kill()
+        #expect(try Machine.run("chattr", ["-i", file]).status == 0)
+        try await rig.start()
+        #expect(try rig.text("a.txt") == big + "A\nB\n")
+        #expect(rig.stop() == 0)
+        #expect(try Disk.bytes(file) == Data((big + "A\nB\n").utf8))
+    }
+
+    @Test(
         "A package saved in place past some of its journalled edits (a member of a later edit on disk, the save's record lost): replay takes every edit, the clash with the later member is no reason to stop"
     )
     func packageSavedPastItsEdits() async throws {
@@ -447,6 +476,37 @@ struct JournalDaemonTests {
         try FileManager.default.removeItem(atPath: rig.journal + "/" + segments[1])
         // The root immutable: the replayed document's save fails (EPERM) and waits for its retry.
         try FileManager.default.createDirectory(atPath: rig.root, withIntermediateDirectories: true)
+        #expect(try Machine.run("chattr", ["+i", rig.root]).status == 0)
+        defer { _ = try? Machine.run("chattr", ["-i", rig.root]) }
+        try await rig.start()
+        let replayed = try rig.text("a.txt") ?? ""
+        let chunks = replayed.utf8.count / chunk.utf8.count
+        #expect(replayed == String(repeating: chunk, count: chunks) && chunks > 0 && chunks < 100, "\(chunks) chunks")
+        try rig.ok(["cmd": "append", "doc": "a.txt", "text": "after the first start\n"])
+        rig.kill()
+        #expect(try Machine.run("chattr", ["-i", rig.root]).status == 0)
+        try await rig.start()
+        #expect(try rig.text("a.txt") == replayed + "after the first start\n")
+        #expect(rig.stop() == 0)
+    }
+
+    @Test(
+        "A replay cut short by a missing segment, of a document whose file was removed while down: the edits after that start survive the next crash",
+        .enabled(if: Machine.isRoot, "chattr +i needs root"))
+    func shortReplayOfARemovedFileThenEdited() async throws {
+        let rig = try JournalRig("[Journal]\nMaxSize=1M\n")
+        try await rig.start()
+        let client = try rig.client()
+        let chunk = String(repeating: "a", count: 4095) + "\n"
+        try rig.ok(["cmd": "set", "doc": "a.txt", "text": ""], on: client)
+        try rig.ok(["cmd": "save", "doc": "a.txt", "wait": true], on: client)
+        for _ in 0..<150 { try rig.ok(["cmd": "append", "doc": "a.txt", "text": .string(chunk)], on: client) }
+        rig.kill()
+        let segments = rig.segments
+        #expect(segments.count == 3, "\(segments)")
+        try FileManager.default.removeItem(atPath: rig.journal + "/" + segments[1])
+        try FileManager.default.removeItem(atPath: rig.root + "/a.txt")
+        // The root immutable: the replayed document's save fails (EPERM) and waits for its retry.
         #expect(try Machine.run("chattr", ["+i", rig.root]).status == 0)
         defer { _ = try? Machine.run("chattr", ["-i", rig.root]) }
         try await rig.start()

@@ -39,6 +39,61 @@ struct RequestEdgeTests {
         #expect(await daemon.stop() == 0)
     }
 
+    @Test(
+        "A member path over 1,024 bytes or 32 parts deep, and a document path over 2,048 bytes, are refused, naming the limit; nothing changes"
+    )
+    func longPaths() async throws {
+        let daemon = try await RunningDaemon(quiet: "1h")
+        let client = try daemon.client()
+        #expect(try client.call(["cmd": "create", "doc": "b.package"])["ok"] == true)
+        let deep = Array(repeating: "d", count: 33).joined(separator: "/")
+        let long = Array(repeating: String(repeating: "e", count: 200), count: 6).joined(separator: "/")
+        for member in [deep, long] {
+            let reply = try client.call([
+                "cmd": "put-member", "doc": "b.package", "member": .string(member), "text": "x",
+            ])
+            #expect(reply["error"]?["code"] == "bad-request", "\(reply)")
+            #expect(
+                reply["error"]?["message"]?.stringValue?.contains("at most 1024 bytes and 32 parts") == true,
+                "\(reply)")
+        }
+        // 32 parts and 1,024 bytes are members a package can have.
+        let deepest = Array(repeating: "d", count: 32).joined(separator: "/")
+        #expect(
+            try client.call(["cmd": "put-member", "doc": "b.package", "member": .string(deepest), "text": "y"])["ok"]
+                == true)
+        let members = try client.call(["cmd": "get", "doc": "b.package", "members": true])
+        #expect(members["members"] == [.string(deepest)], "\(members)")
+        #expect(try client.call(["cmd": "save", "doc": "b.package", "wait": true])["ok"] == true)
+        #expect(try Disk.bytes(daemon.root + "/b.package/" + deepest) == Data("y".utf8))
+        let path = Array(repeating: String(repeating: "f", count: 200), count: 11).joined(separator: "/")
+        let refused = try client.call(["cmd": "set", "doc": .string(path), "text": "z"])
+        #expect(refused["error"]?["code"] == "invalid-path", "\(refused)")
+        #expect(refused["error"]?["message"]?.stringValue?.contains("over the 2048") == true, "\(refused)")
+        #expect(try Disk.names(in: daemon.root) == ["b.package"])
+        #expect(await daemon.stop() == 0)
+    }
+
+    @Test(
+        "The daemon raises its descriptors' soft limit to the hard one (a package's save holds a directory open at each level)",
+        .enabled(if: Machine.has("prlimit")))
+    func descriptorLimit() async throws {
+        let directory = TemporaryDirectory("limits")
+        let config = directory.sub("autosaved.conf")
+        try Disk.write(
+            "[Store]\nRoot=\(directory.sub("root"))\n[Control]\nSocket=\(directory.sub("control.sock"))\n", to: config)
+        // Started as systemd starts it: 1,024 soft, more hard.
+        let process = try DaemonProcess(
+            "/usr/bin/prlimit", ["--nofile=1024:4096", Machine.product("autosaved"), "--config", config])
+        await process.waitForLine(containing: "started:")
+        let limits = try String(
+            contentsOfFile: "/proc/\(process.process.processIdentifier)/limits", encoding: .utf8)
+        let line = limits.split(separator: "\n").first { $0.hasPrefix("Max open files") } ?? ""
+        #expect(line.split(separator: " ").compactMap { Int($0) } == [4096, 4096], "\(line)")
+        process.signal(SIGTERM)
+        #expect(await process.exitStatus() == 0)
+    }
+
     @Test("An export naming one document 3,000 times is answered with 3,000 distinct names, without a walk per name")
     func exportOfOneNameManyTimes() async throws {
         let daemon = try await RunningDaemon(quiet: "1h")
