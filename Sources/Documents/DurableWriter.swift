@@ -1136,70 +1136,81 @@ struct WriteSession {
             candidates = Array(children.keys)
         }
 
-        var changed = false
-        for name in removals {
-            guard let status = try looked[name] ?? stat(name, in: directory, path: join(path, name)) else { continue }
-            do throws(Errno) {
-                if status.kind == .directory {
-                    try TreeRemover.removeOrThrow(name, in: directory)
-                } else {
-                    try directory.unlink(name)
-                }
-            } catch {
-                throw DocumentError(operation: .unlink, path: join(path, name), errno: error)
-            }
-            report.entriesRemoved += 1
-            changed = true
-            if tracked { wrapper.noteMemberOnDisk(name, nil) }
-        }
-        for key in candidates {
-            guard let child = children[key] else { continue }
-            let childPath = join(path, key)
-            let node = child.node
-            if case .directory = node {
-            } else if child.syncRecord?.path == childPath {
-                report.filesUnchanged += 1
-                continue
-            }
-            var location = Location(
-                directory: directory, directoryPath: path, name: key,
-                existing: try looked[key] ?? stat(key, in: directory, path: childPath))
-            switch node {
-            case .regularFile:
-                if location.existing?.kind == .directory {
-                    do throws(Errno) { try TreeRemover.removeOrThrow(key, in: directory) } catch {
-                        throw DocumentError(operation: .unlink, path: childPath, errno: error)
+        // Changes a failed attempt made here are synced by this one, even where it finds
+        // them done (a removal of nothing, a directory already there).
+        var changed = wrapper.entriesUnsynced
+        do {
+            for name in removals {
+                guard let status = try looked[name] ?? stat(name, in: directory, path: join(path, name)) else { continue }
+                do throws(Errno) {
+                    if status.kind == .directory {
+                        try TreeRemover.removeOrThrow(name, in: directory)
+                    } else {
+                        try directory.unlink(name)
                     }
-                    location.existing = nil
-                    changed = true
-                    // Should the write below fail, the retry finds nothing there, as expected.
-                    if tracked { wrapper.noteMemberOnDisk(key, nil) }
+                } catch {
+                    throw DocumentError(operation: .unlink, path: join(path, name), errno: error)
                 }
-                try writeRegularFile(child, at: location, syncDirectory: false)
+                report.entriesRemoved += 1
                 changed = true
-                if tracked { wrapper.noteMemberOnDisk(key, placed(child)) }
-            case .symbolicLink(let destination):
-                try writeSymbolicLink(child, destination: destination, at: location, syncDirectory: false)
-                changed = true
-                if tracked { wrapper.noteMemberOnDisk(key, placed(child)) }
-            case .directory:
-                if location.existing?.kind == .directory {
-                    let sub: FileDescriptor
-                    do throws(Errno) {
-                        sub = try FileDescriptor.open(key, relativeTo: directory, options: [.directory, .noFollow])
-                    } catch {
-                        throw DocumentError(operation: .openDirectory, path: childPath, errno: error)
+                if tracked { wrapper.noteMemberOnDisk(name, nil) }
+            }
+            for key in candidates {
+                guard let child = children[key] else { continue }
+                let childPath = join(path, key)
+                let node = child.node
+                if case .directory = node {
+                } else if child.syncRecord?.path == childPath {
+                    report.filesUnchanged += 1
+                    continue
+                }
+                var location = Location(
+                    directory: directory, directoryPath: path, name: key,
+                    existing: try looked[key] ?? stat(key, in: directory, path: childPath))
+                switch node {
+                case .regularFile:
+                    if location.existing?.kind == .directory {
+                        do throws(Errno) { try TreeRemover.removeOrThrow(key, in: directory) } catch {
+                            throw DocumentError(operation: .unlink, path: childPath, errno: error)
+                        }
+                        location.existing = nil
+                        changed = true
+                        // Should the write below fail, the retry finds nothing there, as expected.
+                        if tracked { wrapper.noteMemberOnDisk(key, nil) }
                     }
-                    opened.append(sub)
-                    try updateInPlace(child, directory: sub, path: childPath)
-                } else {
-                    try replaceTree(child, at: location, linkBase: nil, syncParent: false)
+                    try writeRegularFile(child, at: location, syncDirectory: false)
                     changed = true
                     if tracked { wrapper.noteMemberOnDisk(key, placed(child)) }
+                case .symbolicLink(let destination):
+                    try writeSymbolicLink(child, destination: destination, at: location, syncDirectory: false)
+                    changed = true
+                    if tracked { wrapper.noteMemberOnDisk(key, placed(child)) }
+                case .directory:
+                    if location.existing?.kind == .directory {
+                        let sub: FileDescriptor
+                        do throws(Errno) {
+                            sub = try FileDescriptor.open(key, relativeTo: directory, options: [.directory, .noFollow])
+                        } catch {
+                            throw DocumentError(operation: .openDirectory, path: childPath, errno: error)
+                        }
+                        opened.append(sub)
+                        try updateInPlace(child, directory: sub, path: childPath)
+                    } else {
+                        try replaceTree(child, at: location, linkBase: nil, syncParent: false)
+                        changed = true
+                        if tracked { wrapper.noteMemberOnDisk(key, placed(child)) }
+                    }
                 }
             }
+        } catch {
+            if changed { wrapper.entriesUnsynced = true }
+            throw error
         }
-        if changed { try sync(directory, path: path) }
+        if changed {
+            wrapper.entriesUnsynced = true
+            try sync(directory, path: path)
+            wrapper.entriesUnsynced = false
+        }
         let identity = (try? directory.status()).map(DiskIdentity.init) ?? previous?.identity
         if let identity {
             record(

@@ -78,6 +78,10 @@ public final class FileWrapper: @unchecked Sendable {
         /// here had nothing on disk. An in-place save replaces or removes a member only
         /// while it is still that (see ``WriteSession``'s in-place update).
         var replacedOnDisk: [String: ExpectedDestination] = [:]
+        /// Directories: an in-place save changed entries here (removed, renamed into place)
+        /// and failed before it synced the directory: the next one syncs it whatever it
+        /// finds to do, since those changes are done and not yet durable.
+        var entriesUnsynced = false
     }
 
     let state: Lock<State>
@@ -509,6 +513,12 @@ extension FileWrapper {
             guard case .directory(let children) = state.node else { return ([:], nil, [], [:]) }
             return (children, state.changedKeys, state.directoryKeys, state.replacedOnDisk)
         }
+    }
+
+    /// Whether an in-place save left changes to this directory's entries unsynced.
+    var entriesUnsynced: Bool {
+        get { state.withLock { $0.entriesUnsynced } }
+        set { state.withLock { $0.entriesUnsynced = newValue } }
     }
 
     /// A changed key of this directory that an in-place save replaced or removed

@@ -850,6 +850,38 @@ struct JournalPowerLossTests {
     }
 
     @Test(
+        "A package's save that failed after removing a member, retried: the retry syncs the removal, which a power cut then does not undo",
+        .enabled(if: Machine.isRoot, "chattr +i needs root"))
+    func packageRemovalOfAFailedSave() async throws {
+        let (directory, made) = try Self.scratch("backing", "mnt")
+        defer { withExtendedLifetime(directory) {} }
+        let (backing, mountPoint) = (made[0], made[1])
+        let rig = try JournalRig(
+            "[Journal]\nSyncInterval=1h\n", root: mountPoint + "/root",
+            journal: mountPoint + "/journal")
+        let mount = try PowerLossMount(backing: backing, at: mountPoint)
+        try await rig.start()
+        try rig.ok(["cmd": "create", "doc": "p.package"])
+        try rig.ok(["cmd": "put-member", "doc": "p.package", "member": "x", "text": "x\n"])
+        try rig.ok(["cmd": "put-member", "doc": "p.package", "member": "ch/a", "text": "a\n"])
+        try rig.ok(["cmd": "save", "doc": "p.package", "wait": true])
+        try rig.ok(["cmd": "remove-member", "doc": "p.package", "member": "x"])
+        try rig.ok(["cmd": "put-member", "doc": "p.package", "member": "ch/y", "text": "y\n"])
+        // ch immutable (on the backing file system, under the passthrough): the save removes
+        // x, then fails to write ch/y.
+        let chapter = backing + "/root/p.package/ch"
+        #expect(try Machine.run("chattr", ["+i", chapter]).status == 0)
+        let failed = try rig.client().call(["cmd": "save", "doc": "p.package", "wait": true])
+        #expect(try Machine.run("chattr", ["-i", chapter]).status == 0)
+        #expect(failed["ok"] != true, "\(failed)")
+        try rig.ok(["cmd": "save", "doc": "p.package", "wait": true])
+        rig.kill()
+        try mount.unmount()  // the power cut
+        #expect(try Disk.names(in: backing + "/root/p.package") == ["ch"])
+        #expect(try Disk.names(in: chapter) == ["a", "y"])
+    }
+
+    @Test(
         "Records a killed daemon left unsynced are synced by the next start before it builds on them: a durable edit after that start survives a power cut",
         .enabled(if: Machine.isRoot, "chattr +i needs root"))
     func unsyncedRecordsOfAKilledDaemon() async throws {
