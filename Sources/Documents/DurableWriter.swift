@@ -1141,7 +1141,9 @@ struct WriteSession {
         var changed = wrapper.entriesUnsynced
         do {
             for name in removals {
-                guard let status = try looked[name] ?? stat(name, in: directory, path: join(path, name)) else { continue }
+                guard let status = try looked[name] ?? stat(name, in: directory, path: join(path, name)) else {
+                    continue
+                }
                 do throws(Errno) {
                     if status.kind == .directory {
                         try TreeRemover.removeOrThrow(name, in: directory)
