@@ -553,18 +553,24 @@ extension DocumentStore {
                     broken = true
                     skipped += 1
                 }
-            } else if let known = document, t > token {
-                var next = known
-                if !broken, t == token + 1, let edit = try? record.edit(),
-                    (try? next.apply(edit, existingFile: nil)) != nil
-                {
+            } else if document != nil, t > token {
+                if !broken, t == token + 1, let edit = try? record.edit() {
+                    // Taken out while the edit applies, so that it is changed in place (a copy
+                    // per edit made a long chain's rebuild quadratic). An edit refused
+                    // leaves it as it was: refused edits are never journalled, so this is
+                    // damage, and what follows is skipped.
+                    var next = document!
+                    document = nil
+                    let applied = (try? next.apply(edit, existingFile: nil)) != nil
                     document = next
-                    token = t
-                    edits += 1
-                } else {
-                    broken = true
-                    skipped += 1
+                    if applied {
+                        token = t
+                        edits += 1
+                        continue
+                    }
                 }
+                broken = true
+                skipped += 1
             }
         }
         return document.map { ($0, token, edits, skipped) }
@@ -960,6 +966,14 @@ extension DocumentStore {
             journal.release(owner: owner, through: LSN(entry.lastJournalLSN), log: &entry.journalLog)
             entry.journalHasBase = false
         }
+    }
+
+    /// A save that failed after writing its record: the record is counted among the
+    /// document's, so that the release of them covers it.
+    func journalAdopt(_ entry: inout Entry, savingRecord: UInt64) {
+        guard let journal, entry.journalOwner != 0 else { return }
+        journal.adopt(LSN(savingRecord), owner: entry.journalOwner, into: &entry.journalLog)
+        entry.lastJournalLSN = max(entry.lastJournalLSN, savingRecord)
     }
 
     /// The document's edits are gone (reverted, read again from disk, closed): its

@@ -381,6 +381,9 @@ extension DocumentStore {
         let writer = writer
         let clock = clock
         let durableDirectories = durableDirectories
+        // The journal's record of the file the save puts in place, if it writes one: kept
+        // with the document's records however the save ends.
+        let savingRecord = SavingRecord()
         // Serialising and writing block on memory copies and on the disk: they run on the
         // save threads, never on the store's thread that edits (and the socket) run on; the
         // result comes back to the loop with one wake-up. A small save somebody waits for
@@ -393,7 +396,6 @@ extension DocumentStore {
                 // while the disk writes the bytes.
                 let hashing = ContentHashing(wrapper)
                 let report: DurableWriter.Report
-                let savingRecord = SavingRecord()
                 // Closed once the save has been answered (see `SaveOutcome.leftOpen`).
                 let leftOpen = DescriptorsLeftOpen()
                 let write = {
@@ -463,8 +465,9 @@ extension DocumentStore {
         let finish = {
             @Sendable (store: isolated DocumentStore, result: Result<SaveOutcome, any Error>, duration: Duration) in
             store.finishSave(
-                path, serial: serial, token: token, snapshot: snapshot, result: result, duration: duration, since: since
-            )
+                path, serial: serial, token: token, snapshot: snapshot, result: result, duration: duration,
+                since: since,
+                savingRecord: savingRecord.lsn)
         }
         let save = DeferredSave(work: work, finish: finish)
         if onLoop {
@@ -621,7 +624,7 @@ extension DocumentStore {
 
     private func finishSave(
         _ path: String, serial: UInt64, token: UInt64, snapshot: any AutosaveDocument,
-        result: Result<SaveOutcome, any Error>, duration: Duration, since: Moment?
+        result: Result<SaveOutcome, any Error>, duration: Duration, since: Moment?, savingRecord: UInt64 = 0
     ) {
         savesInFlight -= 1
         defer { slotFreed() }
@@ -641,6 +644,11 @@ extension DocumentStore {
             return
         }
         entries[index].savingToken = nil
+        if case .failure = result, savingRecord != 0 {
+            // Its record names a file that is nowhere (replay passes over it): released with
+            // the document's other records, not left for the next start to report.
+            journalAdopt(&entries[index], savingRecord: savingRecord)
+        }
         switch result {
         case .success(let outcome):
             let report = outcome.report

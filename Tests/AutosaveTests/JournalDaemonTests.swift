@@ -385,6 +385,33 @@ struct JournalDaemonTests {
     }
 
     @Test(
+        "The journal's record of a save that failed at its rename is released with the document's edits: a revert leaves nothing for the next start to report",
+        .enabled(if: Machine.isRoot, "chattr +i needs root"))
+    func recordOfAFailedSave() async throws {
+        let rig = try JournalRig()
+        try await rig.start()
+        try rig.ok(["cmd": "set", "doc": "a.txt", "text": "1\n"])
+        try rig.ok(["cmd": "save", "doc": "a.txt", "wait": true])
+        try rig.ok(["cmd": "append", "doc": "a.txt", "text": "2\n"])
+        // Immutable: the save writes its file and its record, and fails at the rename (EPERM).
+        let file = rig.root + "/a.txt"
+        #expect(try Machine.run("chattr", ["+i", file]).status == 0)
+        defer { _ = try? Machine.run("chattr", ["-i", file]) }
+        let failed = try rig.client().call(["cmd": "save", "doc": "a.txt", "wait": true])
+        #expect(failed["ok"] != true, "\(failed)")
+        try rig.ok(["cmd": "revert", "doc": "a.txt"])
+        #expect(try Machine.run("chattr", ["-i", file]).status == 0)
+        #expect(rig.stop() == 0)
+        try Disk.write("theirs\n", to: file)
+        try await rig.start()
+        #expect(try rig.text("a.txt") == "theirs\n")
+        let replay = try rig.status()["journal"]?["last_replay"]
+        #expect(replay?["unapplied"]?.arrayValue?.isEmpty ?? true, "\(replay ?? "")")
+        #expect(replay?["conflicts"]?.arrayValue?.isEmpty ?? true, "\(replay ?? "")")
+        #expect(rig.stop() == 0)
+    }
+
+    @Test(
         "A package saved in place past some of its journalled edits (a member of a later edit on disk, the save's record lost): replay takes every edit, the clash with the later member is no reason to stop"
     )
     func packageSavedPastItsEdits() async throws {
