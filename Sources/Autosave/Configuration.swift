@@ -310,8 +310,20 @@ extension Configuration {
         "Metrics": ["TextfileDirectory", "Interval"],
     ]
 
+    /// The keys whose value is one path (`[Journal] Directory=` is the only `Directory=`).
+    private static let pathKeys: Set<String> = ["Root", "Directory", "Socket", "TextfileDirectory"]
+
     /// Sets one key; returns why the value is bad, or `nil`.
     private mutating func set(section: String, key: String, value: String) -> String? {
+        // A path ending in whitespace once its trailing slashes go (`x\r/`): the effective
+        // configuration would name it without them, and read back as another path.
+        if Self.pathKeys.contains(key) {
+            var path = Substring(value)
+            while path.count > 1, path.hasSuffix("/") { path.removeLast() }
+            if String(path).trimmingWhitespace() != path {
+                return "the path ends in whitespace before its trailing '/', which a configuration file cannot hold"
+            }
+        }
         switch (section, key) {
         case ("Store", "Root"):
             guard !value.isEmpty else { return "the store root must not be empty" }

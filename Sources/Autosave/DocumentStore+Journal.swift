@@ -915,7 +915,8 @@ extension DocumentStore {
             // journal is acknowledged as durable meanwhile, and the save goes ahead — it is
             // what makes the edits durable then.
             guard lsn != 0 else { return }
-            let deadline = DispatchTime.now() + 10
+            var deadline = DispatchTime.now() + 10
+            var failedOnce = false
             while true {
                 let synced = DispatchSemaphore(value: 0)
                 let failure = Mutex(false)
@@ -923,14 +924,23 @@ extension DocumentStore {
                     failure.withLock { $0 = error != nil }
                     synced.signal()
                 }
-                // A sync that does not end in 10 s fails the save, which is tried again
-                // after its backoff.
-                if synced.wait(timeout: deadline) == .timedOut { throw failed("no sync within 10 s") }
+                if synced.wait(timeout: deadline) == .timedOut {
+                    // The journal failing still, its recovery not through within a second:
+                    // the save goes ahead, for the reason above.
+                    if failedOnce { return }
+                    // A sync that does not end in 10 s fails the save, which is tried again
+                    // after its backoff.
+                    throw failed("no sync within 10 s")
+                }
                 if !failure.withLock({ $0 }) { return }
                 // A failed sync: the journal writes every record not yet durable again (its
-                // recovery), and the record is waited for there — an edit made during the
-                // save may have been acknowledged as durable, and needs it. A journal still
-                // failing after 10 s lets the save go ahead, for the reason above.
+                // recovery starts at once), and the record is waited for there, a second at
+                // most — an edit made during the save may have been acknowledged as
+                // durable, and needs it.
+                if !failedOnce {
+                    failedOnce = true
+                    deadline = min(deadline, DispatchTime.now() + 1)
+                }
                 if DispatchTime.now() >= deadline { return }
             }
         }

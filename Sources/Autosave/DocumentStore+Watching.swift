@@ -446,7 +446,10 @@ extension DocumentStore {
             entries[document]!.fingerprint = nil
             entries[document]!.forcedToken = entries[document]!.changeCount
             if entries[document]!.firstUnsavedEdit == nil { entries[document]!.firstUnsavedEdit = .now }
-            journalRebase(&entries[document]!, path: document)
+            // Its unsaved edits are protected until it is written again (a clean one, the
+            // version last saved, is not journalled: a removed tree of them would all be
+            // serialised at once here).
+            if unsaved { journalRebase(&entries[document]!, path: document) }
             schedule(document)
             log.warning(
                 "\(document) was removed by another program; writing it again from memory",

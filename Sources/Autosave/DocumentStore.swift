@@ -570,6 +570,15 @@ public actor DocumentStore {
             )
         }
         try refuseInsidePackage(path)
+        // A file another program made at a longer path than a request may name: not a
+        // document (it could be edited, but never read, saved on request or closed).
+        if path.utf8.count > DocumentPath.maxBytes {
+            throw .invalidPath(
+                String(decoding: path.utf8.prefix(64), as: UTF8.self) + "…",
+                reason:
+                    "the path is \(path.utf8.count) bytes long, over the \(DocumentPath.maxBytes) a document's may be; not opened"
+            )
+        }
         let fullPath = root + "/" + path
         let status: FileStatus
         do { status = try FileDescriptor.currentWorkingDirectory.status(of: fullPath) } catch {

@@ -196,6 +196,22 @@ struct FuzzRegressionTests {
         #expect(again == configuration)
     }
 
+    @Test(
+        "A path ending in whitespace before a trailing '/' is refused: its effective form would read back as another path (FuzzConfig)",
+        arguments: [
+            "[Store]\nRoot=ne; a .loz-\t\t\t\tvequest line; a .loz-config-mNutosaved an answered wit\r\r\r/\r\r\n",
+            "[Store]\nRoot=/srv/x /\n", "[Journal]\nDirectory=/var/j\t//\n",
+        ])
+    func pathEndingInWhitespaceBeforeSlash(text: String) throws {
+        let path = directory.sub("slash.conf")
+        try Disk.write(text, to: path)
+        #expect {
+            try Configuration.load(path: path, required: true, environment: [:])
+        } throws: { error in
+            "\(error)".contains("ends in whitespace before its trailing '/'")
+        }
+    }
+
     @Test("A configuration line is trimmed of exactly what Foundation's .whitespaces holds, and CR")
     func whitespaceTrimming() throws {
         let whitespace = CharacterSet.whitespaces.union(CharacterSet(charactersIn: "\r"))

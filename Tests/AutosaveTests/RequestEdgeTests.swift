@@ -71,6 +71,14 @@ struct RequestEdgeTests {
         #expect(refused["error"]?["code"] == "invalid-path", "\(refused)")
         #expect(refused["error"]?["message"]?.stringValue?.contains("over the 2048") == true, "\(refused)")
         #expect(try Disk.names(in: daemon.root) == ["b.package"])
+        // Another program's file at such a path is not opened: no document can be edited
+        // but never read, saved on request or closed.
+        try FileManager.default.createDirectory(
+            atPath: daemon.root + "/" + PathName.parent(path), withIntermediateDirectories: true)
+        try Disk.write("theirs", to: daemon.root + "/" + path)
+        #expect(try client.call(["cmd": "sync"])["ok"] == true)
+        let listed = try client.call(["cmd": "list"])["documents"]?.arrayValue ?? []
+        #expect(listed.compactMap { $0["doc"]?.stringValue } == ["b.package"], "\(listed)")
         #expect(await daemon.stop() == 0)
     }
 

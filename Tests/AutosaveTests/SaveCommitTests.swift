@@ -145,6 +145,23 @@ struct SaveCommitTests {
         #expect(await store.closeJournal().failure == nil)
     }
 
+    @Test(
+        "A journal whose syncs keep failing lets a save of edits it holds go ahead, after a second: the save is what makes them durable"
+    )
+    func journalKeepsFailing() async throws {
+        let syncs = HeldJournalSyncs()
+        let (harness, gate) = try await Self.harness(syncs)
+        gate.open(waiting: 0)
+        let store = harness.store
+        try await store.apply(.setText("A\n"), to: "doc.gated")
+        syncs.fail(next: .max)
+        // Not failed as a sync that never answers is (after 10 s).
+        try await store.save("doc.gated", wait: true)
+        #expect(try harness.text(onDisk: "doc.gated") == "A\n")
+        syncs.fail(next: 0)
+        _ = await store.closeJournal()
+    }
+
     @Test("Mode=periodic: a save its document is not edited during renames without waiting for the journal's sync")
     func notEditedDuringTheSave() async throws {
         let syncs = HeldJournalSyncs()
