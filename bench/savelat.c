@@ -118,6 +118,17 @@ static void ratios(const char *name, const double *a, const double *b, size_t n)
            a[(size_t)(n * 0.99)] / b[(size_t)(n * 0.99)]);
 }
 
+// A set then a save through the daemon's socket: each one's round trip.
+static void set_then_save(int fd, const char *set, size_t set_length, const char *save, size_t save_length,
+                          double *setting, double *saving) {
+    double t0 = now();
+    exchange(fd, set, set_length);
+    double t1 = now();
+    exchange(fd, save, save_length);
+    *setting = t1 - t0;
+    *saving = now() - t1;
+}
+
 int main(int argc, char **argv) {
     if (argc != 6 && argc != 7) {
         fprintf(stderr, "usage: savelat SOCKET DOC BARE_DIR BYTES ITERATIONS [FLOOR_SOCKET]\n");
@@ -177,21 +188,9 @@ int main(int argc, char **argv) {
                 bare_save(directory, text, bytes);
                 bare[i] = now() - t0;
             } else if (kind == 1) {
-                double t0 = now();
-                exchange(fd, set, set_length);
-                double t1 = now();
-                exchange(fd, save, save_length);
-                double t2 = now();
-                setting[i] = t1 - t0;
-                saved[i] = t2 - t1;
+                set_then_save(fd, set, set_length, save, save_length, &setting[i], &saved[i]);
             } else if (kind == 2) {
-                double t0 = now();
-                exchange(fd, durable_set, durable_length);
-                double t1 = now();
-                exchange(fd, save, save_length);
-                double t2 = now();
-                setting_durable[i] = t1 - t0;
-                saved_durable[i] = t2 - t1;
+                set_then_save(fd, durable_set, durable_length, save, save_length, &setting_durable[i], &saved_durable[i]);
             } else {
                 exchange(floor_fd, set, set_length);
                 double t1 = now();

@@ -628,17 +628,28 @@ extension DocumentStore {
         throw .journalFailing(replyGate.lastFailure.withLock { $0 } ?? "a write failed")
     }
 
+    /// The number under which the journal files `entry`'s records, given at its first one.
+    @inline(__always)
+    private func giveJournalOwner(_ entry: inout Entry, path: String) {
+        guard entry.journalOwner == 0 else { return }
+        entry.journalOwner = nextJournalOwner
+        nextJournalOwner += 1
+        journalOwners[entry.journalOwner] = path
+    }
+
+    /// A record of `entry` is about to be appended while its save runs: the save learns
+    /// of it first (see ``SaveCommit``).
+    @inline(__always)
+    private func noteEditDuringSave(_ entry: borrowing Entry) {
+        if entry.savingToken != nil, !saveCommits.isEmpty { saveCommits[entry.savingSerial]?.edit() }
+    }
+
     /// Journals an edit just applied to `entry` (its change count already counts it). `base`
     /// is what ``journalBaseContents(_:for:)`` found before the edit was applied.
     func journalEdit(_ entry: inout Entry, path: String, _ edit: DocumentEdit, baseContents: Data?) {
         guard let journal, !entry.journalBroken else { return }
-        // Made during the document's save: before its record is appended (see ``SaveCommit``).
-        if entry.savingToken != nil, !saveCommits.isEmpty { saveCommits[entry.savingSerial]?.edit() }
-        if entry.journalOwner == 0 {
-            entry.journalOwner = nextJournalOwner
-            nextJournalOwner += 1
-            journalOwners[entry.journalOwner] = path
-        }
+        noteEditDuringSave(entry)
+        giveJournalOwner(&entry, path: path)
         if !entry.journalHasBase {
             let file = entry.isPackage ? nil : entry.fingerprint.flatMap(FileIdentity.init)
             JournalEntry.base(path: path, file: file, token: entry.changeCount - 1, contents: baseContents)
@@ -661,11 +672,7 @@ extension DocumentStore {
     /// Journals a new, empty document (`create`): a base naming no file.
     func journalCreation(_ entry: inout Entry, path: String) {
         guard let journal else { return }
-        if entry.journalOwner == 0 {
-            entry.journalOwner = nextJournalOwner
-            nextJournalOwner += 1
-            journalOwners[entry.journalOwner] = path
-        }
+        giveJournalOwner(&entry, path: path)
         JournalEntry.base(path: path, file: nil, token: entry.changeCount, contents: nil).encode(into: &journalBuffer)
         if append(journal, &entry) { entry.journalHasBase = true }
     }
@@ -730,12 +737,8 @@ extension DocumentStore {
                 configuration: .init(contentType: entry.contentType, existingFile: nil)
             ).regularFileContents
         else { return }
-        if entry.journalOwner == 0 {
-            entry.journalOwner = nextJournalOwner
-            nextJournalOwner += 1
-            journalOwners[entry.journalOwner] = path
-        }
-        if entry.savingToken != nil, !saveCommits.isEmpty { saveCommits[entry.savingSerial]?.edit() }
+        giveJournalOwner(&entry, path: path)
+        noteEditDuringSave(entry)
         JournalEntry.base(path: path, file: nil, token: entry.changeCount, contents: data).encode(into: &journalBuffer)
         if append(journal, &entry) {
             entry.journalHasBase = true

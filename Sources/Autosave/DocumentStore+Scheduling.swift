@@ -458,7 +458,7 @@ extension DocumentStore {
                 let hash = hashing?.value
                 return SaveOutcome(
                     wrapper: wrapper, report: report, fingerprint: status.map { Fingerprint($0, contentHash: hash) },
-                    journalRecord: savingRecord.lsn, leftOpen: leftOpen)
+                    leftOpen: leftOpen)
             }
             return (result, clock.now - start)
         }
@@ -624,7 +624,8 @@ extension DocumentStore {
 
     private func finishSave(
         _ path: String, serial: UInt64, token: UInt64, snapshot: any AutosaveDocument,
-        result: Result<SaveOutcome, any Error>, duration: Duration, since: Moment?, savingRecord: UInt64 = 0
+        result: Result<SaveOutcome, any Error>, duration: Duration, since: Moment?,
+        savingRecord: UInt64
     ) {
         savesInFlight -= 1
         defer { slotFreed() }
@@ -680,7 +681,7 @@ extension DocumentStore {
                     }
                 }
                 Self.didSave(&entry.document, snapshot: snapshot)
-                journalSaved(&entry, path: path, savingRecord: outcome.journalRecord)
+                journalSaved(&entry, path: path, savingRecord: savingRecord)
                 return (finished, entry.contentType)
             }
             totalSaves += 1
@@ -875,8 +876,6 @@ struct SaveOutcome: Sendable {
     var wrapper: FileWrapper
     var report: DurableWriter.Report
     var fingerprint: Fingerprint?
-    /// The LSN of the journal record naming the file the save put in place (0: none).
-    var journalRecord: UInt64 = 0
     /// The descriptors the write left open (the file's, its directory's, the root's): a
     /// save on the loop closes them once its waiting caller has been answered, a save
     /// thread as soon as it has written.

@@ -16,7 +16,7 @@ final class HeldJournalSyncs: Sendable {
 
     var io: JournalIO {
         JournalIO(
-            write: { fd, bytes throws(Errno) in try fd.writeAll(bytes) },
+            write: JournalIO.system.write,
             dataSync: { [self] fd throws(Errno) in
                 let (held, delay) = state.withLock { ($0.held, $0.delay) }
                 if held { released.wait() }
@@ -97,27 +97,45 @@ struct SaveCommitTests {
         return stream
     }
 
-    @Test("Mode=periodic: a document edited during its save has the save's record durable before the rename")
-    func editedDuringTheSave() async throws {
-        let syncs = HeldJournalSyncs()
+    static func expectDurable(
+        _ figures: (written: UInt64, durable: UInt64), sourceLocation: SourceLocation = #_sourceLocation
+    ) {
+        #expect(
+            figures.durable >= figures.written,
+            "renamed with the journal written through \(figures.written) but durable only through \(figures.durable)",
+            sourceLocation: sourceLocation)
+    }
+
+    /// A saves the gated document, B is made while the save waits at the gate (its record
+    /// not yet appended), `meanwhile` runs, and the gate opens: the journal's figures at
+    /// the rename.
+    static func renameOfASaveEditedMeanwhile(
+        _ syncs: HeldJournalSyncs, meanwhile: () -> Void
+    ) async throws -> (written: UInt64, durable: UInt64) {
         let (harness, gate) = try await Self.harness(syncs)
         let store = harness.store
         try await store.apply(.setText("A\n"), to: "doc.gated")
         var renames = await Self.atRename(of: harness.file("doc.gated"), store).makeAsyncIterator()
-        // Every sync from here on takes longer than the file's own: a rename that does not
-        // wait for the record comes before it is durable.
-        syncs.delay(.milliseconds(300))
         try await store.save("doc.gated", wait: false)
         var arrivals = gate.arrived.makeAsyncIterator()
         _ = await arrivals.next()
-        // The save took its snapshot (A) and waits at the gate, its record not yet appended.
         try await store.apply(.setText("B\n"), to: "doc.gated")
+        meanwhile()
         gate.open(waiting: 1)
         let figures = try #require(await renames.next())
-        #expect(
-            figures.durable >= figures.written,
-            "renamed with the journal written through \(figures.written) but durable only through \(figures.durable)")
         #expect(await store.closeJournal().failure == nil)
+        return figures
+    }
+
+    @Test("Mode=periodic: a document edited during its save has the save's record durable before the rename")
+    func editedDuringTheSave() async throws {
+        let syncs = HeldJournalSyncs()
+        let figures = try await Self.renameOfASaveEditedMeanwhile(syncs) {
+            // Every sync from here on takes longer than the file's own: a rename that does
+            // not wait for the record comes before it is durable.
+            syncs.delay(.milliseconds(300))
+        }
+        Self.expectDurable(figures)
     }
 
     @Test(
@@ -125,24 +143,13 @@ struct SaveCommitTests {
     )
     func recordSyncFails() async throws {
         let syncs = HeldJournalSyncs()
-        let (harness, gate) = try await Self.harness(syncs)
-        let store = harness.store
-        try await store.apply(.setText("A\n"), to: "doc.gated")
-        var renames = await Self.atRename(of: harness.file("doc.gated"), store).makeAsyncIterator()
-        try await store.save("doc.gated", wait: false)
-        var arrivals = gate.arrived.makeAsyncIterator()
-        _ = await arrivals.next()
-        try await store.apply(.setText("B\n"), to: "doc.gated")
-        // The sync the record asks for fails, once the save waits for it; the journal's
-        // recovery writes it again (and syncs it, as slowly).
-        syncs.delay(.milliseconds(300))
-        syncs.fail(next: 1)
-        gate.open(waiting: 1)
-        let figures = try #require(await renames.next())
-        #expect(
-            figures.durable >= figures.written,
-            "renamed with the journal written through \(figures.written) but durable only through \(figures.durable)")
-        #expect(await store.closeJournal().failure == nil)
+        let figures = try await Self.renameOfASaveEditedMeanwhile(syncs) {
+            // The sync the record asks for fails, once the save waits for it; the journal's
+            // recovery writes it again (and syncs it, as slowly).
+            syncs.delay(.milliseconds(300))
+            syncs.fail(next: 1)
+        }
+        Self.expectDurable(figures)
     }
 
     @Test(
@@ -193,9 +200,7 @@ struct SaveCommitTests {
         syncs.delay(.milliseconds(300))
         try await store.save("doc.gated", wait: true)
         let figures = try #require(await renames.next())
-        #expect(
-            figures.durable >= figures.written,
-            "renamed with the journal written through \(figures.written) but durable only through \(figures.durable)")
+        Self.expectDurable(figures)
         #expect(await store.closeJournal().failure == nil)
     }
 
@@ -210,9 +215,7 @@ struct SaveCommitTests {
         syncs.delay(.milliseconds(300))
         try await store.save("doc.gated", wait: true)
         let figures = try #require(await renames.next())
-        #expect(
-            figures.durable >= figures.written,
-            "renamed with the journal written through \(figures.written) but durable only through \(figures.durable)")
+        Self.expectDurable(figures)
         #expect(await store.closeJournal().failure == nil)
     }
 }
