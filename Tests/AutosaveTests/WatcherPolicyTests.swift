@@ -222,14 +222,18 @@ struct WatcherPolicyTests {
         let file = harness.file("a.txt")
         // Right after the first save's rename: another program removes the file (the
         // document is closed), and a client makes a new document at the path.
+        let made = AsyncStream<Void>.makeStream()
         await store.afterFirstRename(of: file) {
             #expect(unlink(file) == 0)
             await store.cookieBarrier()
             _ = try await store.apply(.setText("new\n"), to: "a.txt", create: true)
+            made.continuation.finish()
         }
+        // Answered at the close, while the save (and the client's edit) still runs.
         await #expect(throws: StoreError.self, "the document saved is closed") {
             try await store.save("a.txt", wait: true)
         }
+        for await _ in made.stream {}
         await store.setAfterRename(nil)
         // Taken for the old save's, the new document's edit would count as saved: this
         // save would write nothing, and no file would be there.
