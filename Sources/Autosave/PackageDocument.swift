@@ -10,6 +10,11 @@ import Posix
 public struct PackageDocument: AutosaveDocument {
     public static var readableContentTypes: [UTType] { [.package, .folder] }
 
+    struct Directory: Sendable {
+        var spelling: String
+        var members: Int
+    }
+
     struct Member: Sendable {
         /// The bytes, while they are not yet saved; `nil` when the saved wrapper holds them.
         var data: Data?
@@ -17,6 +22,13 @@ public struct PackageDocument: AutosaveDocument {
     }
 
     private var members: [String: Member] = [:]
+    /// Every directory of the package, members' (`a` and `a/b` for `a/b/c.txt`) and empty
+    /// ones read from disk, spelled as on disk, with how many members are below it. A
+    /// directory stays when its last member is removed, as it stays on disk. A new member
+    /// is checked against its own directories and its own path — a member where it needs a
+    /// directory, members below where it would be a file, a directory name in another
+    /// Unicode normalization — without a walk over every member.
+    private var directories: [String: Directory] = [:]
     /// Member paths put or removed since the last save, with the generation of that change.
     private var touched: [String: UInt64] = [:]
     private var generation: UInt64 = 0
@@ -34,9 +46,11 @@ public struct PackageDocument: AutosaveDocument {
         for (name, child) in directory.fileWrappers ?? [:] {
             let path = prefix + name
             if child.isDirectory {
+                if directories[path] == nil { directories[path] = Directory(spelling: path, members: 0) }
                 collect(child, prefix: path + "/")
             } else if child.isRegularFile {
                 members[path] = Member(data: nil, generation: 0)
+                countDirectories(of: PathName.components(path).dropLast(), by: 1)
             }
         }
     }
@@ -112,37 +126,94 @@ public struct PackageDocument: AutosaveDocument {
     public mutating func apply(_ edit: DocumentEdit, existingFile: FileWrapper?) throws {
         switch edit {
         case .putMember(let path, let data):
-            _ = try Self.validate(path)
-            // A name another member has in another Unicode normalization: the kernel sees two
-            // files, the package's dictionaries (and the file wrapper's) one name.
-            if let index = members.index(forKey: path), !members.keys[index].utf8.elementsEqual(path.utf8) {
-                throw DocumentContentError(
-                    .invalid,
-                    "member '\(path)' is member '\(members.keys[index])' in another Unicode normalization: a package cannot hold both"
-                )
-            }
-            // Compared by bytes, as the kernel compares names (see validate(_:)), and as
-            // Swift compares strings, canonically, which the dictionaries do.
-            if let clash = members.keys.first(where: {
-                PathName.starts($0, with: path + "/") || PathName.starts(path, with: $0 + "/")
-                    || $0.hasPrefix(path + "/") || path.hasPrefix($0 + "/")
-            }) {
-                throw DocumentContentError(.invalid, "member '\(path)' clashes with member '\(clash)'")
+            let components = try Self.validate(path)
+            let isNew: Bool
+            // Names another member or directory has in another Unicode normalization: the
+            // kernel sees two names, the package's dictionaries (and the file wrappers') one.
+            // (Split at the bytes, as the kernel splits, and looked up as Swift compares
+            // strings, canonically, which the dictionaries do.)
+            if let index = members.index(forKey: path) {
+                if !members.keys[index].utf8.elementsEqual(path.utf8) {
+                    throw DocumentContentError(
+                        .invalid,
+                        "member '\(path)' is member '\(members.keys[index])' in another Unicode normalization: a package cannot hold both"
+                    )
+                }
+                isNew = false
+            } else {
+                try checkNewMember(path, components)
+                isNew = true
             }
             generation += 1
             members[path] = Member(data: data, generation: generation)
             touched[path] = generation
+            if isNew {
+                // A file with a directory's very name takes the (empty) directory's place.
+                if directories[path] != nil { forgetDirectories(atOrUnder: path) }
+                countDirectories(of: components.dropLast(), by: 1)
+            }
         case .removeMember(let path):
             _ = try Self.validate(path)
             guard let index = members.index(forKey: path), members.keys[index].utf8.elementsEqual(path.utf8) else {
                 throw DocumentContentError(.notFound, "the package has no member '\(path)'")
             }
             members.remove(at: index)
+            countDirectories(of: PathName.components(path).dropLast(), by: -1)
             generation += 1
             touched[path] = generation
         default:
             throw DocumentContentError(.unsupported, "\(edit.name) does not apply to package documents")
         }
+    }
+
+    /// Refuses a new member at `path` that the package cannot hold beside its members and
+    /// directories: one of its directories is a member, or is a directory in another
+    /// Unicode normalization; or members are below the path; or the path is a directory in
+    /// another normalization.
+    private func checkNewMember(_ path: String, _ components: [String]) throws {
+        var prefix = ""
+        for name in components.dropLast() {
+            prefix = prefix.isEmpty ? name : prefix + "/" + name
+            if let index = members.index(forKey: prefix) {
+                throw DocumentContentError(
+                    .invalid, "member '\(path)' clashes with member '\(members.keys[index])'")
+            }
+            if let directory = directories[prefix], !directory.spelling.utf8.elementsEqual(prefix.utf8) {
+                throw DocumentContentError(
+                    .invalid,
+                    "member '\(path)' names the directory '\(directory.spelling)' in another Unicode normalization: a package cannot hold both"
+                )
+            }
+        }
+        if let directory = directories[path] {
+            if !directory.spelling.utf8.elementsEqual(path.utf8) {
+                throw DocumentContentError(
+                    .invalid,
+                    "member '\(path)' is the directory '\(directory.spelling)' in another Unicode normalization: a package cannot hold both"
+                )
+            }
+            if directory.members > 0 {
+                throw DocumentContentError(
+                    .invalid,
+                    "member '\(path)' clashes with the \(directory.members) member(s) under '\(directory.spelling)/'")
+            }
+        }
+    }
+
+    /// Counts a member in (or out of) each of its directories, given by name from the top.
+    private mutating func countDirectories(of names: ArraySlice<String>, by change: Int) {
+        var prefix = ""
+        for name in names {
+            prefix = prefix.isEmpty ? name : prefix + "/" + name
+            directories[prefix, default: Directory(spelling: prefix, members: 0)].members += change
+        }
+    }
+
+    /// Forgets an empty directory and those inside it (a member file takes its place).
+    private mutating func forgetDirectories(atOrUnder path: String) {
+        directories.removeValue(forKey: path)
+        let inside = path + "/"
+        directories = directories.filter { !PathName.starts($0.key, with: inside) }
     }
 
     public func read(_ query: DocumentQuery, existingFile: FileWrapper?) throws -> QueryResult {

@@ -75,6 +75,7 @@ struct PackageNormalizationTests {
         "A member named as another member, or as its directory, in another Unicode normalization is refused; the other member is kept, in memory and on disk",
         arguments: [
             (composed + "/a", decomposed), (decomposed, composed + "/a"), (composed, decomposed),
+            (composed + "/a", decomposed + "/b"), ("d/" + decomposed + "/x/a", "d/" + composed + "/x/b"),
         ])
     func twoNormalizations(first: String, second: String) async throws {
         let harness = await StoreHarness(quiet: .seconds(3600), maxDelay: .seconds(3600))
@@ -96,5 +97,44 @@ struct PackageNormalizationTests {
         #expect(try await harness.store.read("p.package", .member(first)) == .data(Data("first\n".utf8)))
         #expect(try Disk.bytes(harness.file("p.package/" + first)) == Data("first\n".utf8))
         #expect(try await harness.store.read("p.package", .members) == .members([first]))
+    }
+
+    @Test(
+        "A directory left in the package with no member in it (on disk when the package was opened, or emptied by remove-member) keeps its spelling: a member under it in another Unicode normalization is refused, a file with its very name takes its place"
+    )
+    func emptyDirectoryInAnotherNormalization() async throws {
+        let composed = Self.composed
+        let decomposed = Self.decomposed
+        let harness = await StoreHarness(quiet: .seconds(3600), maxDelay: .seconds(3600))
+        try FileManager.default.createDirectory(
+            atPath: harness.file("p.package/" + composed), withIntermediateDirectories: true)
+        try FileManager.default.createDirectory(
+            atPath: harness.file("p.package/" + decomposed + "x"), withIntermediateDirectories: true)
+        try Disk.write("m\n", to: harness.file("p.package/" + decomposed + "x/m"))
+        let store = harness.store
+        try await store.open("p.package")
+        // Emptied: the directory stays on disk.
+        try await store.apply(.removeMember(decomposed + "x/m"), to: "p.package")
+        try await store.save("p.package", wait: true)
+        for (directory, other) in [(composed, decomposed), (decomposed + "x", composed + "x")] {
+            #expect(FileManager.default.fileExists(atPath: harness.file("p.package/" + directory)))
+            do {
+                try await store.apply(.putMember(other + "/b", Data("b\n".utf8)), to: "p.package")
+                Issue.record(
+                    "\(Array(other.unicodeScalars)) was taken beside the directory \(Array(directory.unicodeScalars))")
+            } catch {
+                #expect(error.code == "bad-request", "\(error)")
+                #expect("\(error)".contains("normalization"), "\(error)")
+            }
+        }
+        try await store.save("p.package", wait: true)
+        #expect(try await store.read("p.package", .members) == .members([]))
+        // The same bytes: a member in it, or a file in its place.
+        try await store.apply(.putMember(composed + "/b", Data("b\n".utf8)), to: "p.package")
+        try await store.apply(.putMember(decomposed + "x", Data("file\n".utf8)), to: "p.package")
+        try await store.save("p.package", wait: true)
+        #expect(try Disk.bytes(harness.file("p.package/" + composed + "/b")) == Data("b\n".utf8))
+        #expect(try Disk.bytes(harness.file("p.package/" + decomposed + "x")) == Data("file\n".utf8))
+        #expect(try await store.read("p.package", .members) == .members([composed + "/b", decomposed + "x"].sorted()))
     }
 }
