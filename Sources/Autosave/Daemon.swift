@@ -209,10 +209,18 @@ public enum Daemon {
         var replayed: JournalReplaySummary?
         do {
             replayed = try await store.openJournal()
+        } catch let error as JournalOfAnotherRoot {
+            return fatal("\(error)", errno: EEXIST, exitCode: ExitCode.configuration)
         } catch {
+            let errno = (error as? JournalFailure)?.errno.rawValue ?? EIO
+            if configuration.journalMode == .off {
+                return fatal(
+                    "cannot open the edit journal a run with [Journal] Mode= on left in \(configuration.journalDirectory), to replay its edits: \(error)",
+                    errno: errno, exitCode: ExitCode.cannotCreate)
+            }
             return fatal(
                 "cannot open the edit journal in \(configuration.journalDirectory): \(error) ([Journal] Mode=off runs without it)",
-                errno: error.errno.rawValue, exitCode: ExitCode.cannotCreate)
+                errno: errno, exitCode: ExitCode.cannotCreate)
         }
         if let replayed {
             let level: LogLevel = replayed.unapplied.isEmpty && replayed.problems.isEmpty ? .notice : .warning
@@ -225,6 +233,30 @@ public enum Daemon {
                 ])
         }
         let scheduler = Task { await store.runScheduler() }
+        if configuration.journalMode == .off, replayed != nil {
+            // A journal a run with it on left: its edits, replayed, are saved before anything
+            // else, and the journal is closed and emptied — this run journals nothing, and a
+            // later run with it on must not find them again. Edits that cannot be saved keep
+            // the daemon from starting: they stay in the journal.
+            var failure: (any Error)?
+            do { try await store.saveAll(wait: true) } catch { failure = error }
+            let closed = await store.closeJournal()
+            if failure != nil || !closed.keptDocuments.isEmpty || closed.failure != nil {
+                scheduler.cancel()
+                let why = failure.map { "\($0)" } ?? closed.failure.map { "\($0)" } ?? "not saved"
+                return fatal(
+                    "[Journal] Mode=off, and the edits replayed from the journal a run with it on left in \(configuration.journalDirectory) could not all be saved (\(why)): not starting, so that the journal keeps them",
+                    errno: EIO, exitCode: ExitCode.cannotCreate)
+            }
+            do { try Journal.removeSegments(in: configuration.journalDirectory) } catch {
+                log.warning(
+                    "the journal's edits were saved, but its segments could not be removed: \(error)",
+                    ["message_id": MessageID.journalFailed, "path": configuration.journalDirectory])
+            }
+            log.notice(
+                "[Journal] Mode=off: the journal a run with it on left in \(configuration.journalDirectory) was replayed and its edits saved; it is emptied, and this run journals nothing",
+                ["message_id": MessageID.journalReplayed, "path": configuration.journalDirectory])
+        }
         if configuration.watchEnabled {
             do { try await store.startWatching() } catch {
                 log.error("cannot watch \(configuration.root) for changes by other programs: \(error)")

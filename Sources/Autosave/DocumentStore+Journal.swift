@@ -77,10 +77,18 @@ extension DocumentStore {
     /// document's edits are applied again through the documents' own edit code, on top
     /// of the version they were made to; a file another program changed meanwhile goes
     /// through the `[Conflicts]` policy. The replayed documents are saved at once. With
-    /// `Mode=off`, does nothing and returns `nil`.
+    /// `Mode=off`, returns `nil` unless the directory holds a journal a run with it on
+    /// left: its edits were acknowledged, and are replayed all the same (the caller saves
+    /// them and closes the journal before serving; see ``Daemon``).
+    ///
+    /// The journal's directory names the store root its records are of (its label): a
+    /// journal holding records of another root (`Root=` changed while some were not
+    /// saved) is not replayed here — ``JournalOfAnotherRoot`` is thrown, the journal left
+    /// as it is.
     @discardableResult
-    public func openJournal() throws(JournalFailure) -> JournalReplaySummary? {
-        guard configuration.journalMode != .off, journal == nil else { return nil }
+    public func openJournal() throws -> JournalReplaySummary? {
+        guard journal == nil else { return nil }
+        if configuration.journalMode == .off, !Journal.hasSegments(in: configuration.journalDirectory) { return nil }
         let started = ContinuousClock.now
         let mode: JournalOptions.SyncMode =
             configuration.journalMode == .always ? .always : .periodic(configuration.journalSyncInterval)
@@ -119,6 +127,12 @@ extension DocumentStore {
             journal.close()
             throw JournalFailure(.open, path: configuration.journalDirectory, errno: .ioError)
         }
+        do {
+            try checkJournalRoot(journal, records: chains.count)
+        } catch {
+            journal.close()
+            throw error
+        }
         self.journal = journal
         replyNeedsSync = configuration.journalMode == .always
         gate.advance(written: report.lastLSN?.rawValue ?? 0, durable: report.lastLSN?.rawValue ?? 0)
@@ -127,6 +141,27 @@ extension DocumentStore {
         summary.duration = ContinuousClock.now - started
         lastReplay = summary
         return summary
+    }
+
+    /// Compares the store root the journal's label names with this one; rewrites the
+    /// label when it differs and the journal holds no records. The same root: the same
+    /// path, or the same directory by device and inode (a root moved, and `Root=` with it).
+    private func checkJournalRoot(_ journal: Journal, records: Int) throws {
+        let status = try? FileDescriptor.currentWorkingDirectory.status(of: root, followSymlinks: true)
+        let here = JournalRootLabel(path: root, device: status?.device ?? 0, inode: status?.inode ?? 0)
+        let recorded = try journal.readLabel().flatMap(JournalRootLabel.init(parsing:))
+        if let recorded, recorded.path == here.path || (recorded.device == here.device && recorded.inode == here.inode)
+        {
+            if recorded != here { try journal.writeLabel(here.text) }
+            return
+        }
+        if let recorded, records > 0 {
+            throw JournalOfAnotherRoot(
+                directory: journal.directory, recordedRoot: recorded.path, root: root, records: records)
+        }
+        // No label (a journal written before roots were recorded is taken as this root's), or
+        // nothing left of the other root's.
+        try journal.writeLabel(here.text)
     }
 
     /// One record of a document's chain as replay first reads it. An edit stays undecoded
@@ -1031,5 +1066,51 @@ extension DocumentStore {
             syncs: figures.syncs, lastSyncAgo: figures.lastSync.map { ContinuousClock.now - $0 },
             failure: figures.failure?.description, unjournalledEdits: unjournalledEdits,
             unjournalledTypes: unjournalledTypes.sorted(), lastReplay: lastReplay)
+    }
+}
+
+/// What the journal's label says of the store root: its path, and the directory's device
+/// and inode when the label was written. The path comes last, whole, whatever bytes it holds.
+struct JournalRootLabel: Equatable {
+    var path: String
+    var device: UInt64
+    var inode: UInt64
+
+    var text: String { "device \(device)\ninode \(inode)\nroot \(path)" }
+
+    init(path: String, device: UInt64, inode: UInt64) {
+        self.path = path
+        self.device = device
+        self.inode = inode
+    }
+
+    /// `nil` for a label of another shape.
+    init?(parsing text: String) {
+        let lines = text.utf8.split(separator: UInt8(ascii: "\n"), maxSplits: 2, omittingEmptySubsequences: false)
+        guard lines.count == 3 else { return nil }
+        func value(_ line: Substring.UTF8View, _ key: String) -> Substring? {
+            let line = Substring(line)
+            guard line.utf8.starts(with: (key + " ").utf8) else { return nil }
+            return line.dropFirst(key.count + 1)
+        }
+        guard let device = value(lines[0], "device").flatMap({ UInt64($0) }),
+            let inode = value(lines[1], "inode").flatMap({ UInt64($0) }),
+            let path = value(lines[2], "root"), !path.isEmpty
+        else { return nil }
+        self.init(path: String(path), device: device, inode: inode)
+    }
+}
+
+/// The journal's records are of documents under another store root (`Root=` changed
+/// while some were not saved): replayed here, they would be laid over another root's
+/// files, or make files of the other root's documents in this one.
+public struct JournalOfAnotherRoot: Error, Sendable, CustomStringConvertible {
+    public var directory: String
+    public var recordedRoot: String
+    public var root: String
+    public var records: Int
+
+    public var description: String {
+        "the edit journal in \(directory) holds \(records) records of documents under \(recordedRoot), not under Root=\(root); they are not replayed onto another root's files. Start once with Root=\(recordedRoot) to replay and save them, or move \(directory) aside to start without them"
     }
 }

@@ -1,0 +1,76 @@
+import Posix
+
+/// A short text kept in the journal's directory beside its segments, for its user to say
+/// what the records are of (the daemon names the store root there), read back at the
+/// next open. Segments are found by their names; the label's name is none of theirs.
+extension Journal {
+    static let labelName = "label"
+
+    /// The label, or `nil` when none was ever written.
+    public func readLabel() throws(JournalFailure) -> String? {
+        do {
+            let fd = try FileDescriptor.open(Self.labelName, relativeTo: directoryFD, .readOnly)
+            let bytes = try fd.closeAfter { () throws(Errno) in try fd.readToEnd() }
+            return String(decoding: bytes, as: UTF8.self)
+        } catch .noSuchFile {
+            return nil
+        } catch {
+            throw JournalFailure(.read, path: directory + "/" + Self.labelName, errno: error)
+        }
+    }
+
+    /// Replaces the label, durably: a temporary file written and synced, renamed over the
+    /// label, and the directory synced.
+    public func writeLabel(_ text: String) throws(JournalFailure) {
+        let temporary = "." + Self.labelName + ".tmp"
+        var operation = JournalFailure.Operation.open
+        var path = directory + "/" + temporary
+        do {
+            let fd = try FileDescriptor.open(
+                temporary, relativeTo: directoryFD, .writeOnly, options: [.create, .truncate])
+            try fd.closeAfter { () throws(Errno) in
+                operation = .write
+                try fd.writeAll(Array(text.utf8))
+                operation = .fdatasync
+                try fd.dataSync()
+            }
+            operation = .rename
+            path = directory + "/" + Self.labelName
+            try directoryFD.rename(temporary, to: Self.labelName)
+            operation = .fsyncDirectory
+            path = directory
+            try directoryFD.sync()
+        } catch {
+            try? directoryFD.unlink(temporary)
+            throw JournalFailure(operation, path: path, errno: error)
+        }
+    }
+
+    /// Removes the segment files of a closed journal whose records are all released (a
+    /// run that replayed and saved them, and goes on without a journal), and syncs the
+    /// directory. The label stays.
+    public static func removeSegments(in directory: String) throws(JournalFailure) {
+        let fd: FileDescriptor
+        do { fd = try FileDescriptor.open(directory, .readOnly, options: [.directory]) } catch {
+            throw JournalFailure(.open, path: directory, errno: error)
+        }
+        defer { try? fd.close() }
+        let entries: [DirectoryEntry]
+        do { entries = try fd.directoryEntries() } catch { throw JournalFailure(.list, path: directory, errno: error) }
+        for entry in entries where SegmentFormat.base(ofName: entry.name) != nil {
+            do { try fd.unlink(entry.name) } catch {
+                throw JournalFailure(.unlink, path: directory + "/" + entry.name, errno: error)
+            }
+        }
+        do { try fd.sync() } catch { throw JournalFailure(.fsyncDirectory, path: directory, errno: error) }
+    }
+
+    /// Whether `directory` holds segment files: a journal a run left, whose records a
+    /// start may have to replay. `false` when the directory does not exist or cannot be read.
+    public static func hasSegments(in directory: String) -> Bool {
+        guard let fd = try? FileDescriptor.open(directory, .readOnly, options: [.directory]) else { return false }
+        defer { try? fd.close() }
+        guard let entries = try? fd.directoryEntries() else { return false }
+        return entries.contains { SegmentFormat.base(ofName: $0.name) != nil }
+    }
+}
