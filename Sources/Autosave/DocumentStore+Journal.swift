@@ -1026,6 +1026,15 @@ extension DocumentStore {
 
     /// The document's edits are gone (reverted, read again from disk, closed): its
     /// records are released, and its next edit starts a new chain.
+    /// Releases the record of a save whose document was closed before the save ended (the
+    /// close released the document's other records).
+    func journalReleaseClosed(owner: UInt64, savingRecord: UInt64) {
+        guard let journal, owner != 0 else { return }
+        var log = JournalOwnerLog()
+        journal.adopt(LSN(savingRecord), owner: owner, into: &log)
+        journal.release(owner: owner, through: LSN(savingRecord), log: &log)
+    }
+
     func journalDiscard(_ entry: inout Entry, closing: Bool = false) {
         guard let journal, entry.journalOwner != 0 else { return }
         journal.release(owner: entry.journalOwner, through: LSN(entry.lastJournalLSN), log: &entry.journalLog)
@@ -1091,7 +1100,7 @@ struct JournalRootLabel: Equatable {
         func value(_ line: Substring.UTF8View, _ key: String) -> Substring? {
             let line = Substring(line)
             guard line.utf8.starts(with: (key + " ").utf8) else { return nil }
-            return line.dropFirst(key.count + 1)
+            return Substring(line.utf8.dropFirst(key.utf8.count + 1))
         }
         guard let device = value(lines[0], "device").flatMap({ UInt64($0) }),
             let inode = value(lines[1], "inode").flatMap({ UInt64($0) }),

@@ -375,6 +375,7 @@ extension DocumentStore {
             journalSaving != nil && configuration.journalMode != .always
             ? SaveCommit(preceding: entries[index].savingLSN, gate: replyGate) : nil
         if let commit { saveCommits[serial] = commit }
+        let journalOwner = entries[index].journalOwner
         savesInFlight += 1
         let fullPath = root + "/" + path
         let root = root
@@ -467,7 +468,7 @@ extension DocumentStore {
             store.finishSave(
                 path, serial: serial, token: token, snapshot: snapshot, result: result, duration: duration,
                 since: since,
-                savingRecord: savingRecord.lsn)
+                savingRecord: savingRecord.lsn, journalOwner: journalOwner)
         }
         let save = DeferredSave(work: work, finish: finish)
         if onLoop {
@@ -625,7 +626,7 @@ extension DocumentStore {
     private func finishSave(
         _ path: String, serial: UInt64, token: UInt64, snapshot: any AutosaveDocument,
         result: Result<SaveOutcome, any Error>, duration: Duration, since: Moment?,
-        savingRecord: UInt64
+        savingRecord: UInt64, journalOwner: UInt64
     ) {
         savesInFlight -= 1
         defer { slotFreed() }
@@ -642,6 +643,9 @@ extension DocumentStore {
                 pendingChecks.remove(path)
                 pendingMemberChecks.removeValue(forKey: path)
             }
+            // Its record, of a file put in place (or not) for a document no longer open:
+            // left, the next start would find it naming a file no record leads to.
+            if savingRecord != 0 { journalReleaseClosed(owner: journalOwner, savingRecord: savingRecord) }
             return
         }
         entries[index].savingToken = nil

@@ -171,7 +171,7 @@ extension DocumentStore {
                         ignoreFileChanged(in: PathName.parent(path))
                         continue
                     }
-                    if isIgnored(path) {
+                    if isIgnored(path), !isInsideOpenPackage(path) {
                         ignoredPaths.insert(path)
                         continue
                     }
@@ -181,7 +181,7 @@ extension DocumentStore {
                     if !heldRenames.isEmpty, let source = heldRename(to: document) {
                         // The file of a document being saved, renamed meanwhile: looked at once it follows.
                         notePendingCheck(
-                            source, member: document == path ? nil : String(path.dropFirst(document.count + 1)))
+                            source, member: document == path ? nil : Self.member(path, of: document))
                         continue
                     }
                     if !recentlyClosed.isEmpty, isClosedAsLeft(document, path: path) { continue }
@@ -189,11 +189,11 @@ extension DocumentStore {
                 } else if entries[document]!.savingToken != nil {
                     pendingChecks.insert(document)
                     if document != path {
-                        pendingMemberChecks[document, default: []].insert(String(path.dropFirst(document.count + 1)))
+                        pendingMemberChecks[document, default: []].insert(Self.member(path, of: document))
                     }
                 } else {
                     checkExternalChange(
-                        document, member: document == path ? nil : String(path.dropFirst(document.count + 1)))
+                        document, member: document == path ? nil : Self.member(path, of: document))
                 }
             case .removed(let path):
                 if path.hasPrefix(Self.syncCookiePrefix) || isTemporary(path) { continue }
@@ -203,17 +203,17 @@ extension DocumentStore {
                     ignoreFileChanged(in: PathName.parent(path))
                     continue
                 }
-                if ignoredPaths.remove(path) != nil || isIgnored(path) { continue }
+                if ignoredPaths.remove(path) != nil || (isIgnored(path) && !isInsideOpenPackage(path)) { continue }
                 let document = documentPath(for: path)
                 if document != path {
                     // A member removed by a save of this store is not seen as a change by another program.
                     if entries[document]?.savingToken != nil {
                         pendingChecks.insert(document)
-                        pendingMemberChecks[document, default: []].insert(String(path.dropFirst(document.count + 1)))
+                        pendingMemberChecks[document, default: []].insert(Self.member(path, of: document))
                     } else if entries[document] != nil {
-                        checkExternalChange(document, member: String(path.dropFirst(document.count + 1)))
+                        checkExternalChange(document, member: Self.member(path, of: document))
                     } else if !heldRenames.isEmpty, let source = heldRename(to: document) {
-                        notePendingCheck(source, member: String(path.dropFirst(document.count + 1)))
+                        notePendingCheck(source, member: Self.member(path, of: document))
                     }
                 } else if entries[document] != nil {
                     removedExternally(document)
@@ -317,7 +317,7 @@ extension DocumentStore {
         guard let closed = recentlyClosed[document] else { return false }
         let full = root + "/" + document
         if let status = try? FileDescriptor.currentWorkingDirectory.status(of: full) {
-            let member = document == path ? nil : String(path.dropFirst(document.count + 1))
+            let member = document == path ? nil : Self.member(path, of: document)
             let unchanged =
                 closed.isPackage
                 ? packageUnchanged(full, member: member, saved: closed.saved, fingerprint: closed.fingerprint, status)
@@ -409,6 +409,20 @@ extension DocumentStore {
         guard directoryUses[path] != nil else { return [] }
         let prefix = path + "/"
         return entries.keys.filter { PathName.starts($0, with: prefix) }.sorted()
+    }
+
+    /// The member path of `path` inside the package `document`, cut at the bytes: a name
+    /// starting with a combining mark would otherwise join the `/` before it as one
+    /// `Character`, and lose its first scalar.
+    static func member(_ path: String, of document: String) -> String {
+        String(Substring(path.utf8.dropFirst(document.utf8.count + 1)))
+    }
+
+    /// Whether `path` lies inside an open package: a member, whatever the ignore rules say
+    /// of its name (they choose documents; a package holds every file inside it).
+    private func isInsideOpenPackage(_ path: String) -> Bool {
+        let document = documentPath(for: path)
+        return document != path && entries.index(forKey: document) != nil
     }
 
     /// The document a path belongs to: the package directory it is inside, or itself.

@@ -1,5 +1,6 @@
 import Control
 import Foundation
+import Journal
 import Posix
 import Synchronization
 import TestSupport
@@ -170,6 +171,25 @@ struct WatcherPolicyTests {
     }
 
     @Test(
+        "A package member another program rewrites is read again, whatever its name: one starting with a combining mark (its path cut at the bytes, not the characters), one an ignore pattern matches (the rules choose documents; a package holds every file inside it)",
+        arguments: ["\u{301}x", "notes~", "d/.a.txt.swp"])
+    func memberRewrittenByAnotherProgram(member: String) async throws {
+        let harness = try await base.harness()
+        try FileManager.default.createDirectory(atPath: harness.file("p.package"), withIntermediateDirectories: true)
+        await harness.store.sync()
+        let store = harness.store
+        try await store.open("p.package")
+        try await store.apply(.putMember(member, Data("mine\n".utf8)), to: "p.package")
+        try await store.save("p.package", wait: true)
+        await store.sync()
+        try Disk.write("theirs\n", to: harness.file("p.package/" + member))
+        await store.sync()
+        #expect(try await store.read("p.package", .member(member)) == .data(Data("theirs\n".utf8)))
+        #expect(try await store.info("p.package").state == .clean)
+        #expect(try await store.read("p.package", .members) == .members([member]))
+    }
+
+    @Test(
         "WhenRemoved=close: 3,000 renames back and forth while another program creates and removes files beside them: the document follows every one, its edit kept (the two halves of a rename are paired with other events between them)"
     )
     func renamesWithOtherEventsBetweenTheirHalves() async throws {
@@ -240,6 +260,40 @@ struct WatcherPolicyTests {
         try await store.save("a.txt", wait: true)
         #expect(try harness.text(onDisk: "a.txt") == "new\n")
         #expect(try await store.info("a.txt").state == .clean)
+    }
+
+    @Test(
+        "WhenRemoved=close, with the journal: the record of a save whose document was closed while it ran is released — the next start is given no record back"
+    )
+    func recordOfASaveForAClosedDocument() async throws {
+        let harness = try await base.harness {
+            $0.whenRemoved = .close
+            $0.journalMode = .periodic
+        }
+        let store = harness.store
+        try await store.openJournal()
+        try await store.apply(.setText("old\n"), to: "a.txt", create: true)
+        let file = harness.file("a.txt")
+        // Right after the save's rename, another program removes the file: the document is closed.
+        await store.afterFirstRename(of: file) {
+            #expect(unlink(file) == 0)
+            await store.cookieBarrier()
+        }
+        await #expect(throws: StoreError.self, "the document saved is closed") {
+            try await store.save("a.txt", wait: true)
+        }
+        // The save's end, handled on the store after its directory's sync.
+        let deadline = ContinuousClock.now + .seconds(30)
+        while await store.savesInFlight > 0, ContinuousClock.now < deadline { await Task.yield() }
+        await store.setAfterRename(nil)
+        let directory = await store.configuration.journalDirectory
+        #expect(await store.closeJournal().failure == nil)
+        let journal = try Journal(directory: directory)
+        var delivered: [String] = []
+        let report = try journal.replay { delivered.append("LSN \($0.lsn) of owner \($0.owner)") }
+        #expect(report.isClean, "\(report)")
+        #expect(delivered.isEmpty, "records the next start would replay: \(delivered)")
+        _ = journal.close()
     }
 
     @Test(
