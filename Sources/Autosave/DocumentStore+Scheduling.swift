@@ -723,8 +723,22 @@ extension DocumentStore {
                 changeFoundBySave(path)
             }
         case .failure(let thrown):
-            let replaced = thrown as? FailedAfterReplacing
-            recordSaveFailure(path, at: index, replaced?.error ?? thrown, through: token, placed: replaced?.fingerprint)
+            if entries[index].isPackage, entries[index].existingFile != nil,
+                (try? FileDescriptor.currentWorkingDirectory.status(of: root + "/" + path)) == nil
+            {
+                // The package's directory is gone, and no report said so (`[Watch]
+                // Enabled=no`, or the report still on its way): handled as that report would
+                // be, by `WhenRemoved=` — written again whole from memory, or closed. (Once:
+                // a save of the package written again that fails is a failure.)
+                log.info(
+                    "the save of \(path) found its directory gone: \(thrown)",
+                    ["document": path, "message_id": MessageID.externalChange])
+                removedExternally(path)
+            } else {
+                let replaced = thrown as? FailedAfterReplacing
+                recordSaveFailure(
+                    path, at: index, replaced?.error ?? thrown, through: token, placed: replaced?.fingerprint)
+            }
         }
         // Saves made for the journal's MaxSize=: another round once this one's are done,
         // until it is under the limit.

@@ -440,7 +440,7 @@ extension DocumentStore {
 
     /// Another program removed a document's file: by `[Conflicts] WhenRemoved=`, the
     /// document is written again from memory or closed.
-    private func removedExternally(_ document: String) {
+    func removedExternally(_ document: String) {
         guard let entry = entries[document] else { return }
         // Renamed while its save runs (or onto the name of one that was): the file is
         // elsewhere, and the document follows it then.
@@ -455,6 +455,17 @@ extension DocumentStore {
             case .close: false
             }
         if recreate {
+            var lost: [String] = []
+            if entry.isPackage, var package = entry.document as? PackageDocument {
+                // Written whole: what is in memory, and nothing of what lived only on disk.
+                lost = package.holdMembersForRecreation(saved: entry.existingFile)
+                entries[document]!.document = package
+            }
+            if !lost.isEmpty {
+                log.warning(
+                    "\(document) was removed by another program with \(lost.count) member(s) whose bytes were only on disk; they are gone: \(lost.prefix(20).joined(separator: ", "))\(lost.count > 20 ? ", …" : "")",
+                    ["document": document, "message_id": MessageID.externalChange])
+            }
             if !entry.isDirty { entries[document]!.changeCount += 1 }
             entries[document]!.existingFile = nil
             entries[document]!.fingerprint = nil

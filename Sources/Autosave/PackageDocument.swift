@@ -243,6 +243,30 @@ public struct PackageDocument: AutosaveDocument {
         }
     }
 
+    /// The package's directory is gone (another program removed or moved it) and the
+    /// package is to be written again from memory, whole: members whose bytes are held —
+    /// unsaved, or still in `saved`, the wrapper last read or written — are written by the
+    /// next save; those whose bytes lived only on disk are forgotten. Returns their paths.
+    mutating func holdMembersForRecreation(saved: FileWrapper?) -> [String] {
+        var lost: [String] = []
+        for (path, member) in members where member.data == nil {
+            var node = saved
+            for name in PathName.components(path) { node = node?.fileWrappers?[name] }
+            if let node, node.isRegularFile, node.isContentsLoaded, let data = try? node.contents() {
+                generation += 1
+                members[path] = Member(data: data, generation: generation)
+                touched[path] = generation
+            } else {
+                lost.append(path)
+            }
+        }
+        for path in lost {
+            members.removeValue(forKey: path)
+            countDirectories(of: PathName.components(path).dropLast(), by: -1)
+        }
+        return lost.sorted()
+    }
+
     /// Whether a member's bytes are in memory (for tests and diagnostics).
     public func isLoaded(_ path: String) -> Bool { members[path]?.data != nil }
 }

@@ -138,3 +138,42 @@ struct PackageNormalizationTests {
         #expect(try await store.read("p.package", .members) == .members([composed + "/b", decomposed + "x"].sorted()))
     }
 }
+
+@Suite("A package removed or moved away while nobody watches", .serialized)
+struct PackageGoneUnwatchedTests {
+    @Test(
+        "With no watcher, another program removes or moves the package away; its next save finds the directory gone and writes it again from memory (WhenRemoved=recreate-unsaved): the unsaved member is saved, members whose bytes were only on disk are forgotten, and the member list is what is on disk",
+        arguments: [false, true])
+    func packageGone(moved: Bool) async throws {
+        let harness = await StoreHarness(quiet: .seconds(3600), maxDelay: .seconds(3600))
+        try FileManager.default.createDirectory(atPath: harness.file("p.package/d"), withIntermediateDirectories: true)
+        try Disk.write("only on disk\n", to: harness.file("p.package/d/m.txt"))
+        let store = harness.store
+        try await store.open("p.package")
+        try await store.apply(.putMember("n.txt", Data("saved\n".utf8)), to: "p.package")
+        try await store.save("p.package", wait: true)
+        if moved {
+            #expect(rename(harness.file("p.package"), harness.file("elsewhere")) == 0)
+        } else {
+            try FileManager.default.removeItem(atPath: harness.file("p.package"))
+        }
+        try await store.apply(.putMember("o.txt", Data("unsaved\n".utf8)), to: "p.package")
+        try await store.save("p.package", wait: true)
+        #expect(try Disk.bytes(harness.file("p.package/o.txt")) == Data("unsaved\n".utf8))
+        guard case .members(let members) = try await store.read("p.package", .members) else {
+            Issue.record("no member list")
+            return
+        }
+        #expect(!members.contains("d/m.txt"), "its bytes were only on disk")
+        #expect(members.contains("o.txt"))
+        for member in members {
+            #expect(
+                try await store.read("p.package", .member(member))
+                    == .data(try Disk.bytes(harness.file("p.package/" + member))), "\(member)")
+        }
+        #expect(try await store.info("p.package").state == .clean)
+        if moved {
+            #expect(try Disk.bytes(harness.file("elsewhere/d/m.txt")) == Data("only on disk\n".utf8))
+        }
+    }
+}
