@@ -150,9 +150,13 @@ extension DocumentStore {
         let status = try? FileDescriptor.currentWorkingDirectory.status(of: root, followSymlinks: true)
         let here = JournalRootLabel(path: root, device: status?.device ?? 0, inode: status?.inode ?? 0)
         let recorded = try journal.readLabel().flatMap(JournalRootLabel.init(parsing:))
-        if let recorded, recorded.path == here.path || (recorded.device == here.device && recorded.inode == here.inode)
+        // Paths by their bytes, as the kernel names directories (Swift's `==` takes two
+        // normalizations of one name for one).
+        if let recorded,
+            recorded.path.utf8.elementsEqual(here.path.utf8)
+                || (recorded.device == here.device && recorded.inode == here.inode)
         {
-            if recorded != here { try journal.writeLabel(here.text) }
+            if !recorded.text.utf8.elementsEqual(here.text.utf8) { try journal.writeLabel(here.text) }
             return
         }
         if let recorded, records > 0 {
@@ -1080,7 +1084,7 @@ extension DocumentStore {
 
 /// What the journal's label says of the store root: its path, and the directory's device
 /// and inode when the label was written. The path comes last, whole, whatever bytes it holds.
-struct JournalRootLabel: Equatable {
+struct JournalRootLabel {
     var path: String
     var device: UInt64
     var inode: UInt64

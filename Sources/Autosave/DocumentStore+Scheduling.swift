@@ -723,13 +723,12 @@ extension DocumentStore {
                 changeFoundBySave(path)
             }
         case .failure(let thrown):
-            if entries[index].isPackage, entries[index].existingFile != nil,
-                (try? FileDescriptor.currentWorkingDirectory.status(of: root + "/" + path)) == nil
-            {
-                // The package's directory is gone, and no report said so (`[Watch]
-                // Enabled=no`, or the report still on its way): handled as that report would
-                // be, by `WhenRemoved=` — written again whole from memory, or closed. (Once:
-                // a save of the package written again that fails is a failure.)
+            if watcher == nil, entries[index].isPackage, entries[index].existingFile != nil, packageGone(path) {
+                // The package's directory is gone and nothing watches to say so (`[Watch]
+                // Enabled=no`; a watcher reports it, and the report is handled): handled as
+                // that report would be, by `WhenRemoved=` — written again whole from memory,
+                // or closed. (Once: a save of the package written again that fails is a
+                // failure.)
                 log.info(
                     "the save of \(path) found its directory gone: \(thrown)",
                     ["document": path, "message_id": MessageID.externalChange])
@@ -768,6 +767,23 @@ extension DocumentStore {
             for member in pendingMemberChecks.removeValue(forKey: path) ?? [] {
                 checkExternalChange(path, member: member)
             }
+        }
+    }
+
+    /// Whether the package at `path` is missing from a directory that is there (removed or
+    /// moved away), as opposed to a root or a directory above it gone, or a look that
+    /// failed for another reason.
+    private func packageGone(_ path: String) -> Bool {
+        let cwd = FileDescriptor.currentWorkingDirectory
+        do {
+            _ = try cwd.status(of: root + "/" + path)
+            return false
+        } catch .noSuchFile {
+            let parent = PathName.parent(path)
+            return (try? cwd.status(of: parent.isEmpty ? root : root + "/" + parent, followSymlinks: parent.isEmpty))?
+                .kind == .directory
+        } catch {
+            return false
         }
     }
 

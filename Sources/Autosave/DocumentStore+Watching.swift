@@ -203,7 +203,7 @@ extension DocumentStore {
                     ignoreFileChanged(in: PathName.parent(path))
                     continue
                 }
-                if ignoredPaths.remove(path) != nil || (isIgnored(path) && !isInsideOpenPackage(path)) { continue }
+                if ignoredPaths.remove(path) != nil || isIgnored(path), !isInsideOpenPackage(path) { continue }
                 let document = documentPath(for: path)
                 if document != path {
                     // A member removed by a save of this store is not seen as a change by another program.
@@ -517,13 +517,13 @@ extension DocumentStore {
             ownRenames.removeValue(forKey: to)
             return
         }
-        if from.hasPrefix(Self.syncCookiePrefix) || isTemporary(from) || ignoredPaths.remove(from) != nil
-            || isIgnored(from)
-        {
+        let ignoredFrom = ignoredPaths.remove(from) != nil || isIgnored(from)
+        // (A package's members are members whatever the rules say of their names.)
+        if from.hasPrefix(Self.syncCookiePrefix) || isTemporary(from) || (ignoredFrom && !isInsideOpenPackage(from)) {
             handle([.changed(to)])  // a temporary file renamed into place: a save by someone
             return
         }
-        if isIgnored(to) {
+        if isIgnored(to), !isInsideOpenPackage(to) {
             handle([.removed(from)])
             ignoredPaths.insert(to)
             return

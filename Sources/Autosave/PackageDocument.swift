@@ -142,6 +142,14 @@ public struct PackageDocument: AutosaveDocument {
                 isNew = false
             } else {
                 try checkNewMember(path, components)
+                // A removal not saved yet of the same name in another spelling: the next save
+                // would write this member under that spelling (a key set keeps its own).
+                if let index = touched.index(forKey: path), !touched.keys[index].utf8.elementsEqual(path.utf8) {
+                    throw DocumentContentError(
+                        .invalid,
+                        "member '\(path)' was removed as '\(touched.keys[index])', the same name in another Unicode normalization, and that removal is not saved yet: save the package first"
+                    )
+                }
                 isNew = true
             }
             generation += 1

@@ -100,6 +100,29 @@ struct PackageNormalizationTests {
     }
 
     @Test(
+        "A member removed and not saved yet, put again under another normalization of its name: refused until the removal is saved, then saved under the client's spelling"
+    )
+    func removedThenPutInAnotherNormalization() async throws {
+        let harness = await StoreHarness(quiet: .seconds(3600), maxDelay: .seconds(3600))
+        try FileManager.default.createDirectory(atPath: harness.file("p.package"), withIntermediateDirectories: true)
+        try Disk.write("first\n", to: harness.file("p.package/" + Self.composed))
+        let store = harness.store
+        try await store.open("p.package")
+        try await store.apply(.removeMember(Self.composed), to: "p.package")
+        do {
+            try await store.apply(.putMember(Self.decomposed, Data("second\n".utf8)), to: "p.package")
+            Issue.record("taken while the removal of the other spelling waits for its save")
+        } catch {
+            #expect(error.code == "bad-request", "\(error)")
+        }
+        try await store.save("p.package", wait: true)
+        try await store.apply(.putMember(Self.decomposed, Data("second\n".utf8)), to: "p.package")
+        try await store.save("p.package", wait: true)
+        #expect(try Disk.names(in: harness.file("p.package")).map { Array($0.utf8) } == [Array(Self.decomposed.utf8)])
+        #expect(try await store.read("p.package", .member(Self.decomposed)) == .data(Data("second\n".utf8)))
+    }
+
+    @Test(
         "A directory left in the package with no member in it (on disk when the package was opened, or emptied by remove-member) keeps its spelling: a member under it in another Unicode normalization is refused, a file with its very name takes its place"
     )
     func emptyDirectoryInAnotherNormalization() async throws {
@@ -175,5 +198,25 @@ struct PackageGoneUnwatchedTests {
         if moved {
             #expect(try Disk.bytes(harness.file("elsewhere/d/m.txt")) == Data("only on disk\n".utf8))
         }
+    }
+
+    @Test(
+        "With no watcher, the store root moved away: the package's save fails and waits — nothing forgotten, nothing closed — and once the root is back the edits are saved into the package, no conflict copy"
+    )
+    func rootGone() async throws {
+        let harness = await StoreHarness(quiet: .seconds(3600), maxDelay: .seconds(3600))
+        try FileManager.default.createDirectory(atPath: harness.file("p.package/d"), withIntermediateDirectories: true)
+        try Disk.write("on disk\n", to: harness.file("p.package/d/m.txt"))
+        let store = harness.store
+        try await store.open("p.package")
+        try await store.apply(.putMember("n.txt", Data("unsaved\n".utf8)), to: "p.package")
+        #expect(rename(harness.root, harness.root + "-away") == 0)
+        await #expect(throws: StoreError.self) { try await store.save("p.package", wait: true) }
+        #expect(rename(harness.root + "-away", harness.root) == 0)
+        try await store.save("p.package", wait: true)
+        #expect(try Disk.names(in: harness.root) == ["p.package"], "no conflict copy")
+        #expect(try Disk.bytes(harness.file("p.package/n.txt")) == Data("unsaved\n".utf8))
+        #expect(try await store.read("p.package", .members) == .members(["d/m.txt", "n.txt"]))
+        #expect(try await store.read("p.package", .member("d/m.txt")) == .data(Data("on disk\n".utf8)))
     }
 }

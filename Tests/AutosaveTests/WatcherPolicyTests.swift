@@ -190,6 +190,25 @@ struct WatcherPolicyTests {
     }
 
     @Test(
+        "A package member renamed by another program to a name an ignore pattern matches, then removed: the package follows both (members are members whatever their names)"
+    )
+    func memberRenamedToAnIgnoredName() async throws {
+        let harness = try await base.harness()
+        try FileManager.default.createDirectory(atPath: harness.file("p.package"), withIntermediateDirectories: true)
+        try Disk.write("c\n", to: harness.file("p.package/a.c"))
+        await harness.store.sync()
+        let store = harness.store
+        try await store.open("p.package")
+        #expect(rename(harness.file("p.package/a.c"), harness.file("p.package/a.c~")) == 0)
+        await store.sync()
+        #expect(try await store.read("p.package", .members) == .members(["a.c~"]))
+        #expect(unlink(harness.file("p.package/a.c~")) == 0)
+        await store.sync()
+        #expect(try await store.read("p.package", .members) == .members([]))
+        #expect(try await store.info("p.package").state == .clean)
+    }
+
+    @Test(
         "WhenRemoved=close: 3,000 renames back and forth while another program creates and removes files beside them: the document follows every one, its edit kept (the two halves of a rename are paired with other events between them)"
     )
     func renamesWithOtherEventsBetweenTheirHalves() async throws {
