@@ -42,6 +42,24 @@ struct JournalLeftOverTests {
     }
 
     @Test(
+        "Two roots whose names differ only in Unicode normalization are two roots: the journal of one is not replayed onto the other"
+    )
+    func rootsInTwoNormalizations() async throws {
+        let directory = TemporaryDirectory("journal-nfc")
+        defer { withExtendedLifetime(directory) {} }
+        let first = try JournalRig(root: directory.sub("Caf\u{E9}"))
+        try FileManager.default.createDirectory(atPath: first.root, withIntermediateDirectories: true)
+        try await first.start()
+        try first.ok(["cmd": "set", "doc": "a.txt", "text": "of the first root\n"])
+        first.kill()
+        let other = try JournalRig(root: directory.sub("Cafe\u{301}"), journal: first.journal)
+        try FileManager.default.createDirectory(atPath: other.root, withIntermediateDirectories: true)
+        let refused = try Machine.run("timeout", ["60", Machine.product("autosaved"), "--config", other.config])
+        #expect(refused.status == 78, "\(refused)")
+        #expect(try Disk.names(in: other.root).isEmpty, "nothing of the first root's documents made here")
+    }
+
+    @Test(
         "Killed with edits only in the journal, started on another root with the same journal: refused (exit 78, both roots named), nothing made in the other root; back on its root the edits are replayed, a root moved with Root= is the same root, and once saved the other root starts"
     )
     func anotherRootRefused() async throws {
