@@ -181,14 +181,15 @@ final class PowerLossRig {
             to: config)
     }
 
-    /// Starts the daemon and waits until it is ready; `nil` if it exits first (a cut
-    /// during its start-up) or is not ready within a minute.
-    func startDaemon() async throws -> DaemonProcess? {
+    /// Starts the daemon and waits until it is ready; `nil` when it is not within a
+    /// minute, exits first, or the power is cut under it (`mount` says so: a daemon
+    /// blocked on a file system that no longer answers is not waited for).
+    func startDaemon(on mount: PowerLossMount? = nil) async throws -> DaemonProcess? {
         let daemon = try DaemonProcess(Machine.product("autosaved"), ["--config", config])
         let deadline = ContinuousClock.now + .seconds(60)
         while ContinuousClock.now < deadline {
             if daemon.output.contains(where: { $0.contains("started:") }) { return daemon }
-            if !daemon.process.isRunning { break }
+            if !daemon.process.isRunning || mount?.crashed == true { break }
             usleep(5000)
         }
         daemon.signal(SIGKILL)
@@ -239,7 +240,7 @@ final class PowerLossRig {
         let mount = try PowerLossMount(backing: backing, at: mountPoint, crash: crash, ordering: ordering)
         var acks = Acknowledged()
         do {
-            if let daemon = try await startDaemon() {
+            if let daemon = try await startDaemon(on: mount) {
                 if let client = try? Self.client(socket), let events = try? Self.client(socket),
                     (try? events.call(["cmd": "subscribe", "events": ["conflict"]]))?["ok"] == true
                 {
@@ -265,7 +266,7 @@ final class PowerLossRig {
         if let crash {
             let mount = try PowerLossMount(backing: backing, at: mountPoint, crash: crash, ordering: ordering)
             defer { recoveryWasCut = mount.crashed }
-            if let daemon = try await startDaemon() {
+            if let daemon = try await startDaemon(on: mount) {
                 daemon.signal(SIGKILL)
                 _ = Self.waitForExit(daemon)
             } else {
