@@ -146,16 +146,23 @@ extension DocumentStore {
     /// Compares the store root the journal's label names with this one; rewrites the
     /// label when it differs and the journal holds no records. The same root: the same
     /// path, or the same directory by device and inode (a root moved, and `Root=` with it).
+    ///
+    /// Sets ``journalIdentity``: the label's while records are left (the files their saves
+    /// marked name it), a new one otherwise.
     private func checkJournalRoot(_ journal: Journal, records: Int) throws {
         let status = try? FileDescriptor.currentWorkingDirectory.status(of: root, followSymlinks: true)
-        let here = JournalRootLabel(path: root, device: status?.device ?? 0, inode: status?.inode ?? 0)
+        var here = JournalRootLabel(
+            identity: UInt64.random(in: 1...UInt64.max), path: root, device: status?.device ?? 0,
+            inode: status?.inode ?? 0)
         let recorded = try journal.readLabel().flatMap(JournalRootLabel.init(parsing:))
+        defer { journalIdentity = here.identity }
         // Paths by their bytes, as the kernel names directories (Swift's `==` takes two
         // normalizations of one name for one).
         if let recorded,
             recorded.path.utf8.elementsEqual(here.path.utf8)
                 || (recorded.device == here.device && recorded.inode == here.inode)
         {
+            if records > 0, recorded.identity != 0 { here.identity = recorded.identity }
             if !recorded.text.utf8.elementsEqual(here.text.utf8) { try journal.writeLabel(here.text) }
             return
         }
@@ -292,7 +299,7 @@ extension DocumentStore {
             // ignore file written, `Ignore=` changed): its acknowledged edits are replayed all
             // the same, and it is closed once they are saved.
             replayOverridesIgnore = true
-            replay(chain, of: chains, into: &summary)
+            replay(chain, of: chains, lastRead: report.lastLSN?.rawValue ?? 0, into: &summary)
             replayOverridesIgnore = false
             if let entry = entries[chain.path], ignore.ignoring(chain.path, isDirectory: entry.isPackage) != nil {
                 if entry.isDirty {
@@ -309,8 +316,11 @@ extension DocumentStore {
         return summary
     }
 
-    /// Applies one document's journalled edits again.
-    private func replay(_ chain: Chain, of chains: borrowing Chains, into summary: inout JournalReplaySummary) {
+    /// Applies one document's journalled edits again. `lastRead`: the last LSN the journal
+    /// read (see ``SaveMark``).
+    private func replay(
+        _ chain: Chain, of chains: borrowing Chains, lastRead: UInt64, into summary: inout JournalReplaySummary
+    ) {
         let owner = chain.owner
         let members = chain.members
         let lastLSN = members.last.map { chains.records[$0].lsn } ?? .zero
@@ -356,6 +366,21 @@ extension DocumentStore {
             default: break
             }
             if baseToken != nil { break }
+        }
+        // A file no record names may be a save's whose record a power cut took: its mark says so.
+        var markedSave: JournalEntry?
+        if baseToken == nil, !isPackage, let onDisk,
+            let mark = savedMark(of: path, owner: owner, file: onDisk, lastRead: lastRead),
+            chain.markers.contains(where: { marker in
+                switch marker.entry {
+                case .base(_, _, let token, _), .saving(_, let token, _): token <= mark.token
+                default: false
+                }
+            })
+        {
+            baseToken = mark.token
+            baseContents = nil
+            markedSave = .saving(path: path, token: mark.token, file: onDisk)
         }
         if let token = baseToken {
             // Every edit after the base's change count, wherever it lies in the chain (those
@@ -452,6 +477,12 @@ extension DocumentStore {
                 if let command = chains.records[edits[position]].command { editCounts.count(command) }
             }
             adopt(&entry, owner: owner, log: journalLog, path: path)
+            if let markedSave, let journal {
+                // The record the cut took, again: a later replay (a crash before this
+                // document's save is done) finds the file by it, whatever LSNs come to be.
+                markedSave.encode(into: &journalBuffer)
+                _ = append(journal, &entry)
+            }
             rebaseIfShort(&entry, chain: chain, of: chains, path: path)
             let opened = current == nil
             insert(entry, at: path)
@@ -513,6 +544,20 @@ extension DocumentStore {
         summary.conflicts.append(path)
         resolveConflict(path)
         if entries[path]?.isDirty == true { saveReplayed(path) }
+    }
+
+    /// The ``SaveMark`` on the file at `path`, when it is believed: written by this journal
+    /// for `owner`, of a record past every one read, on a file of that size and hash.
+    private func savedMark(of path: String, owner: UInt64, file: FileIdentity, lastRead: UInt64) -> SaveMark? {
+        guard journalIdentity != 0,
+            let bytes = try? FileDescriptor.currentWorkingDirectory.attribute(
+                SaveMark.attributeName, of: root + "/" + path),
+            let mark = SaveMark(bytes)
+        else { return nil }
+        guard mark.journal == journalIdentity, mark.owner == owner, mark.lsn > lastRead, mark.file == file else {
+            return nil
+        }
+        return mark
     }
 
     private static func removesMember(_ edit: DocumentEdit) -> Bool {
@@ -928,12 +973,17 @@ extension DocumentStore {
     /// written while the save's bytes are synced: `nil` when the document has no journalled
     /// records. Once the file is in place, replay can match it only through this record:
     /// were it lost to a power cut, edits made during the save (synced, and acknowledged
-    /// as durable) would find no version to apply to. So it is durable before the rename
-    /// with `Mode=always`, and with `periodic` when the document was edited during the
-    /// save (``SaveCommit``). The sync overlaps the file's own and is shared with other records.
+    /// as durable) would find no version to apply to. So the file carries the record's
+    /// gist as an extended attribute (``SaveMark``), made durable with its bytes, and the
+    /// rename need not wait for the journal. Where the file system keeps no such
+    /// attributes, the record is durable before the rename instead: with `Mode=always`,
+    /// and with `periodic` when the document was edited during the save or the edits it
+    /// holds are not durable yet (``SaveCommit``); that sync overlaps the file's own and
+    /// is shared with other records.
     func journalSaving(_ entry: Entry, path: String, token: UInt64) -> SavingJournalRecord? {
         guard let journal, entry.journalOwner != 0, !entry.isPackage else { return nil }
         let owner = entry.journalOwner
+        let identity = journalIdentity
         let write: @Sendable (FileIdentity, Bool) -> UInt64 = { file, sync in
             var bytes: [UInt8] = []
             JournalEntry.saving(path: path, token: token, file: file).encode(into: &bytes)
@@ -945,6 +995,10 @@ extension DocumentStore {
             if sync { journal.requestSync(through: lsn) }
             return lsn.rawValue
         }
+        let mark: @Sendable (FileIdentity, UInt64) -> [UInt8] = { file, lsn in
+            SaveMark(journal: identity, owner: owner, token: token, lsn: lsn, file: file).bytes
+        }
+        let requestSync: @Sendable (UInt64) -> Void = { lsn in journal.requestSync(through: LSN(lsn)) }
         let directory = configuration.journalDirectory
         let settle: @Sendable (UInt64) throws -> Void = { lsn in
             func failed(_ why: String) -> DocumentError {
@@ -986,7 +1040,7 @@ extension DocumentStore {
                 if DispatchTime.now() >= deadline { return }
             }
         }
-        return SavingJournalRecord(write: write, settle: settle)
+        return SavingJournalRecord(write: write, mark: mark, requestSync: requestSync, settle: settle)
     }
 
     /// A durable save of `entry` covering its edits through `token` is done: the records
@@ -1082,16 +1136,24 @@ extension DocumentStore {
     }
 }
 
-/// What the journal's label says of the store root: its path, and the directory's device
-/// and inode when the label was written. The path comes last, whole, whatever bytes it holds.
+/// What the journal's label says: the journal's identity (``SaveMark/journal``: a random
+/// number drawn whenever a start finds no records left, so that owner numbers and LSNs,
+/// which may start again then, are never taken for another lifetime's), and the store root
+/// — its path, and the directory's device and inode when the label was written. The path
+/// comes last, whole, whatever bytes it holds. A label written before the identity was
+/// kept has none (0).
 struct JournalRootLabel {
+    var identity: UInt64
     var path: String
     var device: UInt64
     var inode: UInt64
 
-    var text: String { "device \(device)\ninode \(inode)\nroot \(path)" }
+    var text: String {
+        "id \(String(identity, radix: 16))\ndevice \(device)\ninode \(inode)\nroot \(path)"
+    }
 
-    init(path: String, device: UInt64, inode: UInt64) {
+    init(identity: UInt64, path: String, device: UInt64, inode: UInt64) {
+        self.identity = identity
         self.path = path
         self.device = device
         self.inode = inode
@@ -1099,18 +1161,26 @@ struct JournalRootLabel {
 
     /// `nil` for a label of another shape.
     init?(parsing text: String) {
-        let lines = text.utf8.split(separator: UInt8(ascii: "\n"), maxSplits: 2, omittingEmptySubsequences: false)
-        guard lines.count == 3 else { return nil }
+        var lines = text.utf8.split(separator: UInt8(ascii: "\n"), maxSplits: 3, omittingEmptySubsequences: false)
         func value(_ line: Substring.UTF8View, _ key: String) -> Substring? {
             let line = Substring(line)
             guard line.utf8.starts(with: (key + " ").utf8) else { return nil }
             return Substring(line.utf8.dropFirst(key.utf8.count + 1))
         }
-        guard let device = value(lines[0], "device").flatMap({ UInt64($0) }),
+        var identity: UInt64 = 0
+        if let first = lines.first, let id = value(first, "id") {
+            guard let number = UInt64(id, radix: 16), number != 0 else { return nil }
+            identity = number
+            lines.removeFirst()
+        } else {
+            // A label of three lines: the path may hold newlines of its own.
+            lines = text.utf8.split(separator: UInt8(ascii: "\n"), maxSplits: 2, omittingEmptySubsequences: false)
+        }
+        guard lines.count == 3, let device = value(lines[0], "device").flatMap({ UInt64($0) }),
             let inode = value(lines[1], "inode").flatMap({ UInt64($0) }),
             let path = value(lines[2], "root"), !path.isEmpty
         else { return nil }
-        self.init(path: String(path), device: device, inode: inode)
+        self.init(identity: identity, path: String(path), device: device, inode: inode)
     }
 }
 

@@ -404,22 +404,38 @@ extension DocumentStore {
                         wrapper, to: fullPath, options: [], originalContentsPath: fullPath, expecting: expected,
                         beforeReplacing: journalSaving.map { journalSaving in
                             { _, _, _, _ in
+                                // The file names its record itself (``SaveMark``): replay
+                                // knows it without the record.
+                                if savingRecord.marked { return }
                                 if let commit, commit.commit() { return }
                                 try journalSaving.settle(savingRecord.lsn)
                             }
                         },
                         whileSyncing: hashing.map { hashing in
-                            { size in
+                            { size, temporary in
                                 // Both while the disk writes the bytes: any save that puts this
                                 // file in place has its record in the journal first (a record of a
                                 // save that fails names a file that is nowhere, and is passed over).
                                 let hash = hashing.value
                                 if let journalSaving, let hash {
-                                    // Its sync started now (overlapping the file's) only where
-                                    // the rename is to wait for it; otherwise the journal's
-                                    // own syncs take it, and the file's sync has the disk alone.
-                                    savingRecord.lsn = journalSaving.write(
-                                        FileIdentity(size: size, hash: hash), commit?.needsRecord ?? true)
+                                    let file = FileIdentity(size: size, hash: hash)
+                                    let lsn = journalSaving.write(file, false)
+                                    savingRecord.lsn = lsn
+                                    // The record's gist on the file, durable with its bytes
+                                    // (the fsync that follows).
+                                    if lsn != 0,
+                                        (try? temporary.setAttribute(
+                                            SaveMark.attributeName, to: journalSaving.mark(file, lsn))) != nil
+                                    {
+                                        savingRecord.marked = true
+                                    } else if lsn != 0, commit?.needsRecord ?? true {
+                                        // No mark (the file system keeps no extended
+                                        // attributes): its sync started now, overlapping the
+                                        // file's, where the rename is to wait for it; otherwise
+                                        // the journal's own syncs take it, and the file's
+                                        // sync has the disk alone.
+                                        journalSaving.requestSync(lsn)
+                                    }
                                 }
                             }
                         }, leftOpen: leftOpen)
@@ -917,13 +933,17 @@ struct SaveOutcome: Sendable {
 }
 
 /// Where a save thread keeps the LSN of its journal record between the writer's
-/// callback and the save's outcome (both on that thread).
+/// callback and the save's outcome (both on that thread), and whether the file carries
+/// the record's ``SaveMark``.
 final class SavingRecord: @unchecked Sendable {
     var lsn: UInt64 = 0
+    var marked = false
 }
 
 /// Whether a save must wait for its journal record (the file it puts in place) to be
-/// durable before its rename (`Mode=periodic`; with `always`, every save waits).
+/// durable before its rename (`Mode=periodic`; with `always`, every save waits) — on a
+/// file system that keeps no extended attributes. Elsewhere the file carries the
+/// record's gist (``SaveMark``), durable with its bytes, and no save waits.
 ///
 /// Once the file is in place, replay can match it only through that record; without
 /// it, replay rebuilds the version the durable records give and compares it with the
@@ -984,6 +1004,10 @@ struct SavingJournalRecord: Sendable {
     /// Appends and writes the record, and starts its sync if asked; its LSN (0: it could
     /// not be appended).
     let write: @Sendable (FileIdentity, _ sync: Bool) -> UInt64
+    /// The ``SaveMark`` of the file, given its record's LSN: the extended attribute's value.
+    let mark: @Sendable (FileIdentity, _ lsn: UInt64) -> [UInt8]
+    /// Starts the sync of the record of that LSN.
+    let requestSync: @Sendable (UInt64) -> Void
     /// Waits until the record of that LSN is durable (right before the rename); throws
     /// when it cannot be made so, and the save fails with nothing replaced.
     let settle: @Sendable (UInt64) throws -> Void

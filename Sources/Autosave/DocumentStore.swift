@@ -278,6 +278,9 @@ public actor DocumentStore {
     /// `Mode=always`: every edit's reply waits for its record's sync.
     @exclusivity(unchecked) var replyNeedsSync = false
     var nextJournalOwner: UInt64 = 1
+    /// The journal's identity in its label (see ``JournalRootLabel``), for the marks saves
+    /// leave on their files (``SaveMark``).
+    var journalIdentity: UInt64 = 0
     /// Which document each journal owner is (for `MaxSize=`, and for reports).
     var journalOwners: [UInt64: String] = [:]
     /// Bytes appended to the journal since its size was last looked at (for `MaxSize=`).

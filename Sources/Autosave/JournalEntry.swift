@@ -312,6 +312,63 @@ struct FileIdentity: Hashable, Sendable, CustomStringConvertible {
     var description: String { "\(size) bytes, hash \(String(hash, radix: 16))" }
 }
 
+/// What a save writes on the file it puts in place, as the extended attribute
+/// ``attributeName``, set on the temporary before its `fsync` (so durable with its bytes):
+/// the ``JournalEntry/saving(path:token:file:)`` record that save appends, in short — the
+/// journal's identity, the document's owner number, the change count the file holds, the
+/// record's LSN, and the file's size and hash.
+///
+/// A power cut can leave the file in place with that record, and the edits the file holds,
+/// lost from the journal. Replay then finds a file no record names, which would be taken
+/// for another program's; the mark says it is the save's own. It is believed only for the
+/// journal that wrote it, for the chain of the owner it names, of an LSN past every record
+/// replay read (a record that never became durable: any other is either read or, for an
+/// older save, below what was read), and for a file whose size and hash are the ones it
+/// names (another program's rewrite in place keeps the attribute, not the hash). With the
+/// mark, a save need not wait for its record to be durable before its rename.
+struct SaveMark: Equatable {
+    static let attributeName = "user.autosaved.save"
+    private static let version: UInt8 = 1
+    static let size = 1 + 6 * 8
+
+    var journal: UInt64
+    var owner: UInt64
+    var token: UInt64
+    var lsn: UInt64
+    var file: FileIdentity
+
+    init(journal: UInt64, owner: UInt64, token: UInt64, lsn: UInt64, file: FileIdentity) {
+        self.journal = journal
+        self.owner = owner
+        self.token = token
+        self.lsn = lsn
+        self.file = file
+    }
+
+    var bytes: [UInt8] {
+        var bytes: [UInt8] = [Self.version]
+        bytes.reserveCapacity(Self.size)
+        for value in [journal, owner, token, lsn] { bytes.appendLittleEndian(value) }
+        file.encode(into: &bytes)
+        return bytes
+    }
+
+    /// `nil` for bytes of another shape or version.
+    init?(_ bytes: [UInt8]) {
+        guard bytes.count == Self.size, bytes.first == Self.version else { return nil }
+        var reader = ByteReader(bytes[1...])
+        do throws(JournalEntry.DecodingError) {
+            journal = try reader.integer()
+            owner = try reader.integer()
+            token = try reader.integer()
+            lsn = try reader.integer()
+            file = try FileIdentity(reading: &reader)
+        } catch {
+            return nil
+        }
+    }
+}
+
 /// Reads a record's payload front to back.
 private struct ByteReader {
     let bytes: ArraySlice<UInt8>

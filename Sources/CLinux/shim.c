@@ -15,6 +15,7 @@
 #include <sys/eventfd.h>
 #include <sys/random.h>
 #include <sys/un.h>
+#include <sys/xattr.h>
 #include <sys/socket.h>
 #include <sys/syscall.h>
 #include <time.h>
@@ -62,6 +63,22 @@ int clinux_openat_no_symlinks(int dirfd, const char *path, int flags) {
 long clinux_getrandom(void *buffer, size_t count) { return (long)getrandom(buffer, count, 0); }
 
 int clinux_syncfs(int fd) { return syncfs(fd); }
+
+int clinux_set_attribute(int fd, const char *name, const void *value, size_t size) {
+    return fsetxattr(fd, name, value, size, 0);
+}
+
+long clinux_get_attribute_at(int dirfd, const char *path, const char *name, void *value, size_t size) {
+    /* No getxattrat before Linux 6.13: the file is opened without following a link
+       (O_PATH cannot read attributes), read through its descriptor, and closed. */
+    int fd = openat(dirfd, path, O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC | O_NOCTTY);
+    if (fd < 0) return -1;
+    long got = fgetxattr(fd, name, value, size);
+    int saved = errno;
+    close(fd);
+    errno = saved;
+    return got;
+}
 
 int clinux_set_thread_name(const char *name) { return prctl(PR_SET_NAME, (unsigned long)name, 0, 0, 0); }
 

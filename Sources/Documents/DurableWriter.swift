@@ -122,9 +122,10 @@ public struct DurableWriter: Sendable {
     ///     that puts it in place (the rename keeps all four): how a caller records which
     ///     file its save is about to leave at `path`. What it throws fails the write, with
     ///     nothing replaced.
-    ///   - whileSyncing: For a regular file, called with its size once its bytes are written,
-    ///     right before the `fsync` that makes them durable, on the writing thread: work to
-    ///     do while the disk writes. A file of ``writeBackAheadBytes`` or more is then
+    ///   - whileSyncing: For a regular file, called with its size and its open temporary
+    ///     once its bytes are written, right before the `fsync` that makes them durable, on
+    ///     the writing thread: work to do while the disk writes, and metadata to make
+    ///     durable with the bytes (an extended attribute set on the descriptor, say). A file of ``writeBackAheadBytes`` or more is then
     ///     written in pieces of that size, each one's write-back started once it is written,
     ///     so that the disk is busy from the first piece on and while the work runs.
     ///   - leftOpen: When given, a regular file's write that succeeds leaves its descriptors
@@ -141,7 +142,8 @@ public struct DurableWriter: Sendable {
         originalContentsPath: String? = nil, expecting expected: ExpectedDestination? = nil,
         beforeReplacing: ((_ device: UInt64, _ inode: UInt64, _ size: Int64, _ modified: FileTime) throws -> Void)? =
             nil,
-        whileSyncing: ((_ size: Int64) -> Void)? = nil, leftOpen: DescriptorsLeftOpen? = nil
+        whileSyncing: ((_ size: Int64, _ temporary: FileDescriptor) -> Void)? = nil,
+        leftOpen: DescriptorsLeftOpen? = nil
     ) throws -> Report {
         var session = WriteSession(policy: symlinkPolicy, swap: packageSwap, keepsContents: keepsWrittenContents)
         session.afterRename = afterRename
@@ -687,7 +689,7 @@ struct WriteSession {
         _ wrapper: FileWrapper, at location: Location, syncDirectory: Bool,
         expecting expected: ExpectedDestination? = nil, reportingPlaced: Bool = false,
         beforeReplacing: ((UInt64, UInt64, Int64, FileTime) throws -> Void)? = nil,
-        whileSyncing: ((_ size: Int64) -> Void)? = nil
+        whileSyncing: ((_ size: Int64, _ temporary: FileDescriptor) -> Void)? = nil
     ) throws {
         let staged = try stageRegularFile(
             wrapper, at: location, keepingOpen: reportingPlaced, whileSyncing: whileSyncing)
@@ -787,7 +789,7 @@ struct WriteSession {
 
     private mutating func stageRegularFile(
         _ wrapper: FileWrapper, at location: Location, keepingOpen: Bool = false,
-        whileSyncing: ((_ size: Int64) -> Void)? = nil
+        whileSyncing: ((_ size: Int64, _ temporary: FileDescriptor) -> Void)? = nil
     ) throws -> Staged {
         if location.existing?.kind == .directory {
             throw DocumentError(
@@ -838,7 +840,7 @@ struct WriteSession {
     private func stageContents(
         _ data: FileBytes, into fd: FileDescriptor, path temporaryPath: String, wrapper: FileWrapper,
         existing: FileStatus?, location: Location, mode: FilePermissions, ownedAsNew: Bool, modeAtCreation: Bool,
-        whileSyncing: ((_ size: Int64) -> Void)?
+        whileSyncing: ((_ size: Int64, _ temporary: FileDescriptor) -> Void)?
     ) throws -> DiskIdentity {
         // A large file that is to be synced after work done meanwhile has its write-back
         // started piece by piece as it is written: the disk works on it from its first piece.
@@ -861,7 +863,7 @@ struct WriteSession {
                 to: fd, replacing: location.existing, requested: wrapper.requestedPermissions,
                 defaultMode: Self.newFilePermissions, path: temporaryPath)
         }
-        whileSyncing?(Int64(data.count))
+        whileSyncing?(Int64(data.count), fd)
         do throws(Errno) { try fd.sync() } catch {
             throw DocumentError(operation: .sync, path: temporaryPath, errno: error)
         }

@@ -48,6 +48,8 @@ public struct Errno: RawRepresentable, Error, Hashable, Sendable, CustomStringCo
     public static let illegalByteSequence = Errno(rawValue: EILSEQ)
     /// A number past what its type or format holds (a journal's LSNs).
     public static let valueTooLarge = Errno(rawValue: EOVERFLOW)
+    /// No extended attribute of that name.
+    public static let noData = Errno(rawValue: ENODATA)
 
     /// Lets `case Errno.noSpace:` match an `any Error`.
     public static func ~= (lhs: Errno, rhs: any Error) -> Bool {
@@ -63,7 +65,7 @@ public struct Errno: RawRepresentable, Error, Hashable, Sendable, CustomStringCo
         EPIPE: "EPIPE", ENAMETOOLONG: "ENAMETOOLONG", ENOSYS: "ENOSYS", ENOTEMPTY: "ENOTEMPTY",
         ELOOP: "ELOOP", EOPNOTSUPP: "EOPNOTSUPP", EDQUOT: "EDQUOT", ETXTBSY: "ETXTBSY",
         ECONNREFUSED: "ECONNREFUSED", ECONNRESET: "ECONNRESET", ETIMEDOUT: "ETIMEDOUT",
-        EILSEQ: "EILSEQ", EOVERFLOW: "EOVERFLOW",
+        EILSEQ: "EILSEQ", EOVERFLOW: "EOVERFLOW", ENODATA: "ENODATA",
     ]
 }
 

@@ -238,6 +238,39 @@ extension FileDescriptor {
         try nothingOrErrno { system_fsync(rawValue) }.get()
     }
 
+    /// Sets the extended attribute `name` (a `user.` name, say) to `value`, creating or
+    /// replacing it. Part of the file's inode: durable with its next ``sync()``.
+    /// `ENOTSUP` where the file system keeps no such attributes.
+    ///
+    /// The corresponding C function is `fsetxattr`.
+    public func setAttribute(_ name: String, to value: [UInt8]) throws(Errno) {
+        let result = value.withUnsafeBytes { bytes in
+            nothingOrErrno { system_set_attribute(rawValue, name, bytes) }
+        }
+        try result.get()
+    }
+
+    /// The extended attribute `name` of the file at `path` in this directory (a final
+    /// symbolic link not followed), at most `limit` bytes; `nil` when it has none of that
+    /// name (`ENODATA`) or the file system keeps none (`ENOTSUP`).
+    ///
+    /// The corresponding C function is `fgetxattr`, on the file opened read-only.
+    public func attribute(_ name: String, of path: String, limit: Int = 256) throws(Errno) -> [UInt8]? {
+        var value = [UInt8](repeating: 0, count: limit)
+        let result = value.withUnsafeMutableBytes { bytes in
+            valueOrErrno { system_get_attribute_at(rawValue, path, name, bytes) }
+        }
+        switch result {
+        case .success(let count):
+            value.removeSubrange(count...)
+            return value
+        case .failure(let error) where error == .noData || error == .notSupported:
+            return nil
+        case .failure(let error):
+            throw error
+        }
+    }
+
     /// Starts writing the file's dirty pages within `count` bytes from `offset` back to the
     /// storage device, and returns without waiting for them: a ``sync()`` that follows
     /// finds part of its work done or under way. Durability still needs that sync (the

@@ -799,7 +799,7 @@ struct JournalPowerLossTests {
     }
 
     @Test(
-        "Mode=periodic: an edit made while a save runs, acknowledged as durable, survives a power cut right after that save (the save's record is durable before its rename)"
+        "Mode=periodic: an edit made while a save runs, acknowledged as durable, survives a power cut right after that save (the file names the save's record: its mark)"
     )
     func durableEditDuringASave() async throws {
         let (directory, made) = try Self.scratch("backing", "mnt")
@@ -833,8 +833,25 @@ struct JournalPowerLossTests {
         try mount.unmount()
     }
 
+    /// A document edited with a durable `set` and an `append` no sync covers, saved with
+    /// `wait`, then a power cut: the journal keeps the set, the file holds the append.
+    /// Returns the journal's syncs counted just before and after the save.
+    func saveAheadOfTheSyncs(_ rig: JournalRig, backing: String, mountPoint: String) async throws -> (Int?, Int?) {
+        let mount = try PowerLossMount(backing: backing, at: mountPoint)
+        try await rig.start()
+        try rig.ok(["cmd": "set", "doc": "a.txt", "text": "1\n", "durable": true])
+        try rig.ok(["cmd": "append", "doc": "a.txt", "text": "2\n"])
+        let before = try rig.status()["journal"]?["syncs"]?.intValue
+        // Nobody edits it while it saves; the append is in no synced record.
+        try rig.ok(["cmd": "save", "doc": "a.txt", "wait": true])
+        let after = try rig.status()["journal"]?["syncs"]?.intValue
+        rig.kill()
+        try mount.unmount()  // the power cut
+        return (before, after)
+    }
+
     @Test(
-        "Mode=periodic: a save of edits no sync had covered yet, and a power cut right after it: the file is the journal's version, not another program's (no conflict, nothing put back)"
+        "Mode=periodic: a save of edits no sync had covered yet, and a power cut right after it: the file is the journal's version, not another program's (no conflict, nothing put back), and the save did not wait for the journal"
     )
     func savedAheadOfTheSyncs() async throws {
         let (directory, made) = try Self.scratch("backing", "mnt")
@@ -844,20 +861,47 @@ struct JournalPowerLossTests {
         let rig = try JournalRig(
             "[Conflicts]\nKeep=memory\n[Journal]\nSyncInterval=1h\n", root: mountPoint + "/root",
             journal: mountPoint + "/journal")
-        do {
-            let mount = try PowerLossMount(backing: backing, at: mountPoint)
-            try await rig.start()
-            try rig.ok(["cmd": "set", "doc": "a.txt", "text": "1\n", "durable": true])
-            try rig.ok(["cmd": "append", "doc": "a.txt", "text": "2\n"])
-            // Nobody edits it while it saves; the append is in no synced record.
-            try rig.ok(["cmd": "save", "doc": "a.txt", "wait": true])
-            rig.kill()
-            try mount.unmount()  // the power cut
-        }
+        let (before, after) = try await saveAheadOfTheSyncs(rig, backing: backing, mountPoint: mountPoint)
+        // The file names the save's record itself (its mark, durable with its bytes): the
+        // save's rename waited for no sync of the journal.
+        #expect(
+            before != nil && before == after, "journal syncs before the save \(before as Any), after \(after as Any)")
+        #expect(
+            (try? FileDescriptor.currentWorkingDirectory.attribute("user.autosaved.save", of: backing + "/root/a.txt"))??
+                .count == 49)
         let mount = try PowerLossMount(backing: backing, at: mountPoint)
         try await rig.start()
         #expect(try rig.text("a.txt") == "1\n2\n")
         #expect(try FileManager.default.contentsOfDirectory(atPath: mountPoint + "/root") == ["a.txt"])
+        #expect(try rig.status()["journal"]?["last_replay"]?["conflicts"] == [])
+        #expect(rig.stop() == 0)
+        try mount.unmount()
+    }
+
+    @Test(
+        "A save's mark on a file another program rewrote in place while the daemon was down (the attribute kept, the bytes not) is not believed: both versions kept, the conflict reported"
+    )
+    func markOfAFileRewrittenInPlace() async throws {
+        let (directory, made) = try Self.scratch("backing", "mnt")
+        defer { withExtendedLifetime(directory) {} }
+        let (backing, mountPoint) = (made[0], made[1])
+        let rig = try JournalRig(
+            "[Journal]\nSyncInterval=1h\n", root: mountPoint + "/root", journal: mountPoint + "/journal")
+        _ = try await saveAheadOfTheSyncs(rig, backing: backing, mountPoint: mountPoint)
+        // The same size, other bytes; open(2) and write(2) keep the file's attributes.
+        let file = backing + "/root/a.txt"
+        let fd = open(file, O_WRONLY)
+        #expect(fd >= 0 && write(fd, "X\nY\n", 4) == 4)
+        close(fd)
+        #expect((try? FileDescriptor.currentWorkingDirectory.attribute("user.autosaved.save", of: file))??.count == 49)
+        let mount = try PowerLossMount(backing: backing, at: mountPoint)
+        try await rig.start()
+        #expect(try rig.text("a.txt") == "X\nY\n")
+        #expect(try rig.status()["journal"]?["last_replay"]?["conflicts"] == ["a.txt"])
+        let copies = try Disk.names(in: mountPoint + "/root").filter { $0.contains("(conflict ") }
+        #expect(copies.count == 1)
+        // The version the durable records give: the set, without the append the cut took.
+        #expect(try copies.map { try Disk.bytes(mountPoint + "/root/" + $0) } == [Data("1\n".utf8)])
         #expect(rig.stop() == 0)
         try mount.unmount()
     }

@@ -275,7 +275,7 @@ struct DurableWriterFileTests {
         var seen: [(size: Int64, temporary: Data?, destination: Data?)] = []
         try DurableWriter().write(
             wrapper, to: path,
-            whileSyncing: { written in
+            whileSyncing: { written, _ in
                 let temporary = Disk.temporaries(under: place).first.flatMap { try? Disk.bytes(place + "/" + $0) }
                 seen.append((written, temporary, try? Disk.bytes(path)))
             })

@@ -7,10 +7,10 @@ Usage:
 Every operation is passed through to the directory BACKING. Beside that live tree the
 file system keeps a model of what a disk would hold after a power cut:
 
-  strict (the default, POSIX's rule): a file's data and attributes are durable once
-      the file is fsynced (fsync or fdatasync); a directory's entries (what create,
-      mkdir, symlink, link, rename, unlink and rmdir did to it) once that directory is
-      fsynced. Nothing else ever is.
+  strict (the default, POSIX's rule): a file's data and attributes (mode, owner and
+      extended attributes) are durable once the file is fsynced (fsync or fdatasync); a
+      directory's entries (what create, mkdir, symlink, link, rename, unlink and rmdir did
+      to it) and attributes once that directory is fsynced. Nothing else ever is.
   --ordering ordered: an idealised ext4 data=ordered: one journal, so any fsync of a
       file or a directory commits every directory change made so far, and a commit
       carries with it the data written before it (data before the metadata that
@@ -18,11 +18,19 @@ file system keeps a model of what a disk would hold after a power cut:
 
 At mount time everything in BACKING counts as durable.
 
+Extended attributes (setxattr, getxattr, listxattr, removexattr) are passed through too,
+and a file's or a directory's are part of its inode: durable with the rest of its
+attributes, as above. Only those of files and directories are modelled (Linux allows no
+user.* name on a symbolic link): a symbolic link's are lost at a cut. These operations
+are not counted in "op" (nor can a cut or an error be placed on them), so a program that
+uses them, or a tool (ls, cp) that asks for them, moves no cut chosen by count.
+
 A power cut freezes the model; from then on every operation fails with EIO (the disk
 is gone), so nothing the program does afterwards can look durable to it. A cut comes
   --crash-after KIND:K   right after the K-th operation of KIND completes (KIND: write,
                          fsync (file fsync/fdatasync), fsyncdir, rename, create, mkdir,
-                         unlink, rmdir, link, symlink, op (any operation));
+                         unlink, rmdir, link, symlink, op (any operation but the
+                         extended attributes' ones));
   SIGUSR1                at the next operation after the signal;
   at unmount             unless --on-exit keep: the end of a run is a cut too.
 --fail KIND:K[:ERRNO] (repeatable) makes the K-th operation of KIND fail with ERRNO
@@ -62,7 +70,7 @@ def say(line):
 class Node:
     """One inode of the model: what a disk would hold for it after a cut."""
 
-    __slots__ = ("kind", "data", "mode", "uid", "gid", "entries", "target")
+    __slots__ = ("kind", "data", "mode", "uid", "gid", "xattrs", "entries", "target")
 
     def __init__(self, kind, mode, uid, gid):
         self.kind = kind  # "file", "dir", "symlink"
@@ -70,6 +78,7 @@ class Node:
         self.mode = mode
         self.uid = uid
         self.gid = gid
+        self.xattrs = {}  # files and directories: name -> value, as of the last fsync
         self.entries = {}  # directories: name -> node id, as of the last fsync of the directory
         self.target = None  # symbolic links
 
@@ -117,6 +126,8 @@ class PowerLossFS(Operations):
             st = os.lstat(path)
             node_id = self._new_node(self._kind(st), st)
             node = self.nodes[node_id]
+            if node.kind != "symlink":
+                node.xattrs = self._read_xattrs(path)
             if node.kind == "dir":
                 for name in os.listdir(path):
                     node.entries[name] = adopt(os.path.join(path, name))
@@ -150,17 +161,26 @@ class PowerLossFS(Operations):
             # A handle still open on it keeps its node (an fsync through it still counts).
             self.by_inode.pop(st.st_ino, None)
 
+    @staticmethod
+    def _read_xattrs(target):
+        """The extended attributes of `target`: an open descriptor, or a backing path (a
+        final symbolic link not followed)."""
+        options = {} if isinstance(target, int) else {"follow_symlinks": False}
+        return {name: os.getxattr(target, name, **options) for name in os.listxattr(target, **options)}
+
     def _sync_file(self, node_id, fd):
         node = self.nodes[node_id]
         st = os.fstat(fd)
         node.data = os.pread(fd, st.st_size, 0) if st.st_size else b""
         node.mode, node.uid, node.gid = stat.S_IMODE(st.st_mode), st.st_uid, st.st_gid
+        node.xattrs = self._read_xattrs(fd)
 
     def _sync_directory(self, real):
         node_id = self._id_of(real)
         node = self.nodes[node_id]
         st = os.lstat(real)
         node.mode, node.uid, node.gid = stat.S_IMODE(st.st_mode), st.st_uid, st.st_gid
+        node.xattrs = self._read_xattrs(real)
         node.entries = {name: self._id_of(os.path.join(real, name)) for name in os.listdir(real)}
 
     def _commit_everything(self):
@@ -206,11 +226,14 @@ class PowerLossFS(Operations):
         self.crashed = True
         say("crashed %s %d op %d" % (kind, count, self.counts["op"]))
 
-    def _op(self, kind, body):
-        """Runs one operation: refused once the power is off, counted once done."""
+    def _op(self, kind, body, counted=True):
+        """Runs one operation: refused once the power is off, counted once done. One not
+        `counted` (the extended attributes') has a count of its own, outside "op" and out
+        of reach of --crash-after and --fail: a cut or an error chosen by count stays where
+        it was whether or not the program (or the kernel, or ls) asks for attributes."""
         with self.mutex:
             self._check_alive()
-            code = self.failures.get((kind, self.counts[kind] + 1))
+            code = self.failures.get((kind, self.counts[kind] + 1)) if counted else None
             if code is not None:
                 # An injected error: the operation does nothing and fails.
                 self.counts["op"] += 1
@@ -225,8 +248,21 @@ class PowerLossFS(Operations):
                 self.internal_errors += 1
                 sys.stderr.write("powerloss_fs: internal error in %s: %r\n" % (kind, error))
                 raise FuseOSError(errno.EIO)
-            self._count(kind)
+            if counted:
+                self._count(kind)
+            else:
+                self.counts[kind] += 1
             return result
+
+    @staticmethod
+    def _write_xattrs(path, xattrs):
+        """Gives `path` exactly the extended attributes `xattrs` (BACKING itself is not
+        made anew, and a new file may get some from its directory or the system)."""
+        for name in os.listxattr(path, follow_symlinks=False):
+            if name not in xattrs:
+                os.removexattr(path, name, follow_symlinks=False)
+        for name, value in xattrs.items():
+            os.setxattr(path, name, value, follow_symlinks=False)
 
     def rebuild(self):
         """Replaces BACKING's contents with the durable model."""
@@ -266,6 +302,9 @@ class PowerLossFS(Operations):
                     f.write(node.data)
                 counts["file"] += 1
             os.lchown(path, node.uid, node.gid)
+            # After the owner (a chown drops security.capability), before the mode (an
+            # ACL, system.posix_acl_access, sets mode bits; the mode read with it agrees).
+            self._write_xattrs(path, node.xattrs)
             os.chmod(path, node.mode)
 
         build(self.root_id, self.backing, frozenset())
@@ -459,6 +498,31 @@ class PowerLossFS(Operations):
             self._after_sync()
 
         return self._op("fsync", body)
+
+    # Extended attributes: part of the inode, durable with its fsync (see _sync_file,
+    # _sync_directory); an error from BACKING (ENODATA for a missing name, on Linux
+    # fusepy's ENOATTR) reaches the caller with its errno, like every OSError here.
+
+    def setxattr(self, path, name, value, options, position=0):
+        def body():
+            os.setxattr(self._real(path), name, value, options, follow_symlinks=False)
+            return 0
+
+        return self._op("xattr", body, counted=False)
+
+    def getxattr(self, path, name, position=0):
+        return self._op(
+            "xattr", lambda: os.getxattr(self._real(path), name, follow_symlinks=False), counted=False)
+
+    def listxattr(self, path):
+        return self._op("xattr", lambda: os.listxattr(self._real(path), follow_symlinks=False), counted=False)
+
+    def removexattr(self, path, name):
+        def body():
+            os.removexattr(self._real(path), name, follow_symlinks=False)
+            return 0
+
+        return self._op("xattr", body, counted=False)
 
     def release(self, path, fi):
         with self.mutex:

@@ -72,6 +72,13 @@ int clinux_openat_no_symlinks(int dirfd, const char *path, int flags);
 long clinux_getrandom(void *buffer, size_t count);
 /// syncfs(2): flush the file system holding `fd`.
 int clinux_syncfs(int fd);
+
+/// fsetxattr(2): sets the extended attribute `name` of the open file `fd` (created or replaced).
+int clinux_set_attribute(int fd, const char *name, const void *value, size_t size);
+
+/// getxattr(2) through `dirfd` and a name in it, without following a final symbolic
+/// link: the attribute's size, or -1 with errno (ENODATA: the file has none of that name).
+long clinux_get_attribute_at(int dirfd, const char *path, const char *name, void *value, size_t size);
 /// prctl(PR_SET_NAME): the calling thread's name as the kernel shows it (`comm`, in
 /// /proc/PID/task/TID/comm, `top -H`, `perf`), cut to 15 bytes.
 int clinux_set_thread_name(const char *name);

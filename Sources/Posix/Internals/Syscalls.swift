@@ -41,6 +41,14 @@ internal func system_write(_ fd: CInt, _ buffer: UnsafeRawPointer?, _ count: Int
 
 internal func system_fsync(_ fd: CInt) -> CInt { Glibc.fsync(fd) }
 internal func system_syncfs(_ fd: CInt) -> CInt { clinux_syncfs(fd) }
+internal func system_set_attribute(_ fd: CInt, _ name: String, _ value: UnsafeRawBufferPointer) -> CInt {
+    clinux_set_attribute(fd, name, value.baseAddress, value.count)
+}
+internal func system_get_attribute_at(
+    _ dir: CInt, _ path: String, _ name: String, _ value: UnsafeMutableRawBufferPointer
+) -> Int {
+    clinux_get_attribute_at(dir, path, name, value.baseAddress, value.count)
+}
 internal func system_set_thread_name(_ name: UnsafePointer<CChar>) -> CInt { clinux_set_thread_name(name) }
 internal func system_start_writeback(_ fd: CInt, _ offset: Int64, _ count: Int64) -> CInt {
     clinux_start_writeback(fd, offset, count)
