@@ -240,18 +240,15 @@ public enum Daemon {
             // the daemon from starting: they stay in the journal.
             var failure: (any Error)?
             do { try await store.saveAll(wait: true) } catch { failure = error }
-            let closed = await store.closeJournal()
+            // Emptied only when every document is saved (the segments removed while the
+            // journal still holds its directory's lock).
+            let closed = await store.closeJournal(removingSegments: failure == nil)
             if failure != nil || !closed.keptDocuments.isEmpty || closed.failure != nil {
                 scheduler.cancel()
                 let why = failure.map { "\($0)" } ?? closed.failure.map { "\($0)" } ?? "not saved"
                 return fatal(
                     "[Journal] Mode=off, and the edits replayed from the journal a run with it on left in \(configuration.journalDirectory) could not all be saved (\(why)): not starting, so that the journal keeps them",
                     errno: EIO, exitCode: ExitCode.cannotCreate)
-            }
-            do { try Journal.removeSegments(in: configuration.journalDirectory) } catch {
-                log.warning(
-                    "the journal's edits were saved, but its segments could not be removed: \(error)",
-                    ["message_id": MessageID.journalFailed, "path": configuration.journalDirectory])
             }
             log.notice(
                 "[Journal] Mode=off: the journal a run with it on left in \(configuration.journalDirectory) was replayed and its edits saved; it is emptied, and this run journals nothing",

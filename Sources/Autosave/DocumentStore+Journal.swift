@@ -1111,13 +1111,15 @@ extension DocumentStore {
     // MARK: Closing and reporting
 
     /// Writes and syncs what is left and closes the journal. Edits not saved stay in it
-    /// and are replayed at the next start; returns how many documents that is.
-    public func closeJournal() -> (keptDocuments: [String], failure: JournalFailure?) {
+    /// and are replayed at the next start; returns how many documents that is. With
+    /// `removingSegments` (every document saved: nothing is kept), the segment files are
+    /// removed before the journal's directory is let go (``Journal/close(removingSegments:)``).
+    public func closeJournal(removingSegments: Bool = false) -> (keptDocuments: [String], failure: JournalFailure?) {
         guard let journal else { return ([], nil) }
         loop.beforeReplies = nil
         let kept = entries.filter { $0.value.isDirty && $0.value.journalOwner != 0 && !$0.value.journalBroken }
             .map(\.key).sorted()
-        let failure = journal.close()
+        let failure = journal.close(removingSegments: removingSegments && kept.isEmpty)
         self.journal = nil
         return (kept, failure)
     }

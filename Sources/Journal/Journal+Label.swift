@@ -46,15 +46,10 @@ extension Journal {
         }
     }
 
-    /// Removes the segment files of a closed journal whose records are all released (a
-    /// run that replayed and saved them, and goes on without a journal), and syncs the
-    /// directory. The label stays.
-    public static func removeSegments(in directory: String) throws(JournalFailure) {
-        let fd: FileDescriptor
-        do { fd = try FileDescriptor.open(directory, .readOnly, options: [.directory]) } catch {
-            throw JournalFailure(.open, path: directory, errno: error)
-        }
-        defer { try? fd.close() }
+    /// Unlinks every segment file in the directory, and syncs it (``close(removingSegments:)``,
+    /// with the directory's lock still held). The label stays.
+    func removeSegmentFiles() throws(JournalFailure) {
+        let fd = directoryFD
         let entries: [DirectoryEntry]
         do { entries = try fd.directoryEntries() } catch { throw JournalFailure(.list, path: directory, errno: error) }
         for entry in entries where SegmentFormat.base(ofName: entry.name) != nil {

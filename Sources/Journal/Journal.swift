@@ -624,10 +624,16 @@ public final class Journal: Sendable {
     /// recovery when a failure is pending), stops the thread, closes the files and
     /// releases the directory's lock. Nothing may be appended afterwards.
     ///
-    /// - Returns: The failure that left records undurable, or `nil` when everything
-    ///   appended is durable.
+    /// With `removingSegments` (a run that replayed the journal, saved every document it
+    /// held, and goes on without a journal), every segment file is unlinked and the
+    /// directory synced before the lock is released — another daemon taking the directory
+    /// never finds it half emptied — but only when everything appended is durable. The
+    /// label stays.
+    ///
+    /// - Returns: The failure that left records undurable (or kept the segments from
+    ///   being removed), or `nil` when everything appended is durable (and removed, if asked).
     @discardableResult
-    public func close() -> JournalFailure? {
+    public func close(removingSegments: Bool = false) -> JournalFailure? {
         let running = state.withLock { s in s.phase == .running }
         if running {
             flush()
@@ -649,8 +655,13 @@ public final class Journal: Sendable {
                 // Spare segments are kept for this run's next segments only.
                 for spare in s.spares { try? directoryFD.unlink(spare.name) }
                 s.spares = []
+                var removal: JournalFailure?
+                if removingSegments, s.durableThrough >= s.nextLSN.previous {
+                    do throws(JournalFailure) { try removeSegmentFiles() } catch { removal = error }
+                }
                 try? FileDescriptor(rawValue: directoryDescriptor).close()
                 s.phase = .closed
+                if let removal { return removal }
             }
             if s.durableThrough >= s.nextLSN.previous { return nil }
             return s.failure

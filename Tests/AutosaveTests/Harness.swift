@@ -71,6 +71,8 @@ final class StoreHarness: @unchecked Sendable {
     let lines = CapturedLog()
     private var cursor = 0
     private let tasks: [Task<Void, Never>]
+    /// What lives as long as the harness (a file system mounted for its root, say).
+    var held: [Any] = []
 
     init(
         root: String? = nil, quiet: Duration = .milliseconds(300), maxDelay: Duration = .seconds(30),

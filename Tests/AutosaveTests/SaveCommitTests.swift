@@ -58,23 +58,43 @@ extension DocumentStore {
     }
 }
 
-/// With `Mode=periodic`, a save's journal record (the file it puts in place) is durable
-/// before its rename exactly when the document was edited during the save (see
-/// ``SaveCommit``); with `always`, for every save.
-@Suite("A save's journal record and its rename", .serialized)
+/// On a file system that keeps extended attributes, a save marks its file with its
+/// journal record's gist (``SaveMark``) and never waits for the journal before its rename.
+/// On one that keeps none (a ramfs here), with `Mode=periodic`, a save's journal record
+/// (the file it puts in place) is durable before its rename exactly when the document was
+/// edited during the save or the edits it holds are not durable yet (see ``SaveCommit``);
+/// with `always`, for every save.
+@Suite(
+    "A save's journal record and its rename", .serialized,
+    .enabled(if: Machine.isRoot, "a root that keeps no extended attributes is a ramfs, and mounting needs root"))
 struct SaveCommitTests {
-    /// A store on a gated document with a journal synced only when asked (and through `syncs`).
-    static func harness(_ syncs: HeldJournalSyncs, mode: JournalMode = .periodic) async throws -> (StoreHarness, Gate) {
+    /// A store on a gated document with a journal synced only when asked (and through
+    /// `syncs`); with `unmarked`, its root on a ramfs, which keeps no extended attributes
+    /// (the journal beside it, on the harness's own file system).
+    static func harness(_ syncs: HeldJournalSyncs, mode: JournalMode = .periodic, unmarked: Bool = true) async throws
+        -> (StoreHarness, Gate)
+    {
         var registry = DocumentTypeRegistry()
         registry.register(GatedDocument.self, contentType: GatedDocument.type, filenameExtensions: ["gated"])
         let gate = Gate()
         Gate.current = gate
         defer { Gate.current = nil }
+        let ramfs = TemporaryDirectory("save-commit-ramfs")
+        let root = ramfs.sub("root")
+        var mount: Mount?
+        if unmarked {
+            try FileManager.default.createDirectory(atPath: root, withIntermediateDirectories: false)
+            mount = try Mount(ramfsAt: root)
+        }
         // The journal beside the root, in the harness's directory.
-        let harness = await StoreHarness(quiet: .seconds(3600), maxDelay: .seconds(3600), registry: registry) {
+        let harness = await StoreHarness(
+            root: unmarked ? root : nil, quiet: .seconds(3600), maxDelay: .seconds(3600), registry: registry
+        ) {
             $0.journalMode = mode
             $0.journalSyncInterval = .seconds(3600)
         }
+        // Unmounted before its directory goes.
+        harness.held = [mount as Any, ramfs]
         await harness.store.setJournalIO(syncs.io)
         try Disk.write("first\n", to: harness.file("doc.gated"))
         try await harness.store.open("doc.gated")
@@ -110,9 +130,10 @@ struct SaveCommitTests {
     /// not yet appended), `meanwhile` runs, and the gate opens: the journal's figures at
     /// the rename.
     static func renameOfASaveEditedMeanwhile(
-        _ syncs: HeldJournalSyncs, meanwhile: () -> Void
+        _ syncs: HeldJournalSyncs, unmarked: Bool = true, meanwhile: () -> Void,
+        after: (StoreHarness) -> Void = { _ in }
     ) async throws -> (written: UInt64, durable: UInt64) {
-        let (harness, gate) = try await Self.harness(syncs)
+        let (harness, gate) = try await Self.harness(syncs, unmarked: unmarked)
         let store = harness.store
         try await store.apply(.setText("A\n"), to: "doc.gated")
         var renames = await Self.atRename(of: harness.file("doc.gated"), store).makeAsyncIterator()
@@ -123,6 +144,7 @@ struct SaveCommitTests {
         meanwhile()
         gate.open(waiting: 1)
         let figures = try #require(await renames.next())
+        after(harness)
         #expect(await store.closeJournal().failure == nil)
         return figures
     }
@@ -216,6 +238,69 @@ struct SaveCommitTests {
         try await store.save("doc.gated", wait: true)
         let figures = try #require(await renames.next())
         Self.expectDurable(figures)
+        #expect(await store.closeJournal().failure == nil)
+    }
+}
+
+/// On a file system that keeps extended attributes: no save waits for the journal before
+/// its rename, in any of the cases where one without them does (``SaveCommitTests``); the
+/// file carries its record's gist instead.
+// A rename that never comes (a save that waited for a held sync, and failed) is a failure within a minute.
+@Suite("A save's mark on its file, and its rename", .serialized, .timeLimit(.minutes(1)))
+struct SaveMarkTests {
+    /// The mark on the harness's document, checked against the record the save appended.
+    static func expectMarked(
+        _ harness: StoreHarness, record: UInt64, token: UInt64, sourceLocation: SourceLocation = #_sourceLocation
+    ) {
+        let bytes = try? FileDescriptor.currentWorkingDirectory.attribute(
+            SaveMark.attributeName, of: harness.file("doc.gated"))
+        let mark = (bytes ?? nil).flatMap(SaveMark.init)
+        #expect(mark?.lsn == record, "the file's mark: \(String(describing: mark))", sourceLocation: sourceLocation)
+        #expect(mark?.token == token, sourceLocation: sourceLocation)
+        #expect(
+            mark?.file.size == Int64((try? Disk.bytes(harness.file("doc.gated")))?.count ?? -1),
+            sourceLocation: sourceLocation)
+    }
+
+    @Test("Mode=periodic: a document edited during its save renames without waiting for the journal, its file marked")
+    func editedDuringTheSave() async throws {
+        let syncs = HeldJournalSyncs()
+        var marked = false
+        let figures = try await SaveCommitTests.renameOfASaveEditedMeanwhile(
+            syncs, unmarked: false,
+            meanwhile: {
+                // No journal sync ends until the save has renamed.
+                syncs.hold()
+            },
+            after: { harness in
+                marked = true
+                // A set to "A" (change 1) saved; B (change 2) was journalled before the save's record.
+                let written = (try? Disk.bytes(harness.file("doc.gated"))).map { String(decoding: $0, as: UTF8.self) }
+                #expect(written == "A\n")
+                syncs.release()
+            })
+        #expect(marked)
+        #expect(figures.durable < figures.written, "the rename waited for the journal's sync")
+    }
+
+    @Test(
+        "A save of edits not yet durable (Mode=periodic), and every save (Mode=always): renamed without waiting for the journal, the file naming the save's record",
+        arguments: [JournalMode.periodic, .always])
+    func editsNotYetDurable(mode: JournalMode) async throws {
+        let syncs = HeldJournalSyncs()
+        let (harness, gate) = try await SaveCommitTests.harness(syncs, mode: mode, unmarked: false)
+        gate.open(waiting: 0)
+        let store = harness.store
+        // Its record written, not synced.
+        try await store.apply(.setText("A\n"), to: "doc.gated")
+        var renames = await SaveCommitTests.atRename(of: harness.file("doc.gated"), store).makeAsyncIterator()
+        // No journal sync ends until the save has: a save waiting for one would fail (after 10 s).
+        syncs.hold()
+        try await store.save("doc.gated", wait: true)
+        let figures = try #require(await renames.next())
+        #expect(figures.durable < figures.written, "the rename waited for the journal's sync")
+        Self.expectMarked(harness, record: figures.written, token: 1)
+        syncs.release()
         #expect(await store.closeJournal().failure == nil)
     }
 }

@@ -32,9 +32,8 @@ struct JournalLabelTests {
             try journal.writeLabel("x")
             #expect(try journal.readLabel() == "x")
             #expect(try Disk.names(in: path).filter { $0.contains("label") } == ["label"], "no temporary left")
-            #expect(journal.close() == nil)
+            #expect(journal.close(removingSegments: true) == nil)
         }
-        try Journal.removeSegments(in: path)
         #expect(!Journal.hasSegments(in: path))
         #expect(try Disk.names(in: path) == ["label"])
         let (journal, report, records) = try openJournal(path)

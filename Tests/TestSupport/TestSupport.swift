@@ -172,6 +172,13 @@ public final class Mount {
         guard result.status == 0 else { throw Failure("mount tmpfs: \(result.stderr)") }
     }
 
+    /// A ramfs: it keeps no extended attributes (`ENOTSUP`), where ext4 and tmpfs do.
+    public init(ramfsAt path: String) throws {
+        self.path = path
+        let result = try Machine.run("mount", ["-t", "ramfs", "ramfs", path])
+        guard result.status == 0 else { throw Failure("mount ramfs: \(result.stderr)") }
+    }
+
     public init(readOnlyBindOf source: String, at path: String) throws {
         self.path = path
         var result = try Machine.run("mount", ["--bind", source, path])
