@@ -299,7 +299,7 @@ extension DocumentStore {
             // ignore file written, `Ignore=` changed): its acknowledged edits are replayed all
             // the same, and it is closed once they are saved.
             replayOverridesIgnore = true
-            replay(chain, of: chains, lastRead: report.lastLSN?.rawValue ?? 0, into: &summary)
+            replay(chain, of: chains, into: &summary)
             replayOverridesIgnore = false
             if let entry = entries[chain.path], ignore.ignoring(chain.path, isDirectory: entry.isPackage) != nil {
                 if entry.isDirty {
@@ -316,11 +316,8 @@ extension DocumentStore {
         return summary
     }
 
-    /// Applies one document's journalled edits again. `lastRead`: the last LSN the journal
-    /// read (see ``SaveMark``).
-    private func replay(
-        _ chain: Chain, of chains: borrowing Chains, lastRead: UInt64, into summary: inout JournalReplaySummary
-    ) {
+    /// Applies one document's journalled edits again.
+    private func replay(_ chain: Chain, of chains: borrowing Chains, into summary: inout JournalReplaySummary) {
         let owner = chain.owner
         let members = chain.members
         let lastLSN = members.last.map { chains.records[$0].lsn } ?? .zero
@@ -370,7 +367,7 @@ extension DocumentStore {
         // A file no record names may be a save's whose record a power cut took: its mark says so.
         var markedSave: JournalEntry?
         if baseToken == nil, !isPackage, let onDisk,
-            let mark = savedMark(of: path, owner: owner, file: onDisk, lastRead: lastRead),
+            let mark = savedMark(of: path, owner: owner, file: onDisk, chainStart: chains.records[members.first!].lsn),
             chain.markers.contains(where: { marker in
                 switch marker.entry {
                 case .base(_, _, let token, _), .saving(_, let token, _): token <= mark.token
@@ -547,14 +544,16 @@ extension DocumentStore {
     }
 
     /// The ``SaveMark`` on the file at `path`, when it is believed: written by this journal
-    /// for `owner`, of a record past every one read, on a file of that size and hash.
-    private func savedMark(of path: String, owner: UInt64, file: FileIdentity, lastRead: UInt64) -> SaveMark? {
+    /// for `owner`, by a save that started within the chain (`chainStart`: its first
+    /// record), on a file of that size and hash.
+    private func savedMark(of path: String, owner: UInt64, file: FileIdentity, chainStart: LSN) -> SaveMark? {
         guard journalIdentity != 0,
             let bytes = try? FileDescriptor.currentWorkingDirectory.attribute(
                 SaveMark.attributeName, of: root + "/" + path),
             let mark = SaveMark(bytes)
         else { return nil }
-        guard mark.journal == journalIdentity, mark.owner == owner, mark.lsn > lastRead, mark.file == file else {
+        guard mark.journal == journalIdentity, mark.owner == owner, mark.lsn >= chainStart.rawValue, mark.file == file
+        else {
             return nil
         }
         return mark
@@ -973,10 +972,11 @@ extension DocumentStore {
     /// written while the save's bytes are synced: `nil` when the document has no journalled
     /// records. Once the file is in place, replay can match it only through this record:
     /// were it lost to a power cut, edits made during the save (synced, and acknowledged
-    /// as durable) would find no version to apply to. So the file carries the record's
-    /// gist as an extended attribute (``SaveMark``), made durable with its bytes, and the
-    /// rename need not wait for the journal. Where the file system keeps no such
-    /// attributes, the record is durable before the rename instead: with `Mode=always`,
+    /// as durable) would find no version to apply to. So the file carries what the record
+    /// would say as an extended attribute (``SaveMark``), made durable with its bytes, and
+    /// the save writes no record and waits for nothing of the journal. Where the file
+    /// system keeps no such attributes, the record is written, and durable before the
+    /// rename: with `Mode=always`,
     /// and with `periodic` when the document was edited during the save or the edits it
     /// holds are not durable yet (``SaveCommit``); that sync overlaps the file's own and
     /// is shared with other records.
@@ -995,8 +995,9 @@ extension DocumentStore {
             if sync { journal.requestSync(through: lsn) }
             return lsn.rawValue
         }
-        let mark: @Sendable (FileIdentity, UInt64) -> [UInt8] = { file, lsn in
-            SaveMark(journal: identity, owner: owner, token: token, lsn: lsn, file: file).bytes
+        let preceding = entry.savingLSN
+        let mark: @Sendable (FileIdentity) -> [UInt8] = { file in
+            SaveMark(journal: identity, owner: owner, token: token, lsn: preceding, file: file).bytes
         }
         let requestSync: @Sendable (UInt64) -> Void = { lsn in journal.requestSync(through: LSN(lsn)) }
         let directory = configuration.journalDirectory

@@ -419,23 +419,25 @@ extension DocumentStore {
                                 let hash = hashing.value
                                 if let journalSaving, let hash {
                                     let file = FileIdentity(size: size, hash: hash)
-                                    let lsn = journalSaving.write(file, false)
-                                    savingRecord.lsn = lsn
-                                    // The record's gist on the file, durable with its bytes
-                                    // (the fsync that follows).
-                                    if lsn != 0,
-                                        (try? temporary.setAttribute(
-                                            SaveMark.attributeName, to: journalSaving.mark(file, lsn))) != nil
+                                    // The file names itself (its mark, durable with its bytes:
+                                    // the fsync that follows), and needs no record: replay
+                                    // knows it by the mark, and the edits made meanwhile
+                                    // follow the base the save's end journals.
+                                    if (try? temporary.setAttribute(
+                                        SaveMark.attributeName, to: journalSaving.mark(file)))
+                                        != nil
                                     {
                                         savingRecord.marked = true
-                                    } else if lsn != 0, commit?.needsRecord ?? true {
-                                        // No mark (the file system keeps no extended
-                                        // attributes): its sync started now, overlapping the
-                                        // file's, where the rename is to wait for it; otherwise
-                                        // the journal's own syncs take it, and the file's
-                                        // sync has the disk alone.
-                                        journalSaving.requestSync(lsn)
+                                        return
                                     }
+                                    // No mark (the file system keeps no extended attributes):
+                                    // the record, its sync started now (overlapping the
+                                    // file's) where the rename is to wait for it; otherwise
+                                    // the journal's own syncs take it, and the file's sync
+                                    // has the disk alone.
+                                    let lsn = journalSaving.write(file, false)
+                                    savingRecord.lsn = lsn
+                                    if lsn != 0, commit?.needsRecord ?? true { journalSaving.requestSync(lsn) }
                                 }
                             }
                         }, leftOpen: leftOpen)
@@ -1004,8 +1006,8 @@ struct SavingJournalRecord: Sendable {
     /// Appends and writes the record, and starts its sync if asked; its LSN (0: it could
     /// not be appended).
     let write: @Sendable (FileIdentity, _ sync: Bool) -> UInt64
-    /// The ``SaveMark`` of the file, given its record's LSN: the extended attribute's value.
-    let mark: @Sendable (FileIdentity, _ lsn: UInt64) -> [UInt8]
+    /// The ``SaveMark`` of the file: the extended attribute's value.
+    let mark: @Sendable (FileIdentity) -> [UInt8]
     /// Starts the sync of the record of that LSN.
     let requestSync: @Sendable (UInt64) -> Void
     /// Waits until the record of that LSN is durable (right before the rename); throws

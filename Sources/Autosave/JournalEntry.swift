@@ -314,18 +314,20 @@ struct FileIdentity: Hashable, Sendable, CustomStringConvertible {
 
 /// What a save writes on the file it puts in place, as the extended attribute
 /// ``attributeName``, set on the temporary before its `fsync` (so durable with its bytes):
-/// the ``JournalEntry/saving(path:token:file:)`` record that save appends, in short — the
-/// journal's identity, the document's owner number, the change count the file holds, the
-/// record's LSN, and the file's size and hash.
+/// what a ``JournalEntry/saving(path:token:file:)`` record would say — the journal's
+/// identity, the document's owner number, the change count the file holds, the LSN of the
+/// document's last record before the save, and the file's size and hash. A save that
+/// marks its file writes no `saving` record.
 ///
-/// A power cut can leave the file in place with that record, and the edits the file holds,
-/// lost from the journal. Replay then finds a file no record names, which would be taken
-/// for another program's; the mark says it is the save's own. It is believed only for the
-/// journal that wrote it, for the chain of the owner it names, of an LSN past every record
-/// replay read (a record that never became durable: any other is either read or, for an
-/// older save, below what was read), and for a file whose size and hash are the ones it
-/// names (another program's rewrite in place keeps the attribute, not the hash). With the
-/// mark, a save need not wait for its record to be durable before its rename.
+/// A power cut (or a crash right after the rename) can leave the file in place while the
+/// edits it holds are not all in the journal, and no record names it. Replay would take
+/// it for another program's; the mark says it is the save's own. It is believed only for
+/// the journal that wrote it, for the chain of the owner it names, when its LSN is at or
+/// past the chain's first record (an older save's file, put back by somebody, comes from
+/// before the chain's records: each save's end releases what it covers and starts a new
+/// base), and for a file whose size and hash are the ones it names (another program's
+/// rewrite in place keeps the attribute, not the hash). With the mark, a save neither
+/// writes nor waits for a journal record before its rename.
 struct SaveMark: Equatable {
     static let attributeName = "user.autosaved.save"
     private static let version: UInt8 = 1

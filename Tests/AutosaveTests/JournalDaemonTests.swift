@@ -273,6 +273,59 @@ struct JournalDaemonTests {
     }
 
     @Test(
+        "The file of an older save put back while the daemon was down, its mark copied with it (cp -a): not taken for the save's own — both versions kept, the conflict reported"
+    )
+    func olderSavePutBack() async throws {
+        let rig = try JournalRig()
+        try await rig.start()
+        let client = try rig.client()
+        let older = rig.directory.sub("older.txt")
+        try rig.ok(["cmd": "set", "doc": "a.txt", "text": "one\n"], on: client)
+        try rig.ok(["cmd": "save", "doc": "a.txt", "wait": true], on: client)
+        #expect(try Machine.run("cp", ["-a", rig.root + "/a.txt", older]).status == 0)
+        #expect((try? FileDescriptor.currentWorkingDirectory.attribute("user.autosaved.save", of: older)) != nil)
+        try rig.ok(["cmd": "append", "doc": "a.txt", "text": "two\n"], on: client)
+        try rig.ok(["cmd": "save", "doc": "a.txt", "wait": true], on: client)
+        try rig.ok(["cmd": "append", "doc": "a.txt", "text": "three\n"], on: client)
+        rig.kill()
+        #expect(try Machine.run("cp", ["-a", older, rig.root + "/a.txt"]).status == 0)
+
+        try await rig.start()
+        #expect(try rig.text("a.txt") == "one\n")
+        #expect(try rig.status()["journal"]?["last_replay"]?["conflicts"] == ["a.txt"])
+        let copies = try Disk.names(in: rig.root).filter { $0.contains("(conflict ") }
+        #expect(try copies.map { try Disk.bytes(rig.root + "/" + $0) } == [Data("one\ntwo\nthree\n".utf8)])
+        #expect(rig.stop() == 0)
+    }
+
+    @Test(
+        "Another document's saved file, its mark copied with it (cp -a), put in place of a document with journalled edits while the daemon was down: not taken for that document's save — both versions kept, the conflict reported"
+    )
+    func markOfAnotherDocument() async throws {
+        let rig = try JournalRig()
+        try await rig.start()
+        // b.txt's edits are left in the journal; a.txt is saved, its records released, its
+        // file marked.
+        try rig.ok(["cmd": "set", "doc": "b.txt", "text": "b\n"])
+        try rig.ok(["cmd": "set", "doc": "a.txt", "text": "a\n"])
+        try rig.ok(["cmd": "save", "doc": "a.txt", "wait": true])
+        rig.kill()
+        // The next run replays b.txt (the same journal: records were left).
+        try await rig.start()
+        try rig.ok(["cmd": "set", "doc": "c.txt", "text": "c\n"])
+        try rig.ok(["cmd": "append", "doc": "c.txt", "text": "more\n"])
+        rig.kill()
+        #expect(try Machine.run("cp", ["-a", rig.root + "/a.txt", rig.root + "/c.txt"]).status == 0)
+
+        try await rig.start()
+        #expect(try rig.text("c.txt") == "a\n", "the file's version is kept")
+        #expect(try rig.status()["journal"]?["last_replay"]?["conflicts"] == ["c.txt"])
+        let copies = try Disk.names(in: rig.root).filter { $0.contains("(conflict ") }
+        #expect(try copies.map { try Disk.bytes(rig.root + "/" + $0) } == [Data("c\nmore\n".utf8)])
+        #expect(rig.stop() == 0)
+    }
+
+    @Test(
         "Changed while the daemon was down: both versions are kept and the conflict is reported, never a blind replay")
     func changedWhileDown() async throws {
         let rig = try JournalRig()
