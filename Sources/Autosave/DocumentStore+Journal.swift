@@ -127,8 +127,9 @@ extension DocumentStore {
             journal.close()
             throw JournalFailure(.open, path: configuration.journalDirectory, errno: .ioError)
         }
+        let label: JournalRootLabel
         do {
-            try checkJournalRoot(journal, records: chains.count)
+            label = try checkJournalRoot(journal, records: chains.count)
         } catch {
             journal.close()
             throw error
@@ -137,7 +138,9 @@ extension DocumentStore {
         replyNeedsSync = configuration.journalMode == .always
         gate.advance(written: report.lastLSN?.rawValue ?? 0, durable: report.lastLSN?.rawValue ?? 0)
         loop.beforeReplies = { [weak self] in self?.isolatedHere { $0.writeJournal() } ?? nil }
+        let replayed = chains.count
         var summary = replay(chains, report: report)
+        if replayed > 0 { renewJournalIdentity(journal, label: label) }
         summary.duration = ContinuousClock.now - started
         lastReplay = summary
         return summary
@@ -148,8 +151,9 @@ extension DocumentStore {
     /// path, or the same directory by device and inode (a root moved, and `Root=` with it).
     ///
     /// Sets ``journalIdentity``: the label's while records are left (the files their saves
-    /// marked name it), a new one otherwise.
-    private func checkJournalRoot(_ journal: Journal, records: Int) throws {
+    /// marked name it, for the replay to come: see ``renewJournalIdentity(_:label:)``), a
+    /// new one otherwise. Returns the label as it is now.
+    private func checkJournalRoot(_ journal: Journal, records: Int) throws -> JournalRootLabel {
         let status = try? FileDescriptor.currentWorkingDirectory.status(of: root, followSymlinks: true)
         var here = JournalRootLabel(
             identity: UInt64.random(in: 1...UInt64.max), path: root, device: status?.device ?? 0,
@@ -164,7 +168,7 @@ extension DocumentStore {
         {
             if records > 0, recorded.identity != 0 { here.identity = recorded.identity }
             if !recorded.text.utf8.elementsEqual(here.text.utf8) { try journal.writeLabel(here.text) }
-            return
+            return here
         }
         if let recorded, records > 0 {
             throw JournalOfAnotherRoot(
@@ -173,6 +177,39 @@ extension DocumentStore {
         // No label (a journal written before roots were recorded is taken as this root's), or
         // nothing left of the other root's.
         try journal.writeLabel(here.text)
+        return here
+    }
+
+    /// After a replay, a new identity for this run's marks: owner numbers and LSNs may
+    /// repeat from one run to the next (LSNs a power cut took are given again, and the
+    /// numbers of owners whose records are gone), so a mark is believed only within the
+    /// run that wrote it — and at the replay right after, under the label it was written
+    /// with. The `saving` records that replay journalled for the marks it believed are
+    /// made durable first: no later replay needs a mark of the old identity. Should that
+    /// sync or the label's write fail, the old identity stays (logged).
+    private func renewJournalIdentity(_ journal: Journal, label: JournalRootLabel) {
+        let last = journal.flush()
+        let synced = DispatchSemaphore(value: 0)
+        let failure = Mutex<JournalFailure?>(nil)
+        journal.requestSync(through: last)
+        journal.whenDurable(last) { error in
+            failure.withLock { $0 = error }
+            synced.signal()
+        }
+        var renewed = label
+        renewed.identity = UInt64.random(in: 1...UInt64.max)
+        do {
+            guard synced.wait(timeout: .now() + 10) == .success else {
+                throw JournalFailure(.fdatasync, path: journal.directory, errno: .ioError)
+            }
+            if let error = failure.withLock({ $0 }) { throw error }
+            try journal.writeLabel(renewed.text)
+            journalIdentity = renewed.identity
+        } catch {
+            log.warning(
+                "the edit journal keeps its identity from the last run (\(error)): its files' marks stay believed",
+                ["message_id": MessageID.journalFailed, "path": journal.directory])
+        }
     }
 
     /// One record of a document's chain as replay first reads it. An edit stays undecoded
@@ -1120,7 +1157,11 @@ extension DocumentStore {
         loop.beforeReplies = nil
         let kept = entries.filter { $0.value.isDirty && $0.value.journalOwner != 0 && !$0.value.journalBroken }
             .map(\.key).sorted()
-        let failure = journal.close(removingSegments: removingSegments && kept.isEmpty)
+        let failure = journal.close(removingSegments: removingSegments && kept.isEmpty) { notRemoved in
+            log.warning(
+                "the journal's edits were saved, but its segments could not be removed: \(notRemoved)",
+                ["message_id": MessageID.journalFailed, "path": journal.directory])
+        }
         self.journal = nil
         return (kept, failure)
     }
@@ -1140,8 +1181,7 @@ extension DocumentStore {
 }
 
 /// What the journal's label says: the journal's identity (``SaveMark/journal``: a random
-/// number drawn whenever a start finds no records left, so that owner numbers and LSNs,
-/// which may start again then, are never taken for another lifetime's), and the store root
+/// number drawn at every start, see ``DocumentStore/renewJournalIdentity(_:label:)``), and the store root
 /// — its path, and the directory's device and inode when the label was written. The path
 /// comes last, whole, whatever bytes it holds. A label written before the identity was
 /// kept has none (0).

@@ -322,7 +322,8 @@ struct FileIdentity: Hashable, Sendable, CustomStringConvertible {
 /// A power cut (or a crash right after the rename) can leave the file in place while the
 /// edits it holds are not all in the journal, and no record names it. Replay would take
 /// it for another program's; the mark says it is the save's own. It is believed only for
-/// the journal that wrote it, for the chain of the owner it names, when its LSN is at or
+/// the run that wrote it (the journal's identity, drawn anew at every start: owner
+/// numbers and LSNs repeat across runs), for the chain of the owner it names, when its LSN is at or
 /// past the chain's first record (an older save's file, put back by somebody, comes from
 /// before the chain's records: each save's end releases what it covers and starts a new
 /// base), and for a file whose size and hash are the ones it names (another program's

@@ -52,9 +52,14 @@ extension Journal {
         let fd = directoryFD
         let entries: [DirectoryEntry]
         do { entries = try fd.directoryEntries() } catch { throw JournalFailure(.list, path: directory, errno: error) }
-        for entry in entries where SegmentFormat.base(ofName: entry.name) != nil {
-            do { try fd.unlink(entry.name) } catch {
-                throw JournalFailure(.unlink, path: directory + "/" + entry.name, errno: error)
+        // Oldest first: should one fail, the segments left are the newer ones, whose release
+        // marks then release nothing that is left (the other way round, the marks would
+        // go first and the records they released come back).
+        let segments = entries.compactMap { entry in SegmentFormat.base(ofName: entry.name).map { ($0, entry.name) } }
+            .sorted { $0.0 < $1.0 }
+        for (_, name) in segments {
+            do { try fd.unlink(name) } catch {
+                throw JournalFailure(.unlink, path: directory + "/" + name, errno: error)
             }
         }
         do { try fd.sync() } catch { throw JournalFailure(.fsyncDirectory, path: directory, errno: error) }

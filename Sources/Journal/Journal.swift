@@ -628,12 +628,15 @@ public final class Journal: Sendable {
     /// held, and goes on without a journal), every segment file is unlinked and the
     /// directory synced before the lock is released — another daemon taking the directory
     /// never finds it half emptied — but only when everything appended is durable. The
-    /// label stays.
+    /// label stays. A removal that fails (the segments that are left hold only released
+    /// records) is given to `notRemoved`.
     ///
-    /// - Returns: The failure that left records undurable (or kept the segments from
-    ///   being removed), or `nil` when everything appended is durable (and removed, if asked).
+    /// - Returns: The failure that left records undurable, or `nil` when everything
+    ///   appended is durable.
     @discardableResult
-    public func close(removingSegments: Bool = false) -> JournalFailure? {
+    public func close(removingSegments: Bool = false, notRemoved: (JournalFailure) -> Void = { _ in })
+        -> JournalFailure?
+    {
         let running = state.withLock { s in s.phase == .running }
         if running {
             flush()
@@ -643,6 +646,8 @@ public final class Journal: Sendable {
             while !state.withLock({ s in s.threadExited }) { wake.wait() }
             wake.unlock()
         }
+        var removal: JournalFailure?
+        defer { if let removal { notRemoved(removal) } }
         return state.withLock { s -> JournalFailure? in
             if s.phase != .closed {
                 for i in s.segments.indices {
@@ -655,13 +660,11 @@ public final class Journal: Sendable {
                 // Spare segments are kept for this run's next segments only.
                 for spare in s.spares { try? directoryFD.unlink(spare.name) }
                 s.spares = []
-                var removal: JournalFailure?
                 if removingSegments, s.durableThrough >= s.nextLSN.previous {
                     do throws(JournalFailure) { try removeSegmentFiles() } catch { removal = error }
                 }
                 try? FileDescriptor(rawValue: directoryDescriptor).close()
                 s.phase = .closed
-                if let removal { return removal }
             }
             if s.durableThrough >= s.nextLSN.previous { return nil }
             return s.failure

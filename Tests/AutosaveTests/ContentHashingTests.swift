@@ -40,9 +40,20 @@ struct ContentHashingTests {
         #expect(ContentHashing(FileWrapper(directoryWithFileWrappers: [:])) == nil)
     }
 
-    @Test("A save's journal record names the file it puts in place: size and hash of its bytes, small and large")
-    func savingRecords() async throws {
-        let rig = try JournalRig()
+    @Test(
+        "A save names the file it puts in place, size and hash of its bytes, small and large: in its mark, or where the file system keeps no extended attributes (a ramfs), in its journal record",
+        arguments: [false, true])
+    func savingRecords(unmarked: Bool) async throws {
+        let scratch = TemporaryDirectory("content-hash")
+        let root = scratch.sub("root")
+        try FileManager.default.createDirectory(atPath: root, withIntermediateDirectories: false)
+        var ramfs: Mount?
+        if unmarked {
+            guard Machine.isRoot else { return }  // mounting needs root
+            ramfs = try Mount(ramfsAt: root)
+        }
+        defer { withExtendedLifetime((ramfs, scratch)) {} }
+        let rig = try JournalRig(root: root)
         try await rig.start()
         let pieces = DurableWriter.writeBackAheadBytes / 16 * 2
         let large = String(repeating: "0123456789abcdef", count: pieces) + "end\n"
@@ -65,7 +76,16 @@ struct ContentHashingTests {
         }
         for doc in ["small.txt", "large.txt"] {
             let contents = try Disk.bytes(rig.root + "/" + doc)
-            #expect(saved[doc] == FileIdentity(size: Int64(contents.count), hash: StableHash.of(contents)), "\(doc)")
+            let identity = FileIdentity(size: Int64(contents.count), hash: StableHash.of(contents))
+            let attribute = try FileDescriptor.currentWorkingDirectory.attribute(
+                SaveMark.attributeName, of: rig.root + "/" + doc)
+            if unmarked {
+                #expect(attribute == nil)
+                #expect(saved[doc] == identity, "\(doc)")
+            } else {
+                #expect(attribute.flatMap(SaveMark.init)?.file == identity, "\(doc)")
+                #expect(saved[doc] == nil, "\(doc): a marked save writes no record")
+            }
         }
     }
 }

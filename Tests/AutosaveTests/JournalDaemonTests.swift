@@ -932,6 +932,47 @@ struct JournalPowerLossTests {
     }
 
     @Test(
+        "A mark written before a power cut names an owner number and LSNs the next run gives again (to another document): that document's file replaced by the marked one (mv) is not taken for its save — both versions kept, the conflict reported"
+    )
+    func markOfAnEarlierRun() async throws {
+        let (directory, made) = try Self.scratch("backing", "mnt")
+        defer { withExtendedLifetime(directory) {} }
+        let (backing, mountPoint) = (made[0], made[1])
+        let rig = try JournalRig(
+            "[Journal]\nSyncInterval=1h\n", root: mountPoint + "/root", journal: mountPoint + "/journal")
+        do {
+            let mount = try PowerLossMount(backing: backing, at: mountPoint)
+            try await rig.start()
+            // b.txt's records durable; a.txt's not, its save marked and renamed durably.
+            try rig.ok(["cmd": "set", "doc": "b.txt", "text": "b\n", "durable": true])
+            try rig.ok(["cmd": "set", "doc": "a.txt", "text": "a\n"])
+            for line in 1...4 { try rig.ok(["cmd": "append", "doc": "a.txt", "text": .string("a\(line)\n")]) }
+            try rig.ok(["cmd": "save", "doc": "a.txt", "wait": true])
+            rig.kill()
+            try mount.unmount()  // the power cut: the journal keeps b.txt's records only
+        }
+        do {
+            // The next run: owners and LSNs go on from what the journal kept, so c.txt gets
+            // a.txt's owner number and LSNs a.txt's lost records had.
+            let mount = try PowerLossMount(backing: backing, at: mountPoint)
+            try await rig.start()
+            try rig.ok(["cmd": "set", "doc": "c.txt", "text": "c\n"])
+            try rig.ok(["cmd": "append", "doc": "c.txt", "text": "more\n", "durable": true])
+            rig.kill()
+            try mount.unmount()
+        }
+        #expect(rename(backing + "/root/a.txt", backing + "/root/c.txt") == 0)
+        let mount = try PowerLossMount(backing: backing, at: mountPoint)
+        try await rig.start()
+        #expect(try rig.text("c.txt") == "a\na1\na2\na3\na4\n", "the file's version is kept")
+        #expect(try rig.status()["journal"]?["last_replay"]?["conflicts"] == ["c.txt"])
+        let copies = try Disk.names(in: mountPoint + "/root").filter { $0.contains("(conflict ") }
+        #expect(try copies.map { try Disk.bytes(mountPoint + "/root/" + $0) } == [Data("c\nmore\n".utf8)])
+        #expect(rig.stop() == 0)
+        try mount.unmount()
+    }
+
+    @Test(
         "A save's mark on a file another program rewrote in place while the daemon was down (the attribute kept, the bytes not) is not believed: both versions kept, the conflict reported"
     )
     func markOfAFileRewrittenInPlace() async throws {
