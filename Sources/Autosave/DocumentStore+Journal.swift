@@ -1036,7 +1036,6 @@ extension DocumentStore {
         let mark: @Sendable (FileIdentity) -> [UInt8] = { file in
             SaveMark(journal: identity, owner: owner, token: token, lsn: preceding, file: file).bytes
         }
-        let requestSync: @Sendable (UInt64) -> Void = { lsn in journal.requestSync(through: LSN(lsn)) }
         let directory = configuration.journalDirectory
         let settle: @Sendable (UInt64) throws -> Void = { lsn in
             func failed(_ why: String) -> DocumentError {
@@ -1078,7 +1077,7 @@ extension DocumentStore {
                 if DispatchTime.now() >= deadline { return }
             }
         }
-        return SavingJournalRecord(write: write, mark: mark, requestSync: requestSync, settle: settle)
+        return SavingJournalRecord(write: write, mark: mark, settle: settle)
     }
 
     /// A durable save of `entry` covering its edits through `token` is done: the records

@@ -435,9 +435,7 @@ extension DocumentStore {
                                     // file's) where the rename is to wait for it; otherwise
                                     // the journal's own syncs take it, and the file's sync
                                     // has the disk alone.
-                                    let lsn = journalSaving.write(file, false)
-                                    savingRecord.lsn = lsn
-                                    if lsn != 0, commit?.needsRecord ?? true { journalSaving.requestSync(lsn) }
+                                    savingRecord.lsn = journalSaving.write(file, commit?.needsRecord ?? true)
                                 }
                             }
                         }, leftOpen: leftOpen)
@@ -1008,8 +1006,6 @@ struct SavingJournalRecord: Sendable {
     let write: @Sendable (FileIdentity, _ sync: Bool) -> UInt64
     /// The ``SaveMark`` of the file: the extended attribute's value.
     let mark: @Sendable (FileIdentity) -> [UInt8]
-    /// Starts the sync of the record of that LSN.
-    let requestSync: @Sendable (UInt64) -> Void
     /// Waits until the record of that LSN is durable (right before the rename); throws
     /// when it cannot be made so, and the save fails with nothing replaced.
     let settle: @Sendable (UInt64) throws -> Void
