@@ -58,6 +58,19 @@ final class Connection: Sendable {
         }
     }
 
+    /// After a journal write failed, through `lsn`: output that acknowledges records the
+    /// journal has not written waits until they are synced (the journal writes them
+    /// again, then syncs). Output that acknowledges nothing unwritten — a `status`, a
+    /// `get`, another client's edit journalled earlier — goes out as usual: while the disk
+    /// is full, `status` is how an operator learns of it.
+    func requireDurableIfUnwritten(through lsn: UInt64) {
+        guard let gate else { return }
+        let written = gate.written.load(ordering: .acquiring)
+        output.withLock { state in
+            if state.writtenNeed > written { state.durableNeed = max(state.durableNeed, lsn) }
+        }
+    }
+
     /// Whether the gate still keeps this connection's output back.
     func isHeldByGate(_ gate: ReplyGate) -> Bool {
         output.withLock { state in
@@ -194,7 +207,7 @@ final class Connection: Sendable {
         let started = ContinuousClock.now
         // The journal records of the edits these replies acknowledge go first, as in every pass of the loop.
         if loop.isCurrent, let beforeReplies = loop.beforeReplies, let wait = beforeReplies() {
-            require(durable: wait)
+            requireDurableIfUnwritten(through: wait)
         }
         while true {
             if !flush() {

@@ -181,8 +181,9 @@ final class EventLoop: SerialExecutor, @unchecked Sendable {
 
     /// Runs on the loop's thread in every pass, right before the pass writes its replies: the
     /// store writes the pass's journal records there, so that every reply follows the
-    /// records of the edits it acknowledges. When that write fails it returns the LSN the
-    /// pass's replies must wait for (until the journal has written and synced it again).
+    /// records of the edits it acknowledges. When that write fails it returns the LSN that
+    /// the pass's replies acknowledging unwritten records wait for (until the journal has
+    /// written and synced it again); the pass's other replies go out.
     /// Set and read on the loop's thread only.
     @exclusivity(unchecked) var beforeReplies: (() -> UInt64?)?
 
@@ -438,7 +439,7 @@ final class EventLoop: SerialExecutor, @unchecked Sendable {
             // sent again yet: that poll would find nothing, and the loop goes on to sleep.
             let idle = queueEmpty && (flushes.isEmpty || readyConnections <= 1)
             if let beforeReplies, let wait = beforeReplies() {
-                for connection in flushes { connection.require(durable: wait) }
+                for connection in flushes { connection.requireDurableIfUnwritten(through: wait) }
             }
             for connection in flushes where !connection.flush() { blockWriter(connection) }
             flushes.removeAll(keepingCapacity: true)

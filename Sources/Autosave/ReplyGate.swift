@@ -21,7 +21,8 @@ public final class ReplyGate: Sendable {
     let durable = Atomic<UInt64>(0)
     /// Set when a journal write failed, to the last LSN appended then: until `written`
     /// reaches it again, the journal is failing and edits are refused. (The replies of the
-    /// pass whose write failed wait for the records' sync, through ``Connection/require(durable:)``.)
+    /// pass whose write failed that acknowledge its records wait for the records' sync,
+    /// through ``Connection/requireDurableIfUnwritten(through:)``.)
     let barrier = Atomic<UInt64>(0)
     private let held = Lock<[Connection]>([])
     /// The journal's latest write or sync failure, for the refusal of edits while it lasts.

@@ -701,6 +701,43 @@ struct JournalDaemonTests {
     }
 
     @Test(
+        "The journal's disk full: of the replies of the pass whose write failed, only the edit's waits — another client's request read in the same pass is answered",
+        .enabled(if: Machine.isRoot, "mounting needs root"))
+    func journalDiskFullOtherRepliesOfThePass() async throws {
+        let (small, rig, held) = try Self.rigOnASmallDisk("journal-full-pass")
+        defer { withExtendedLifetime(held) {} }
+        let daemon = try await rig.start()
+        let editor = try rig.client()
+        let reader = try rig.client()
+        try rig.ok(["cmd": "set", "doc": "b.txt", "text": "kept\n"], on: reader)
+        try Disk.fill(small)
+        PowerLossRig.setReceiveTimeout(editor, milliseconds: 1500)
+        PowerLossRig.setReceiveTimeout(reader, milliseconds: 10_000)
+        // Both requests wait in their sockets while the daemon is stopped, so that the loop
+        // reads them in one pass: the edit's record (large enough to need new pages of the
+        // full tmpfs) fails to be written right before that pass's replies go out.
+        let large = String(repeating: "while full\n", count: 8192)
+        daemon.signal(SIGSTOP)
+        _ = try editor.send(["id": 1, "cmd": "set", "doc": "a.txt", "text": .string(large)])
+        _ = try reader.send(["id": 2, "cmd": "get", "doc": "b.txt"])
+        daemon.signal(SIGCONT)
+        let answer = try reader.receive()
+        #expect(answer["id"] == 2 && answer["text"] == "kept\n", "\(answer)")
+        #expect(throws: (any Error).self, "no reply to the edit while its record cannot be written") {
+            try editor.receive()
+        }
+        #expect(try rig.status()["journal"]?["failure"]?.stringValue?.contains("ENOSPC") == true)
+        try FileManager.default.removeItem(atPath: small + "/filler")
+        PowerLossRig.setReceiveTimeout(editor, milliseconds: 30_000)
+        let late = try editor.receive()
+        #expect(late["id"] == 1 && late["ok"] == true, "\(late)")
+        rig.kill()
+        try await rig.start()
+        #expect(try rig.text("a.txt") == large)
+        #expect(rig.stop() == 0)
+    }
+
+    @Test(
         "A durable save releases its records; past MaxSize= the documents pinning the oldest segment are saved and it is deleted"
     )
     func truncation() async throws {
