@@ -904,6 +904,9 @@ extension DocumentStore {
             if lastJournalLSN > journalWaitIssued {
                 journalWaitIssued = lastJournalLSN
                 wait = lastJournalLSN
+                // Synced as soon as the journal has written them again, not at the next
+                // periodic sync: the replies held for them wait for that.
+                journal.requestSync(through: LSN(lastJournalLSN))
             }
         }
         if written > before { replyGate.advance(written: written) }
@@ -994,13 +997,17 @@ extension DocumentStore {
     /// The reply queued next on `connection` acknowledges that edits were discarded (a
     /// revert): it goes out once the journal has written the marks releasing them (synced,
     /// with `Mode=always`), which are otherwise written after this pass's replies. A crash
-    /// in between would have replay bring back what the client was told is gone.
+    /// in between would have replay bring back what the client was told is gone. The
+    /// reply waits for the marks themselves, not for whatever the flush wrote: a flush
+    /// that fails, or that finds the journal writing its records again after a failure,
+    /// writes nothing.
     func requireReleaseWritten(_ connection: Connection) {
         guard let journal else { return }
-        let written = journal.flush()
+        let marks = journal.lastAppended
+        journal.flush()
         let always = configuration.journalMode == .always
-        connection.require(written: written.rawValue, durable: always)
-        if always { journal.requestSync(through: written) }
+        connection.require(written: marks.rawValue, durable: always)
+        if always { journal.requestSync(through: marks) }
     }
 
     // MARK: Saves and truncation

@@ -998,6 +998,9 @@ public actor DocumentStore {
         if old.savingToken != nil {
             throw .unsupported(path, message: "a save is being written; revert once it is done")
         }
+        // Refused like an edit while the journal cannot write: the mark that releases the
+        // discarded edits could not be written, and replay would bring them back.
+        try checkJournalWritable()
         do {
             try reread(path, reason: "the edits were discarded by revert before they were saved")
         } catch .notFound {

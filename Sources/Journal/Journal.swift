@@ -599,6 +599,9 @@ public final class Journal: Sendable {
         }
     }
 
+    /// The LSN of the last record appended, written or not yet (`LSN(0)` before the first).
+    public var lastAppended: LSN { state.withLock { $0.nextLSN.previous } }
+
     public var statistics: JournalStatistics {
         state.withLock { s in
             var figures = s.statistics

@@ -738,6 +738,43 @@ struct JournalDaemonTests {
     }
 
     @Test(
+        "The journal's disk full: revert is refused like an edit, naming the journal, and changes nothing; once space is back it works and a crash keeps it",
+        .enabled(if: Machine.isRoot, "mounting needs root"))
+    func journalDiskFullRevert() async throws {
+        let (small, rig, held) = try Self.rigOnASmallDisk("journal-full-revert")
+        defer { withExtendedLifetime(held) {} }
+        try FileManager.default.createDirectory(atPath: rig.root, withIntermediateDirectories: true)
+        try Disk.write("on disk\n", to: rig.root + "/a.txt")
+        try await rig.start()
+        let client = try rig.client()
+        try rig.ok(["cmd": "set", "doc": "a.txt", "text": "edited\n"], on: client)
+        try Disk.fill(small)
+        let editor = try rig.client()
+        PowerLossRig.setReceiveTimeout(editor, milliseconds: 30_000)
+        let large = String(repeating: "while full\n", count: 8192)
+        _ = try editor.send(["id": 1, "cmd": "set", "doc": "b.txt", "text": .string(large)])
+        var failing = false
+        for _ in 0..<1000 where !failing {
+            failing = try rig.ok(["cmd": "status"], on: client)["journal"]?["failure"]?.stringValue != nil
+        }
+        #expect(failing, "the journal's write failed")
+        let refused = try client.call(["cmd": "revert", "doc": "a.txt"])
+        #expect(refused["error"]?["code"] == "io-error", "\(refused)")
+        #expect(refused["error"]?["message"]?.stringValue?.contains("edit journal") == true, "\(refused)")
+        #expect(try rig.text("a.txt") == "edited\n")
+        try FileManager.default.removeItem(atPath: small + "/filler")
+        let late = try editor.receive()
+        #expect(late["id"] == 1 && late["ok"] == true, "\(late)")
+        try rig.ok(["cmd": "revert", "doc": "a.txt"], on: client)
+        #expect(try rig.text("a.txt") == "on disk\n")
+        rig.kill()
+        try await rig.start()
+        #expect(try rig.text("a.txt") == "on disk\n", "the revert's mark was written before its reply")
+        #expect(try rig.text("b.txt") == large)
+        #expect(rig.stop() == 0)
+    }
+
+    @Test(
         "A durable save releases its records; past MaxSize= the documents pinning the oldest segment are saved and it is deleted"
     )
     func truncation() async throws {
