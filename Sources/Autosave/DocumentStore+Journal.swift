@@ -343,7 +343,7 @@ extension DocumentStore {
                     log.notice(
                         "\(chain.path) is ignored now; its journalled edits were replayed, and it is closed once they are saved",
                         ["document": chain.path])
-                    Task { [weak self] in try? await self?.closeIgnored(chain.path) }
+                    Task { [weak self] in await self?.closeIgnored(chain.path) }
                 } else {
                     remove(chain.path)
                     emit(.closed(document: chain.path))

@@ -146,6 +146,17 @@ extension DocumentStore {
     }
 
     func handle(_ batch: [WatchEvent]) {
+        // A directory moved in or made is reported file by file: its ignore files are
+        // read before any other file of the batch is opened, so that none is opened that
+        // they ignore.
+        if let name = ignore.current.fileName {
+            for event in batch {
+                guard case .changed(let path) = event, PathName.lastComponent(path) == name,
+                    entries.index(forKey: path) == nil
+                else { continue }
+                ignoreFileChanged(in: PathName.parent(path))
+            }
+        }
         for event in batch {
             switch event {
             case .changed(let path):
@@ -351,6 +362,32 @@ extension DocumentStore {
 
     // MARK: Ignore rules
 
+    /// Reads the ignore files in `directory` and every directory below it that the rules
+    /// do not ignore (a directory renamed inside the root); returns whether any rule changed.
+    private func readIgnoreFiles(under directory: String) -> Bool {
+        var rules = ignore.current
+        var changed = false
+        var pending = [directory]
+        while let relative = pending.popLast() {
+            changed = rules.setFile(relative, rules.readFile(in: relative, root: root)) || changed
+            guard
+                let fd = try? FileDescriptor.open(root + "/" + relative, options: [.directory, .noFollow]),
+                let found = try? fd.closeAfter({ () throws(Errno) -> [DirectoryEntry] in try fd.directoryEntries() })
+            else { continue }
+            for entry in found {
+                let path = relative + "/" + entry.name
+                let kind =
+                    entry.kind ?? (try? FileDescriptor.currentWorkingDirectory.status(of: root + "/" + path))?.kind
+                guard kind == .directory, !registry.isPackage(entry.name),
+                    rules.ignoring(path, isDirectory: true) == nil
+                else { continue }
+                pending.append(path)
+            }
+        }
+        if changed { ignore.replace(rules) }
+        return changed
+    }
+
     /// The ignore file in `directory` was written, replaced or removed: its patterns are read again.
     private func ignoreFileChanged(in directory: String) {
         var rules = ignore.current
@@ -372,7 +409,7 @@ extension DocumentStore {
         for (path, entry) in entries where ignore.ignoring(path, isDirectory: entry.isPackage) != nil {
             if entry.isDirty || entry.savingToken != nil {
                 log.info("\(path) is now ignored; closing it once its unsaved edits are saved", ["document": path])
-                Task { [weak self] in try? await self?.closeIgnored(path) }
+                Task { [weak self] in await self?.closeIgnored(path) }
             } else {
                 remove(path)
                 log.info("\(path) is now ignored; closed", ["document": path])
@@ -385,15 +422,25 @@ extension DocumentStore {
         if configuration.openNewFiles { openAll(readingIgnoreFiles: false) }
     }
 
-    /// Saves and forgets a document that became ignored.
-    func closeIgnored(_ path: String) async throws {
-        guard entries.index(forKey: path) != nil else { return }
-        try await save(path, wait: true)
-        if let entry = entries[path], !entry.isDirty, entry.savingToken == nil,
-            ignore.ignoring(path, isDirectory: entry.isPackage) != nil
-        {
-            remove(path)
-            emit(.closed(document: path))
+    /// Saves and forgets a document that became ignored: saved again while edits made
+    /// during a save leave it unsaved, and after a failed save once the retry interval has
+    /// passed, until it is closed or the rules no longer ignore it.
+    func closeIgnored(_ path: String) async {
+        while let entry = entries[path], ignore.ignoring(path, isDirectory: entry.isPackage) != nil {
+            if !entry.isDirty {
+                if entry.savingToken == nil {
+                    remove(path)
+                    log.info("\(path) is now ignored; closed", ["document": path])
+                    emit(.closed(document: path))
+                    return
+                }
+                // A save that has nothing left to cover is finishing.
+                try? await Task.sleep(for: .milliseconds(10))
+                continue
+            }
+            do { try await save(path, wait: true) } catch {
+                try? await Task.sleep(for: configuration.retryInterval)
+            }
         }
     }
 
@@ -517,6 +564,17 @@ extension DocumentStore {
             ownRenames.removeValue(forKey: to)
             return
         }
+        // An ignore file renamed into place (an editor's or `sed -i`'s save), moved away,
+        // or renamed to another name: the rules of each directory involved are read again,
+        // and whatever else the rename made or took away is handled as such.
+        let rules = ignore.current
+        let fromIsIgnoreFile = rules.isIgnoreFile(PathName.lastComponent(from))
+        let toIsIgnoreFile = rules.isIgnoreFile(PathName.lastComponent(to))
+        if fromIsIgnoreFile || toIsIgnoreFile {
+            if fromIsIgnoreFile { ignoreFileChanged(in: PathName.parent(from)) } else { handle([.removed(from)]) }
+            if toIsIgnoreFile { ignoreFileChanged(in: PathName.parent(to)) } else { handle([.changed(to)]) }
+            return
+        }
         let ignoredFrom = ignoredPaths.remove(from) != nil || isIgnored(from)
         // (A package's members are members whatever the rules say of their names.)
         if from.hasPrefix(Self.syncCookiePrefix) || isTemporary(from) || (ignoredFrom && !isInsideOpenPackage(from)) {
@@ -550,7 +608,23 @@ extension DocumentStore {
                     // (Not one held until its save is done: its follow looks.)
                     if entries.index(forKey: document) == nil { checkExternalChange(moved) }
                 }
-                if configuration.openNewFiles { scan(directory: to) }
+                // The ignore files inside went with the directory: the rules kept for the old
+                // names are dropped and the files are read under the new ones.
+                var rules = ignore.current
+                let prefix = from + "/"
+                var changed = false
+                for directory in rules.files.keys where directory == from || PathName.starts(directory, with: prefix) {
+                    changed = rules.setFile(directory, []) || changed
+                }
+                if changed { ignore.replace(rules) }
+                if readIgnoreFiles(under: to) || changed {
+                    log.info(
+                        "the directory \(from) with ignore files in it is now \(to); the rules follow it",
+                        ["path": to])
+                    ignoreRulesChanged()
+                } else if configuration.openNewFiles {
+                    scan(directory: to)
+                }
             }
             return
         }

@@ -322,6 +322,91 @@ struct IgnoreTests {
         await harness.store.stopWatching()
     }
 
+    @Test(
+        "An ignore file replaced by rename (sed -i, an editor's save) is read again; moved away, its rules go with it"
+    )
+    func ignoreFileRenamed() async throws {
+        let harness = try await harness()
+        try write("*.log\n", to: harness.file(".autosavedignore"))
+        try write("a\n", to: harness.file("a.log"))
+        try write("b\n", to: harness.file("b.txt"))
+        await harness.store.openAll()
+        try await harness.store.startWatching()
+        #expect(await harness.store.list().map(\.path) == ["b.txt"])
+
+        try sh("sed -i 's/log/txt/' .autosavedignore", in: harness.root)
+        await harness.store.sync()
+        #expect(await harness.store.list().map(\.path) == ["a.log"], "the rules the new file holds")
+
+        try sh("mv .autosavedignore old-rules", in: harness.root)
+        await harness.store.sync()
+        #expect(await harness.store.ignoreSummary.files == [])
+        try write("c\n", to: harness.file("c.txt"))
+        await harness.store.sync()
+        #expect(await harness.store.list().map(\.path) == ["a.log", "b.txt", "c.txt", "old-rules"])
+        await harness.store.stopWatching()
+    }
+
+    @Test("A directory renamed with an ignore file in it: the rules follow it, and its old name is ruled by nothing")
+    func directoryWithIgnoreFileRenamed() async throws {
+        let harness = try await harness()
+        try write("*.log\n", to: harness.file("d/.autosavedignore"))
+        try write("x\n", to: harness.file("d/x.log"))
+        try write("k\n", to: harness.file("d/k.txt"))
+        await harness.store.openAll()
+        try await harness.store.startWatching()
+        #expect(await harness.store.list().map(\.path) == ["d/k.txt"])
+
+        try sh("mv d e && mkdir d && echo y > d/y.log", in: harness.root)
+        await harness.store.sync()
+        #expect(await harness.store.ignoreSummary.files == ["e"])
+        #expect(await harness.store.list().map(\.path) == ["d/y.log", "e/k.txt"])
+        #expect(!(await openedPaths(harness)).contains("e/x.log"))
+        await harness.store.stopWatching()
+    }
+
+    @Test("A directory moved in from outside the root: its own ignore file applies before any of its files is opened")
+    func directoryMovedInWithIgnoreFile() async throws {
+        let harness = try await harness()
+        let outside = harness.root + ".outside"
+        defer { try? FileManager.default.removeItem(atPath: outside) }
+        try write("*.log\n", to: outside + "/new/.autosavedignore")
+        for name in ["a1.log", "a2.log", "a3.log", "keep.txt"] { try write("n\n", to: outside + "/new/" + name) }
+        await harness.store.openAll()
+        try await harness.store.startWatching()
+        try sh("mv '\(outside)/new' new", in: harness.root)
+        await harness.store.sync()
+        #expect(await harness.store.list().map(\.path) == ["new/keep.txt"])
+        #expect(
+            await openedPaths(harness).filter { $0.hasSuffix(".log") } == [],
+            "no ignored file was opened, even for a moment")
+        await harness.store.stopWatching()
+    }
+
+    @Test(
+        "A document that becomes ignored and is edited while the save before its close runs is saved again, then closed"
+    )
+    func ignoredWhileEditedDuringItsSave() async throws {
+        let harness = try await harness()
+        try write("log\n", to: harness.file("logs/x.log"))
+        try write("keep\n", to: harness.file("logs/keep.txt"))
+        await harness.store.openAll()
+        try await harness.store.startWatching()
+        let store = harness.store
+        try await store.apply(.setText("edited\n"), to: "logs/x.log")
+        await store.afterFirstRename(of: harness.file("logs/x.log")) {
+            try await store.apply(.setText("during the save\n"), to: "logs/x.log")
+        }
+        try write("*.log\n", to: harness.file(".autosavedignore"))
+        await store.sync()
+        await harness.next { $0 == .closed(document: "logs/x.log") }
+        await store.setAfterRename(nil)
+        #expect(
+            try harness.text(onDisk: "logs/x.log") == "during the save\n", "the edit made during the save was saved")
+        #expect(await store.list().map(\.path) == ["logs/keep.txt"])
+        await store.stopWatching()
+    }
+
     @Test("Ignore files found at start-up apply below their own directory, a deeper one over a shallower one")
     func nestedAtStart() async throws {
         let harness = try await harness()
