@@ -296,7 +296,13 @@ extension DocumentStore {
                 checkExternalChange(document)
             }
         }
-        if configuration.openNewFiles { openAll() }
+        if configuration.openNewFiles {
+            // The ignore files are read again on the way: an ignore file changed among the
+            // lost reports closes what it now ignores, and has the watcher follow the rules.
+            let before = ignore.current.files
+            openAll()
+            if ignore.current.files != before { ignoreRulesChanged() }
+        }
         releaseSyncWaiters()
     }
 
