@@ -5,10 +5,12 @@ import Posix
 /// A pattern without a slash (other than a trailing one) matches a name at any depth
 /// below its base directory; a pattern with a slash is anchored at its base directory
 /// (a leading slash only anchors). `*` and `?` match within one component, `[…]` a
-/// character class (`[!…]` or `[^…]` negated, ranges with `-`), `\` escapes the next
-/// character, and `**` as a whole component matches any number of directories
-/// (`**/x`, `a/**`, `a/**/b`). A trailing `/` matches only directories; a leading `!`
-/// re-includes what an earlier pattern excluded.
+/// character class (`[!…]` or `[^…]` negated, ranges with `-`, POSIX classes such as
+/// `[[:digit:]]`; a class that is not closed, or names an unknown POSIX class, matches
+/// nothing), `\` escapes the next character, and `**` as a whole component matches any
+/// number of directories (`**/x`, `a/**`, `a/**/b`). One trailing `/` is taken off and
+/// makes the pattern match only directories (`a//` keeps a slash at its end, so it
+/// matches nothing); a leading `!` re-includes what an earlier pattern excluded.
 public struct IgnorePattern: Sendable, Equatable, CustomStringConvertible {
     /// The pattern as written (after trimming).
     public let text: String
@@ -64,8 +66,10 @@ public struct IgnorePattern: Sendable, Equatable, CustomStringConvertible {
         {
             bytes.removeFirst()
         }
+        // One trailing slash, as git takes it: with `a//` the other stays, and the
+        // pattern is anchored and matches nothing (no path ends with a slash).
         var directoryOnly = false
-        while bytes.count > 1, bytes.last == UInt8(ascii: "/") {
+        if bytes.last == UInt8(ascii: "/") {
             directoryOnly = true
             bytes.removeLast()
         }
@@ -97,11 +101,14 @@ public struct IgnorePattern: Sendable, Equatable, CustomStringConvertible {
 
     public var description: String { "'\(text)' (\(source))" }
 
-    /// The patterns of an ignore file's text, one per line, `#` comments; `file` names it in sources.
+    /// The patterns of an ignore file's text, one per line, `#` comments; `file` names it in
+    /// sources. A byte-order mark at its start is skipped, as git skips it.
     public static func parse(_ text: String, file: String, base: String) -> [IgnorePattern] {
         var patterns: [IgnorePattern] = []
+        var scalars = text.unicodeScalars[...]
+        if scalars.first == "\u{FEFF}" { scalars = scalars.dropFirst() }
         // Split by scalars: "\r\n" is one Character, which a split by Character never cuts.
-        for (index, line) in text.unicodeScalars.split(separator: "\n", omittingEmptySubsequences: false).enumerated() {
+        for (index, line) in scalars.split(separator: "\n", omittingEmptySubsequences: false).enumerated() {
             if let pattern = IgnorePattern(Substring(line), source: "\(file) line \(index + 1)", base: base) {
                 patterns.append(pattern)
             }
@@ -196,10 +203,10 @@ struct CompiledPatterns: Sendable, Equatable {
     }
 }
 
-/// gitignore's glob matching (git's `wildmatch` with `WM_PATHNAME`): `*`, `?` and `[…]`
-/// never match a `/`; `**` as a whole component matches across them. The two abort
-/// results cut the search short where no later position can match, which keeps a
-/// pattern with many stars linear in practice instead of exponential.
+/// gitignore's glob matching (git's `wildmatch` with `WM_PATHNAME`, step for step): `*`,
+/// `?` and `[…]` never match a `/`; `**` as a whole component matches across them. The
+/// two abort results cut the search short where no later position can match, which keeps
+/// a pattern with many stars linear in practice instead of exponential.
 enum Wildmatch {
     enum Result { case match, noMatch, abortAll, abortToDoubleStar }
 
@@ -208,6 +215,8 @@ enum Wildmatch {
     }
 
     private static let slash = UInt8(ascii: "/")
+    private static let star = UInt8(ascii: "*")
+    private static let backslash = UInt8(ascii: "\\")
 
     private static func match(
         _ p: UnsafeBufferPointer<UInt8>, _ pStart: Int, _ t: UnsafeBufferPointer<UInt8>, _ tStart: Int
@@ -216,58 +225,62 @@ enum Wildmatch {
         var ti = tStart
         while pi < p.count {
             let pc = p[pi]
-            if ti >= t.count && pc != UInt8(ascii: "*") { return .abortAll }
+            if ti >= t.count && pc != star { return .abortAll }
             switch pc {
-            case UInt8(ascii: "\\"):
+            case backslash:
                 pi += 1
                 guard pi < p.count, p[pi] == t[ti] else { return .noMatch }
             case UInt8(ascii: "?"):
                 if t[ti] == slash { return .noMatch }
-            case UInt8(ascii: "*"):
-                var doubleStar = false
+            case star:
                 let starStart = pi
                 pi += 1
-                if pi < p.count, p[pi] == UInt8(ascii: "*") {
-                    while pi < p.count, p[pi] == UInt8(ascii: "*") { pi += 1 }
-                    let before = starStart == 0 || p[starStart - 1] == slash
-                    let after = pi == p.count || p[pi] == slash
+                var matchSlash = false
+                if pi < p.count, p[pi] == star {
+                    while pi < p.count, p[pi] == star { pi += 1 }
+                    // `**` between slashes (or the pattern's ends) crosses them; `**\/` too.
+                    let before = starStart == pStart || p[starStart - 1] == slash
+                    let after =
+                        pi == p.count || p[pi] == slash
+                        || (p[pi] == backslash && pi + 1 < p.count && p[pi + 1] == slash)
                     if before && after {
-                        doubleStar = true
                         // `**/` also matches no directory at all.
-                        if pi < p.count, p[pi] == slash {
-                            if match(p, pi + 1, t, ti) == .match { return .match }
-                        }
+                        if pi < p.count, p[pi] == slash, match(p, pi + 1, t, ti) == .match { return .match }
+                        matchSlash = true
                     }
                 }
                 if pi == p.count {
                     // A trailing star: the rest matches, unless a plain star meets a slash.
-                    if !doubleStar, t[ti...].contains(slash) { return .noMatch }
+                    if !matchSlash, t[ti...].contains(slash) { return .noMatch }
                     return .match
                 }
-                if !doubleStar, p[pi] == slash {
-                    // `*/`: skip to the next slash of the text.
+                if !matchSlash, p[pi] == slash {
+                    // `*/`: skip to the next slash of the text, which the slash matches.
                     guard let next = t[ti...].firstIndex(of: slash) else { return .noMatch }
                     ti = next
                     continue
                 }
                 while ti < t.count {
+                    if !isGlobSpecial(p[pi]) {
+                        // A literal next: what comes before it belongs to the star.
+                        let literal = p[pi]
+                        while ti < t.count, matchSlash || t[ti] != slash, t[ti] != literal { ti += 1 }
+                        if ti == t.count || t[ti] != literal { return .noMatch }
+                    }
                     let result = match(p, pi, t, ti)
                     if result != .noMatch {
-                        if !doubleStar || result != .abortToDoubleStar { return result }
-                    } else if !doubleStar && t[ti] == slash {
+                        if !matchSlash || result != .abortToDoubleStar { return result }
+                    } else if !matchSlash && t[ti] == slash {
                         return .abortToDoubleStar
                     }
                     ti += 1
                 }
                 return .abortAll
             case UInt8(ascii: "["):
-                guard let (matched, next) = matchClass(p, pi, t[ti]) else {
-                    // An unclosed bracket is a literal `[`.
-                    if t[ti] != pc { return .noMatch }
-                    break
-                }
+                // A class that is not closed, or names an unknown POSIX class, matches nothing.
+                guard let (matched, close) = matchClass(p, pi, t[ti]) else { return .abortAll }
                 if !matched || t[ti] == slash { return .noMatch }
-                pi = next - 1
+                pi = close
             default:
                 if t[ti] != pc { return .noMatch }
             }
@@ -277,39 +290,98 @@ enum Wildmatch {
         return ti == t.count ? .match : .noMatch
     }
 
+    @inline(__always)
+    private static func isGlobSpecial(_ byte: UInt8) -> Bool {
+        byte == star || byte == UInt8(ascii: "?") || byte == UInt8(ascii: "[") || byte == backslash
+    }
+
     /// Matches `byte` against the class starting at `p[start]` (`[`); returns whether it
-    /// matched and the index after the closing `]`, or `nil` for a class that is not closed.
+    /// matched and the index of the closing `]`, or `nil` for a class that is not closed or
+    /// names an unknown POSIX class. Read as git reads it: a `]` first (after `!` or `^`)
+    /// is a member; each member is compared as it is read, so the low end of a range is a
+    /// member on its own (`[b-a]` matches `b`); a `-` right after a range or a POSIX class
+    /// is a member, as is one before the `]`; `[:` without a `:]` before the next `]` is a
+    /// member `[`.
     private static func matchClass(
         _ p: UnsafeBufferPointer<UInt8>, _ start: Int, _ byte: UInt8
     ) -> (Bool, Int)? {
+        let close = UInt8(ascii: "]")
         var i = start + 1
-        var negated = false
-        if i < p.count, p[i] == UInt8(ascii: "!") || p[i] == UInt8(ascii: "^") {
-            negated = true
+        guard i < p.count else { return nil }
+        let negated = p[i] == UInt8(ascii: "!") || p[i] == UInt8(ascii: "^")
+        if negated {
             i += 1
+            guard i < p.count else { return nil }
         }
         var matched = false
-        var first = true
-        while i < p.count {
+        // The member just read, which a following `-` makes a range's low end.
+        var previous: UInt8?
+        while true {
             var c = p[i]
-            if c == UInt8(ascii: "]") && !first { return (matched != negated, i + 1) }
-            first = false
-            if c == UInt8(ascii: "\\"), i + 1 < p.count {
+            if c == backslash {
                 i += 1
+                guard i < p.count else { return nil }
                 c = p[i]
-            }
-            if i + 2 < p.count, p[i + 1] == UInt8(ascii: "-"), p[i + 2] != UInt8(ascii: "]") {
-                var high = p[i + 2]
-                i += 2
-                if high == UInt8(ascii: "\\"), i + 1 < p.count {
+                if byte == c { matched = true }
+                previous = c
+            } else if c == UInt8(ascii: "-"), let low = previous, i + 1 < p.count, p[i + 1] != close {
+                i += 1
+                var high = p[i]
+                if high == backslash {
                     i += 1
+                    guard i < p.count else { return nil }
                     high = p[i]
                 }
-                if byte >= c && byte <= high { matched = true }
-            } else if byte == c {
-                matched = true
+                if byte >= low && byte <= high { matched = true }
+                previous = nil
+            } else if c == UInt8(ascii: "["), i + 1 < p.count, p[i + 1] == UInt8(ascii: ":") {
+                let name = i + 2
+                guard let end = p[name...].firstIndex(of: close) else { return nil }
+                if end > name, p[end - 1] == UInt8(ascii: ":") {
+                    guard let member = posixClass(UnsafeBufferPointer(rebasing: p[name..<(end - 1)]), byte) else {
+                        return nil
+                    }
+                    if member { matched = true }
+                    previous = nil
+                    i = end
+                } else {
+                    // No `[:name:]`: a `[`, and the class goes on after it.
+                    if byte == c { matched = true }
+                    previous = c
+                }
+            } else {
+                if byte == c { matched = true }
+                previous = c
             }
             i += 1
+            guard i < p.count else { return nil }
+            if p[i] == close { return (matched != negated, i) }
+        }
+    }
+
+    /// Whether `byte` is in the POSIX class `name` (ASCII only, as git's own ctype has
+    /// it: `space` is tab, newline, carriage return and space), `nil` for an unknown name.
+    private static func posixClass(_ name: UnsafeBufferPointer<UInt8>, _ byte: UInt8) -> Bool? {
+        let isDigit = byte >= UInt8(ascii: "0") && byte <= UInt8(ascii: "9")
+        let isUpper = byte >= UInt8(ascii: "A") && byte <= UInt8(ascii: "Z")
+        let isLower = byte >= UInt8(ascii: "a") && byte <= UInt8(ascii: "z")
+        let isGraph = byte > 0x20 && byte < 0x7F
+        func named(_ literal: StaticString) -> Bool {
+            literal.withUTF8Buffer { name.elementsEqual($0) }
+        }
+        if named("alnum") { return isDigit || isUpper || isLower }
+        if named("alpha") { return isUpper || isLower }
+        if named("blank") { return byte == 0x20 || byte == 0x09 }
+        if named("cntrl") { return byte < 0x20 || byte == 0x7F }
+        if named("digit") { return isDigit }
+        if named("graph") { return isGraph }
+        if named("lower") { return isLower }
+        if named("print") { return isGraph || byte == 0x20 }
+        if named("punct") { return isGraph && !isDigit && !isUpper && !isLower }
+        if named("space") { return byte == 0x20 || byte == 0x09 || byte == 0x0A || byte == 0x0D }
+        if named("upper") { return isUpper }
+        if named("xdigit") {
+            return isDigit || (byte | 0x20 >= UInt8(ascii: "a") && byte | 0x20 <= UInt8(ascii: "f"))
         }
         return nil
     }

@@ -44,7 +44,8 @@ func referenceParse(_ line: [UInt8]) -> ReferencePattern? {
     {
         bytes.removeFirst()
     }
-    while bytes.count > 1, bytes.last == UInt8(ascii: "/") {
+    // One trailing slash: `a//` is `a/`, directories only, anchored by the slash that stays.
+    if bytes.last == UInt8(ascii: "/") {
         pattern.directoryOnly = true
         bytes.removeLast()
     }
@@ -61,12 +62,83 @@ func referenceParse(_ line: [UInt8]) -> ReferencePattern? {
 /// A glob, tokenised.
 enum Token: Equatable {
     case literal(UInt8)
-    case never  // a trailing backslash: matches nothing
+    case never  // a trailing backslash, a class not closed or naming no POSIX class: matches nothing
     case any  // ?
     case set([ClosedRange<UInt8>], negated: Bool)
     case star  // any run without '/'
-    case anything  // `**` at the end after a slash (or alone): any run at all
+    case anything  // `**` after a slash (or at the start) before the end or `\/`: any run at all
     case directories  // `**/`: nothing, or any run that ends with '/'
+}
+
+/// The POSIX classes, ASCII only as in git (whose `space` has no vertical tab or form feed).
+let posixClasses: [[UInt8]: [ClosedRange<UInt8>]] = [
+    Array("alnum".utf8): [48...57, 65...90, 97...122],
+    Array("alpha".utf8): [65...90, 97...122],
+    Array("blank".utf8): [9...9, 32...32],
+    Array("cntrl".utf8): [0...31, 127...127],
+    Array("digit".utf8): [48...57],
+    Array("graph".utf8): [33...126],
+    Array("lower".utf8): [97...122],
+    Array("print".utf8): [32...126],
+    Array("punct".utf8): [33...47, 58...64, 91...96, 123...126],
+    Array("space".utf8): [9...10, 13...13, 32...32],
+    Array("upper".utf8): [65...90],
+    Array("xdigit".utf8): [48...57, 65...70, 97...102],
+]
+
+/// The class starting at `p[start]` (`[`) and the index of its closing `]`, as git reads
+/// one; `nil` if it is not closed or names an unknown POSIX class. A `]` first is a
+/// member; every byte read alone is a member, a range's low end too (`[b-a]` has `b`); a
+/// `-` right after a range or a POSIX class, or before the `]`, is a member; `[:` with no
+/// `:]` before the next `]` is a member `[`.
+func referenceClass(_ p: [UInt8], _ start: Int) -> (ranges: [ClosedRange<UInt8>], negated: Bool, end: Int)? {
+    var k = start + 1
+    var negated = false
+    if k < p.count, p[k] == UInt8(ascii: "!") || p[k] == UInt8(ascii: "^") {
+        negated = true
+        k += 1
+    }
+    var ranges: [ClosedRange<UInt8>] = []
+    var low: UInt8?  // the member just read alone, which a `-` makes a range's low end
+    var first = true
+    while k < p.count {
+        let c = p[k]
+        if c == UInt8(ascii: "]") && !first { return (ranges, negated, k) }
+        first = false
+        if c == UInt8(ascii: "\\") {
+            guard k + 1 < p.count else { return nil }
+            ranges.append(p[k + 1]...p[k + 1])
+            low = p[k + 1]
+            k += 2
+        } else if c == UInt8(ascii: "-"), let from = low, k + 1 < p.count, p[k + 1] != UInt8(ascii: "]") {
+            var to = p[k + 1]
+            k += 2
+            if to == UInt8(ascii: "\\") {
+                guard k < p.count else { return nil }
+                to = p[k]
+                k += 1
+            }
+            if from <= to { ranges.append(from...to) }
+            low = nil
+        } else if c == UInt8(ascii: "["), k + 1 < p.count, p[k + 1] == UInt8(ascii: ":") {
+            guard let close = p[(k + 2)...].firstIndex(of: UInt8(ascii: "]")) else { return nil }
+            if close >= k + 3, p[close - 1] == UInt8(ascii: ":") {
+                guard let members = posixClasses[Array(p[(k + 2)..<(close - 1)])] else { return nil }
+                ranges += members
+                low = nil
+                k = close + 1
+            } else {
+                ranges.append(c...c)
+                low = c
+                k += 1
+            }
+        } else {
+            ranges.append(c...c)
+            low = c
+            k += 1
+        }
+    }
+    return nil
 }
 
 func tokens(_ p: [UInt8]) -> [Token] {
@@ -96,53 +168,22 @@ func tokens(_ p: [UInt8]) -> [Token] {
             } else if double && p[j] == UInt8(ascii: "/") {
                 out.append(.directories)
                 i = j + 1
+            } else if double && p[j] == UInt8(ascii: "\\") && j + 1 < p.count && p[j + 1] == UInt8(ascii: "/") {
+                // `**\/`: any run, then the escaped slash (at least one slash: not `**/`).
+                out.append(.anything)
+                i = j
             } else {
                 out.append(.star)
                 i = j
             }
         case UInt8(ascii: "["):
-            // Find the closing bracket: the first `]` after the optional `!`/`^` and the first member.
-            var k = i + 1
-            var negated = false
-            if k < p.count, p[k] == UInt8(ascii: "!") || p[k] == UInt8(ascii: "^") {
-                negated = true
-                k += 1
+            guard let (ranges, negated, end) = referenceClass(p, i) else {
+                // Nothing can match past a class that is not closed or names no POSIX class.
+                out.append(.never)
+                return out
             }
-            var ranges: [ClosedRange<UInt8>] = []
-            var first = true
-            var closed = false
-            while k < p.count {
-                var low = p[k]
-                if low == UInt8(ascii: "]") && !first {
-                    closed = true
-                    break
-                }
-                first = false
-                if low == UInt8(ascii: "\\"), k + 1 < p.count {
-                    k += 1
-                    low = p[k]
-                }
-                if k + 2 < p.count, p[k + 1] == UInt8(ascii: "-"), p[k + 2] != UInt8(ascii: "]") {
-                    var high = p[k + 2]
-                    k += 2
-                    if high == UInt8(ascii: "\\"), k + 1 < p.count {
-                        k += 1
-                        high = p[k]
-                    }
-                    if low <= high { ranges.append(low...high) }
-                } else {
-                    ranges.append(low...low)
-                }
-                k += 1
-            }
-            if closed {
-                out.append(.set(ranges, negated: negated))
-                i = k + 1
-            } else {
-                // An unclosed bracket is a literal `[`.
-                out.append(.literal(c))
-                i += 1
-            }
+            out.append(.set(ranges, negated: negated))
+            i = end + 1
         default:
             out.append(.literal(c))
             i += 1
@@ -195,7 +236,13 @@ private func matchFrom(
             }
             result = found
         case .anything:
-            result = true
+            var found = go(ti + 1, si)
+            var end = si
+            while !found, end < t.count {
+                end += 1
+                found = go(ti + 1, end)
+            }
+            result = found
         case .directories:
             var found = go(ti + 1, si)
             var end = si
@@ -320,7 +367,9 @@ func fuzzIgnore(_ input: [UInt8]) {
     if configuration.ignoreDefaults { references = defaultReferences }
     sources += configuration.ignore.map { (Array($0.utf8), []) }
     for (text, base) in files where !text.isEmpty {
-        let decoded = Array(String(decoding: text, as: UTF8.self).utf8)
+        var decoded = Array(String(decoding: text, as: UTF8.self).utf8)
+        // A byte-order mark at the start of an ignore file is skipped, as git skips it.
+        if decoded.starts(with: [0xEF, 0xBB, 0xBF]) { decoded.removeFirst(3) }
         sources += decoded.split(separator: 10, omittingEmptySubsequences: false).map { (Array($0), Array(base.utf8)) }
     }
     for (line, base) in sources {
