@@ -782,6 +782,12 @@ public actor DocumentStore {
 
     /// Applies `edit` to the document at `path`, opening it from disk if needed; with
     /// `create`, a document that does not exist is created (type from its extension).
+    ///
+    /// With the journal on, the edit's record is written before this returns. Should that
+    /// write fail (a full disk), the edit stays applied and the journal writes the record
+    /// again on its own: until it has, the edit is protected from a crash only by its
+    /// document's save, ``journalSummary``'s `failure` names the problem, and later edits
+    /// (and reverts) are refused with ``StoreError/journalFailing(_:)``.
     @discardableResult
     public func apply(_ edit: DocumentEdit, to path: String, create: Bool = false) throws(StoreError) -> DocumentInfo {
         let path = try DocumentPath.validate(path)
