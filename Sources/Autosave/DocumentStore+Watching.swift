@@ -149,13 +149,17 @@ extension DocumentStore {
         // A directory moved in or made is reported file by file: its ignore files are
         // read before any other file of the batch is opened, so that none is opened that
         // they ignore.
-        if let name = ignore.current.fileName {
+        if ignore.current.fileName != nil {
+            var changed = false
             for event in batch {
-                guard case .changed(let path) = event, PathName.lastComponent(path) == name,
-                    entries.index(forKey: path) == nil
-                else { continue }
-                ignoreFileChanged(in: PathName.parent(path))
+                guard case .changed(let path) = event, entries.index(forKey: path) == nil, isRuleFile(path) else {
+                    continue
+                }
+                changed = readIgnoreFile(in: PathName.parent(path)) || changed
             }
+            // Applied once all are read: a directory moved in with ignore files at several
+            // depths has none of its files opened that a deeper one ignores.
+            if changed { ignoreRulesChanged() }
         }
         for event in batch {
             switch event {
@@ -178,7 +182,7 @@ extension DocumentStore {
                 // with the disk at once.
                 if entries.index(forKey: path) == nil {
                     if path.hasPrefix(Self.syncCookiePrefix) || isTemporary(path) { continue }
-                    if ignore.current.isIgnoreFile(PathName.lastComponent(path)) {
+                    if isRuleFile(path) {
                         ignoreFileChanged(in: PathName.parent(path))
                         continue
                     }
@@ -210,10 +214,13 @@ extension DocumentStore {
                 if path.hasPrefix(Self.syncCookiePrefix) || isTemporary(path) { continue }
                 forgetDurableDirectories(atOrUnder: path)
                 if !knownDirectories.isEmpty, !isStoreOwn(path) { forgetKnownDirectories(atOrUnder: path) }
-                if ignore.current.isIgnoreFile(PathName.lastComponent(path)) {
+                if isRuleFile(path) {
                     ignoreFileChanged(in: PathName.parent(path))
                     continue
                 }
+                // A directory removed or moved out of the root takes its ignore files' rules
+                // along: a directory made later under its name starts without them.
+                dropIgnoreFiles(atOrUnder: path)
                 if ignoredPaths.remove(path) != nil || isIgnored(path), !isInsideOpenPackage(path) { continue }
                 let document = documentPath(for: path)
                 if document != path {
@@ -370,6 +377,7 @@ extension DocumentStore {
 
     /// Reads the ignore files in `directory` and every directory below it that the rules
     /// do not ignore (a directory renamed inside the root); returns whether any rule changed.
+    @discardableResult
     private func readIgnoreFiles(under directory: String) -> Bool {
         var rules = ignore.current
         var changed = false
@@ -396,15 +404,39 @@ extension DocumentStore {
 
     /// The ignore file in `directory` was written, replaced or removed: its patterns are read again.
     private func ignoreFileChanged(in directory: String) {
+        if readIgnoreFile(in: directory) { ignoreRulesChanged() }
+    }
+
+    /// Whether `path` is an ignore file: its name, and not inside a package (a package's
+    /// files are its members, whatever their names).
+    private func isRuleFile(_ path: String) -> Bool {
+        ignore.current.isIgnoreFile(PathName.lastComponent(path)) && documentPath(for: path) == path
+    }
+
+    /// Forgets the rules of the ignore files at or under the directory `path`, which is gone.
+    private func dropIgnoreFiles(atOrUnder path: String) {
+        var rules = ignore.current
+        guard !rules.files.isEmpty else { return }
+        let prefix = path + "/"
+        var changed = false
+        for directory in rules.files.keys where directory == path || PathName.starts(directory, with: prefix) {
+            changed = rules.setFile(directory, []) || changed
+        }
+        if changed { ignore.replace(rules) }
+    }
+
+    /// Reads the ignore file in `directory` again; returns whether its patterns changed
+    /// (then the caller applies them: ``ignoreRulesChanged()``).
+    private func readIgnoreFile(in directory: String) -> Bool {
         var rules = ignore.current
         let changed = rules.setFile(directory, rules.readFile(in: directory, root: root))
-        guard changed else { return }
+        guard changed else { return false }
         let file = directory.isEmpty ? rules.fileName ?? "" : directory + "/" + (rules.fileName ?? "")
         log.info(
             "the ignore file \(file) changed; \(rules.files[directory]?.count ?? 0) pattern(s) in it now",
             ["path": file])
         ignore.replace(rules)
-        ignoreRulesChanged()
+        return true
     }
 
     /// Applies changed ignore rules: open documents that are now ignored are closed (their
@@ -429,9 +461,12 @@ extension DocumentStore {
     }
 
     /// Saves and forgets a document that became ignored: saved again while edits made
-    /// during a save leave it unsaved, and after a failed save once the retry interval has
-    /// passed, until it is closed or the rules no longer ignore it.
+    /// during a save leave it unsaved, and after a failed save when the scheduler's retry
+    /// (with its backoff) comes, until it is closed or the rules no longer ignore it. One
+    /// such task a document, however often the rules change meanwhile.
     func closeIgnored(_ path: String) async {
+        guard closingIgnored.insert(path).inserted else { return }
+        defer { closingIgnored.remove(path) }
         while let entry = entries[path], ignore.ignoring(path, isDirectory: entry.isPackage) != nil {
             if !entry.isDirty {
                 if entry.savingToken == nil {
@@ -444,8 +479,14 @@ extension DocumentStore {
                 try? await Task.sleep(for: .milliseconds(10))
                 continue
             }
+            if entry.failure != nil, let retryAt = entry.retryAt {
+                // A failed save: the scheduler tries again with its backoff, waited for here.
+                let wait = max(retryAt.nanoseconds - Moment.now.nanoseconds, 10_000_000)
+                try? await Task.sleep(for: .nanoseconds(wait))
+                continue
+            }
             do { try await save(path, wait: true) } catch {
-                try? await Task.sleep(for: configuration.retryInterval)
+                if entries[path]?.retryAt == nil { try? await Task.sleep(for: configuration.retryInterval) }
             }
         }
     }
@@ -573,15 +614,23 @@ extension DocumentStore {
         // An ignore file renamed into place (an editor's or `sed -i`'s save), moved away,
         // or renamed to another name: the rules of each directory involved are read again,
         // and whatever else the rename made or took away is handled as such.
-        let rules = ignore.current
-        let fromIsIgnoreFile = rules.isIgnoreFile(PathName.lastComponent(from))
-        let toIsIgnoreFile = rules.isIgnoreFile(PathName.lastComponent(to))
+        let fromIsIgnoreFile = isRuleFile(from)
+        let toIsIgnoreFile = isRuleFile(to)
         if fromIsIgnoreFile || toIsIgnoreFile {
             if fromIsIgnoreFile { ignoreFileChanged(in: PathName.parent(from)) } else { handle([.removed(from)]) }
             if toIsIgnoreFile { ignoreFileChanged(in: PathName.parent(to)) } else { handle([.changed(to)]) }
             return
         }
         let ignoredFrom = ignoredPaths.remove(from) != nil || isIgnored(from)
+        if ignoredFrom, isDirectory, documentPath(for: to) == to, !registry.isPackage(PathName.lastComponent(to)),
+            !isIgnored(to)
+        {
+            // A plain directory out of an ignored name: what it holds is new to the store,
+            // its ignore files included, and the watcher watches it now.
+            readIgnoreFiles(under: to)
+            ignoreRulesChanged()
+            return
+        }
         // (A package's members are members whatever the rules say of their names.)
         if from.hasPrefix(Self.syncCookiePrefix) || isTemporary(from) || (ignoredFrom && !isInsideOpenPackage(from)) {
             handle([.changed(to)])  // a temporary file renamed into place: a save by someone
@@ -616,17 +665,15 @@ extension DocumentStore {
                 }
                 // The ignore files inside went with the directory: the rules kept for the old
                 // names are dropped and the files are read under the new ones.
-                var rules = ignore.current
-                let prefix = from + "/"
-                var changed = false
-                for directory in rules.files.keys where directory == from || PathName.starts(directory, with: prefix) {
-                    changed = rules.setFile(directory, []) || changed
+                let before = ignore.current.files.count
+                dropIgnoreFiles(atOrUnder: from)
+                let changed = ignore.current.files.count != before
+                // Rules that already were may ignore the documents under their new names too.
+                let movedIgnored = documents(under: to).contains { path in
+                    ignore.ignoring(path, isDirectory: entries[path]?.isPackage ?? false) != nil
                 }
-                if changed { ignore.replace(rules) }
-                if readIgnoreFiles(under: to) || changed {
-                    log.info(
-                        "the directory \(from) with ignore files in it is now \(to); the rules follow it",
-                        ["path": to])
+                if readIgnoreFiles(under: to) || changed || movedIgnored {
+                    log.info("the directory \(from) is now \(to); the ignore rules are applied to it", ["path": to])
                     ignoreRulesChanged()
                 } else if configuration.openNewFiles {
                     scan(directory: to)

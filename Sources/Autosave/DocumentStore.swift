@@ -46,6 +46,8 @@ public actor DocumentStore {
     nonisolated let ignore: SharedIgnoreRules
     /// Paths the scans and the watcher met that the rules ignore (for `status`).
     var ignoredPaths: Set<String> = []
+    /// The documents that became ignored and are being saved before they are closed (one task each).
+    var closingIgnored: Set<String> = []
     let clock = ContinuousClock()
     let log: Logger
 

@@ -372,14 +372,72 @@ struct IgnoreTests {
         defer { try? FileManager.default.removeItem(atPath: outside) }
         try write("*.log\n", to: outside + "/new/.autosavedignore")
         for name in ["a1.log", "a2.log", "a3.log", "keep.txt"] { try write("n\n", to: outside + "/new/" + name) }
+        // A deeper ignore file, read with the other before anything is opened.
+        try write("*.dat\n", to: outside + "/new/sub/.autosavedignore")
+        for name in ["s1.dat", "s2.dat", "deeper/d1.dat", "deeper/keep.txt"] {
+            try write("n\n", to: outside + "/new/sub/" + name)
+        }
         await harness.store.openAll()
         try await harness.store.startWatching()
         try sh("mv '\(outside)/new' new", in: harness.root)
         await harness.store.sync()
-        #expect(await harness.store.list().map(\.path) == ["new/keep.txt"])
+        #expect(await harness.store.list().map(\.path) == ["new/keep.txt", "new/sub/deeper/keep.txt"])
+        #expect(
+            await openedPaths(harness).filter { $0.hasSuffix(".dat") } == [], "nor one a deeper ignore file ignores")
         #expect(
             await openedPaths(harness).filter { $0.hasSuffix(".log") } == [],
             "no ignored file was opened, even for a moment")
+        await harness.store.stopWatching()
+    }
+
+    @Test(
+        "Directories renamed across the rules: onto an ignored name its ignore file's rules go, out of one its files are opened and its ignore file read, and existing rules apply to documents under a directory's new name"
+    )
+    func directoriesRenamedAcrossTheRules() async throws {
+        let harness = try await harness()
+        try write("build/\n/e/*.log\n", to: harness.file(".autosavedignore"))
+        try write("*.tmp\n", to: harness.file("d/.autosavedignore"))
+        try write("w\n", to: harness.file("d/w.txt"))
+        try write("*.dat\n", to: harness.file("build/.autosavedignore"))
+        try write("o\n", to: harness.file("build/out.txt"))
+        try write("o\n", to: harness.file("build/out.dat"))
+        try write("x\n", to: harness.file("f/x.log"))
+        try write("y\n", to: harness.file("f/y.txt"))
+        await harness.store.openAll()
+        try await harness.store.startWatching()
+        #expect(await harness.store.list().map(\.path) == ["d/w.txt", "f/x.log", "f/y.txt"])
+
+        // d onto the ignored name build (what was there moved aside first): d's rules are gone with it.
+        try sh("mv build g && mv d build && mkdir d && echo z > d/z.tmp", in: harness.root)
+        await harness.store.sync()
+        #expect(
+            await harness.store.list().map(\.path).contains("d/z.tmp"), "no rule of the old d applies to the new one")
+        // build out of its ignored name, as g: its files opened, its ignore file read.
+        #expect(await harness.store.list().map(\.path).contains("g/out.txt"))
+        #expect(!(await harness.store.list().map(\.path).contains("g/out.dat")))
+        #expect(await harness.store.ignoreSummary.files == ["", "g"])
+
+        // f to e, where /e/*.log applies: e/x.log is closed.
+        try sh("mv f e", in: harness.root)
+        await harness.store.sync()
+        #expect(await harness.store.list().map(\.path) == ["d/z.tmp", "e/y.txt", "g/out.txt"])
+        await harness.store.stopWatching()
+    }
+
+    @Test(
+        "A file named like an ignore file inside a package is a member, not rules: the package's directories stay watched"
+    )
+    func ignoreFileNameInsideAPackage() async throws {
+        let harness = try await harness()
+        try write("s\n", to: harness.file("p.package/sub/s.txt"))
+        await harness.store.openAll()
+        try await harness.store.startWatching()
+        try write("sub/\n", to: harness.file("p.package/.autosavedignore"))
+        await harness.store.sync()
+        #expect(await harness.store.ignoreSummary.files == [])
+        try write("changed\n", to: harness.file("p.package/sub/s.txt"))
+        await harness.store.sync()
+        #expect(try await harness.store.read("p.package", .member("sub/s.txt")) == .data(Data("changed\n".utf8)))
         await harness.store.stopWatching()
     }
 
