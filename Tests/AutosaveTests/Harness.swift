@@ -156,3 +156,18 @@ final class StoreHarness: @unchecked Sendable {
         try String(contentsOfFile: file(path), encoding: .utf8)
     }
 }
+
+extension StoreHarness {
+    /// The harness `make` returns, made with `fs.inotify.max_queued_events` at 1 and the
+    /// setting put back after, thrown or not: an inotify instance's queue size is fixed when
+    /// it is made, so a watcher started in `make` holds one report and overflows on any
+    /// burst. Root only.
+    static func withOneReportQueue(_ make: () async throws -> StoreHarness) async throws -> StoreHarness {
+        let setting = "/proc/sys/fs/inotify/max_queued_events"
+        let original = try String(contentsOfFile: setting, encoding: .utf8).trimmingCharacters(
+            in: .whitespacesAndNewlines)
+        try Disk.write("1\n", to: setting)
+        defer { try? Disk.write(original + "\n", to: setting) }
+        return try await make()
+    }
+}

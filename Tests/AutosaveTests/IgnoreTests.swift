@@ -469,24 +469,15 @@ struct IgnoreTests {
         "An ignore file written among changes whose reports were lost (the watcher's queue overflowed): the rescan applies it",
         .enabled(if: Machine.isRoot, "writing /proc/sys/fs/inotify needs root"))
     func ignoreFileLostInAnOverflow() async throws {
-        let setting = "/proc/sys/fs/inotify/max_queued_events"
-        let original = try String(contentsOfFile: setting, encoding: .utf8).trimmingCharacters(
-            in: .whitespacesAndNewlines)
-        try write("1\n", to: setting)
-        // The queue size is fixed when an instance is created: the watcher gets one slot.
-        let made: StoreHarness
-        do {
-            made = try await harness()
+        // The watcher gets one slot.
+        let harness = try await StoreHarness.withOneReportQueue {
+            let made = try await self.harness()
             for i in 0..<50 { try write("v0\n", to: made.file("d\(i).txt")) }
             try write("log\n", to: made.file("x.log"))
             await made.store.openAll()
             try await made.store.startWatching()
-        } catch {
-            try write(original + "\n", to: setting)
-            throw error
+            return made
         }
-        try write(original + "\n", to: setting)
-        let harness = made
         #expect(await harness.store.list().map(\.path).contains("x.log"))
         // One process, as fast as it can: far more reports than the queue holds, the ignore
         // file's last, its own reports lost among the others.
