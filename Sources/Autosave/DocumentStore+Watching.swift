@@ -376,30 +376,16 @@ extension DocumentStore {
     // MARK: Ignore rules
 
     /// Reads the ignore files in `directory` and every directory below it that the rules
-    /// do not ignore (a directory renamed inside the root); returns whether any rule changed.
+    /// do not ignore, packages left out (a directory renamed inside the root); returns
+    /// whether any rule changed.
     @discardableResult
     private func readIgnoreFiles(under directory: String) -> Bool {
         var rules = ignore.current
-        var changed = false
-        var pending = [directory]
-        while let relative = pending.popLast() {
-            changed = rules.setFile(relative, rules.readFile(in: relative, root: root)) || changed
-            guard
-                let fd = try? FileDescriptor.open(root + "/" + relative, options: [.directory, .noFollow]),
-                let found = try? fd.closeAfter({ () throws(Errno) -> [DirectoryEntry] in try fd.directoryEntries() })
-            else { continue }
-            for entry in found {
-                let path = relative + "/" + entry.name
-                let kind =
-                    entry.kind ?? (try? FileDescriptor.currentWorkingDirectory.status(of: root + "/" + path))?.kind
-                guard kind == .directory, !registry.isPackage(entry.name),
-                    rules.ignoring(path, isDirectory: true) == nil
-                else { continue }
-                pending.append(path)
-            }
+        guard rules.readFiles(under: directory, root: root, descendingInto: { !registry.isPackage($0) }) else {
+            return false
         }
-        if changed { ignore.replace(rules) }
-        return changed
+        ignore.replace(rules)
+        return true
     }
 
     /// The ignore file in `directory` was written, replaced or removed: its patterns are read again.
@@ -413,16 +399,14 @@ extension DocumentStore {
         ignore.current.isIgnoreFile(PathName.lastComponent(path)) && documentPath(for: path) == path
     }
 
-    /// Forgets the rules of the ignore files at or under the directory `path`, which is gone.
-    private func dropIgnoreFiles(atOrUnder path: String) {
+    /// Forgets the rules of the ignore files at or under the directory `path`, which is
+    /// gone; returns whether there were any.
+    @discardableResult
+    private func dropIgnoreFiles(atOrUnder path: String) -> Bool {
         var rules = ignore.current
-        guard !rules.files.isEmpty else { return }
-        let prefix = path + "/"
-        var changed = false
-        for directory in rules.files.keys where directory == path || PathName.starts(directory, with: prefix) {
-            changed = rules.setFile(directory, []) || changed
-        }
-        if changed { ignore.replace(rules) }
+        guard !rules.files.isEmpty, rules.forgetFiles(atOrUnder: path) else { return false }
+        ignore.replace(rules)
+        return true
     }
 
     /// Reads the ignore file in `directory` again; returns whether its patterns changed
@@ -665,9 +649,7 @@ extension DocumentStore {
                 }
                 // The ignore files inside went with the directory: the rules kept for the old
                 // names are dropped and the files are read under the new ones.
-                let before = ignore.current.files.count
-                dropIgnoreFiles(atOrUnder: from)
-                let changed = ignore.current.files.count != before
+                let changed = dropIgnoreFiles(atOrUnder: from)
                 // Rules that already were may ignore the documents under their new names too.
                 let movedIgnored = documents(under: to).contains { path in
                     ignore.ignoring(path, isDirectory: entries[path]?.isPackage ?? false) != nil

@@ -462,6 +462,16 @@ public struct IgnoreRules: Sendable, Equatable {
         return IgnorePattern.parse(String(decoding: bytes, as: UTF8.self), file: relative, base: directory)
     }
 
+    /// Forgets the patterns of the ignore files at or under the root-relative `directory`
+    /// (it is gone); returns whether there were any.
+    @discardableResult
+    public mutating func forgetFiles(atOrUnder directory: String) -> Bool {
+        let prefix = directory + "/"
+        let gone = files.keys.filter { $0 == directory || PathName.starts($0, with: prefix) }
+        for key in gone { setFile(key, []) }
+        return !gone.isEmpty
+    }
+
     /// Forgets every ignore file's patterns (before they are read again).
     public mutating func forgetFiles() {
         files = [:]
@@ -474,10 +484,21 @@ public struct IgnoreRules: Sendable, Equatable {
     /// forgotten. (At start-up and on a rescan the store reads them during its own scan.)
     public mutating func readFiles(root: String) {
         forgetFiles()
-        guard fileName != nil else { return }
-        var pending = [""]
+        readFiles(under: "", root: root)
+    }
+
+    /// Reads the ignore files in the root-relative `top` and in each directory below it
+    /// that is not ignored and whose name `descend` accepts (links are not followed), over
+    /// what is known already; returns whether any patterns changed.
+    @discardableResult
+    public mutating func readFiles(
+        under top: String, root: String, descendingInto descend: (String) -> Bool = { _ in true }
+    ) -> Bool {
+        guard fileName != nil else { return false }
+        var changed = false
+        var pending = [top]
         while let directory = pending.popLast() {
-            setFile(directory, readFile(in: directory, root: root))
+            changed = setFile(directory, readFile(in: directory, root: root)) || changed
             let full = directory.isEmpty ? root : root + "/" + directory
             guard
                 let fd = try? FileDescriptor.open(
@@ -488,9 +509,12 @@ public struct IgnoreRules: Sendable, Equatable {
                 let path = directory.isEmpty ? entry.name : directory + "/" + entry.name
                 let kind =
                     entry.kind ?? (try? FileDescriptor.currentWorkingDirectory.status(of: root + "/" + path))?.kind
-                if kind == .directory, ignoring(path, isDirectory: true) == nil { pending.append(path) }
+                if kind == .directory, descend(entry.name), ignoring(path, isDirectory: true) == nil {
+                    pending.append(path)
+                }
             }
         }
+        return changed
     }
 
     /// Whether `name` is an ignore file's name (ignore files are never documents).
