@@ -62,6 +62,10 @@ public struct Configuration: Sendable, Equatable {
     public var journalDirectorySetting: String?
     /// Past this many bytes of journal, the documents pinning its oldest segment are saved.
     public var journalMaxSize = 256 << 20
+    /// The largest record the journal takes, in bytes (not a setting of the file): an edit
+    /// larger than this is refused while the journal is on, since it could not be
+    /// protected from a crash before its save.
+    public var journalRecordLimit = 256 << 20
     /// The second directory of `$STATE_DIRECTORY` (systemd's `StateDirectory=` with two
     /// names), the default place of the journal under the shipped unit.
     var stateJournalDirectory: String?

@@ -100,7 +100,7 @@ extension DocumentStore {
             // Segments small beside MaxSize=, so that saving the documents that pin the oldest frees space.
             options: JournalOptions(
                 mode: mode, segmentSize: segmentSize,
-                maxPayloadSize: 256 << 20,
+                maxPayloadSize: configuration.journalRecordLimit,
                 // Obsolete segments are kept for reuse: two, and more within MaxSize=.
                 recycleWithin: configuration.journalMaxSize, io: journalIO),
             onDurable: { lsn in gate.advance(durable: lsn.rawValue) },
@@ -746,6 +746,16 @@ extension DocumentStore {
     func checkJournalWritable() throws(StoreError) {
         guard journal != nil, replyGate.isFailing else { return }
         throw .journalFailing(replyGate.lastFailure.withLock { $0 } ?? "a write failed")
+    }
+
+    /// Refuses an edit whose record would be larger than the journal takes: acknowledged,
+    /// it would be protected from a crash only once its document was saved.
+    @inline(__always)
+    func checkJournalCanHold(_ edit: DocumentEdit) throws(StoreError) {
+        guard journal != nil else { return }
+        let size = JournalEntry.editSizeBound(edit)
+        guard size > configuration.journalRecordLimit else { return }
+        throw .tooLargeForJournal(bytes: size, limit: configuration.journalRecordLimit)
     }
 
     /// The number under which the journal files `entry`'s records, given at its first one.

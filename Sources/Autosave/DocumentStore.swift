@@ -789,12 +789,14 @@ public actor DocumentStore {
     /// write fail (a full disk), the edit stays applied and the journal writes the record
     /// again on its own: until it has, the edit is protected from a crash only by its
     /// document's save, ``journalSummary``'s `failure` names the problem, and later edits
-    /// (and reverts) are refused with ``StoreError/journalFailing(_:)``.
+    /// (and reverts) are refused with ``StoreError/journalFailing(_:)``. An edit larger
+    /// than a journal record may be is refused with ``StoreError/tooLargeForJournal(bytes:limit:)``.
     @discardableResult
     public func apply(_ edit: DocumentEdit, to path: String, create: Bool = false) throws(StoreError) -> DocumentInfo {
         let path = try DocumentPath.validate(path)
         guard accepting else { throw .shuttingDown }
         try checkJournalWritable()
+        try checkJournalCanHold(edit)
         // The record is written before the caller hears of the edit, as the socket's replies are.
         defer { writeJournal() }
         if let index = entries.index(forKey: path) {
@@ -816,6 +818,7 @@ public actor DocumentStore {
         let valid = existing == nil ? try DocumentPath.validate(path) : path
         guard accepting else { throw StoreError.shuttingDown }
         try checkJournalWritable()
+        try checkJournalCanHold(edit)
         if let existing { return (try apply(edit, at: existing, path: path), path) }
         if valid != path, let existing = entries.index(forKey: valid) {
             return (try apply(edit, at: existing, path: valid), valid)
@@ -835,6 +838,7 @@ public actor DocumentStore {
     func apply(_ edit: DocumentEdit, openedAt index: EntryTable.Index, path: String) throws -> EditOutcome {
         guard accepting else { throw StoreError.shuttingDown }
         try checkJournalWritable()
+        try checkJournalCanHold(edit)
         return try apply(edit, at: index, path: path)
     }
 

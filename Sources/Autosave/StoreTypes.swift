@@ -186,6 +186,8 @@ public enum StoreError: Error, Sendable, Equatable, CustomStringConvertible {
     case shuttingDown
     /// The edit journal cannot write its records (the failure): edits are refused until it can.
     case journalFailing(String)
+    /// An edit whose journal record would be `bytes` long, over the `limit` a record may be.
+    case tooLargeForJournal(bytes: Int, limit: Int)
     case io(DocumentError)
 
     /// The kebab-case code the control protocol uses.
@@ -200,6 +202,7 @@ public enum StoreError: Error, Sendable, Equatable, CustomStringConvertible {
         case .superseded: "conflict"
         case .shuttingDown: "shutting-down"
         case .io, .journalFailing: "io-error"
+        case .tooLargeForJournal: "too-large"
         }
     }
 
@@ -221,6 +224,8 @@ public enum StoreError: Error, Sendable, Equatable, CustomStringConvertible {
         case .io(let error): error.description
         case .journalFailing(let failure):
             "the edit journal cannot write its records (\(failure)); edits are refused until it can, and nothing was changed"
+        case .tooLargeForJournal(let bytes, let limit):
+            "the edit's journal record would be \(bytes) bytes, over the \(limit) a record may hold: the edit could not be protected from a crash before its save, so it was refused and nothing was changed (send it in parts, or set [Journal] Mode=off)"
         }
     }
 }

@@ -605,6 +605,36 @@ struct JournalDaemonTests {
         #expect(try Disk.bytes(rig.root + "/sub/a.txt") == Data("kept through a failed shutdown\n".utf8))
     }
 
+    @Test(
+        "An edit whose record would pass the journal's limit (256 MiB, with MaxRequestSize=1G) is refused with too-large naming the sizes and changes nothing: not the document, not the journal; the edits before it survive a crash"
+    )
+    func editTooLargeForAJournalRecord() async throws {
+        let rig = try JournalRig("[Control]\nMaxRequestSize=1G\n")
+        try await rig.start()
+        try rig.ok(["cmd": "set", "doc": "a.txt", "text": "acked\n"])
+        let written = try rig.status()["journal"]?["written_lsn"]
+        let raw = try ControlSocketTests.Raw(rig.socket)
+        let text = String(repeating: "x", count: (256 << 20) + 1)
+        for request in [
+            #"{"cmd":"set","doc":"a.txt","text":""#, #"{"cmd":"append","doc":"a.txt","durable":true,"text":""#,
+            #"{"cmd":"set","doc":"new.txt","text":""#,
+        ] {
+            try raw.send(request + text + "\"}\n")
+            let reply = try raw.line()
+            #expect(reply?["error"]?["code"] == "too-large", "\(request) → \(String(describing: reply))")
+            let message = reply?["error"]?["message"]?.stringValue ?? ""
+            #expect(message.contains("over the 268435456 a record may hold") && message.contains("nothing was changed"))
+        }
+        #expect(try rig.text("a.txt") == "acked\n")
+        #expect(try rig.client().call(["cmd": "get", "doc": "new.txt"])["error"]?["code"] == "not-found")
+        #expect(try rig.status()["journal"]?["written_lsn"] == written, "no record of the refused edits")
+        #expect(try rig.status()["unsaved"] == 1)
+        rig.kill()
+        try await rig.start()
+        #expect(try rig.text("a.txt") == "acked\n")
+        #expect(rig.stop() == 0)
+    }
+
     /// A rig whose root and journal are on a tmpfs of 1 MiB (mounted while `held` lives).
     static func rigOnASmallDisk(_ name: String) throws -> (
         small: String, rig: JournalRig, held: (Mount, TemporaryDirectory)
