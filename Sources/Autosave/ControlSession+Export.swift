@@ -36,13 +36,15 @@ final class ExportableDocument<Document: AutosaveDocument>: WritableDocument {
 }
 
 extension DocumentStore {
-    /// What an export needs of a document: its value, type and saved wrapper.
+    /// What an export needs of a document: its value, type and saved wrapper. A document
+    /// the store does not hold is read from its file for the export alone, not opened: an
+    /// export refused for a later document leaves the store as it was.
     func exportSnapshot(_ path: String) throws(StoreError) -> (
         document: any AutosaveDocument, type: UTType, existing: FileWrapper?
     ) {
         let path = try DocumentPath.validate(path)
-        if entries.index(forKey: path) == nil { try open(path) }
-        let entry = entries[path]!
+        if let entry = entries[path] { return (entry.document, entry.contentType, entry.existingFile) }
+        let entry = try loadEntry(path)
         return (entry.document, entry.contentType, entry.existingFile)
     }
 }
@@ -174,7 +176,20 @@ extension ControlSession {
             return (URL(fileURLWithPath: resolved), allowed)
         }
         try server.checkBeneathRoot(to)
-        let path = store.root + "/" + (try DocumentPath.validate(to))
+        let relative = try DocumentPath.validate(to)
+        // A package document's directory holds its members: files put there would be
+        // taken for members by its next save, or removed by it.
+        var prefix = ""
+        for component in relative.split(separator: "/") {
+            prefix += prefix.isEmpty ? component : "/" + component
+            if store.registry.isPackage(String(component)) {
+                throw RequestError(
+                    .invalidPath,
+                    "export destination '\(to)' lies inside the package document '\(prefix)', whose files are its members"
+                )
+            }
+        }
+        let path = store.root + "/" + relative
         guard (try? FileDescriptor.currentWorkingDirectory.status(of: path))?.kind == .directory else {
             throw RequestError(.notFound, "export destination '\(to)' is not a directory under the store root")
         }

@@ -241,6 +241,8 @@ final class ControlSession: Sendable {
             return
         }
         if case .export(let docs, let to, let type) = request.command {
+            // `durable`: the reply waits until what the journal holds when it is sent is synced.
+            guard let durable = durableFlag(request, store: store) else { return }
             let key = id.map { String(decoding: $0.array, as: UTF8.self) } ?? UUID().uuidString
             // Listed before its task starts: one that ends at once takes itself off the
             // list, and is not put back after.
@@ -248,6 +250,7 @@ final class ControlSession: Sendable {
             let task = Task {
                 do {
                     let paths = try await self.export(docs: docs, to: to, type: type, id: id)
+                    if durable { await self.store.requireDurable(self.connection) }
                     self.sendSuccess(id) { writer in
                         writer.key("paths")
                         writer.beginArray()

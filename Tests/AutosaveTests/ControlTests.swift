@@ -970,6 +970,45 @@ struct ControlSocketTests {
         #expect(await daemon.stop() == 0)
     }
 
+    @Test(
+        "An export refused for one of its documents, or into a package document, changes nothing: the documents before it are not opened, nothing is written, no event comes; one that succeeds reads documents not open from their files and leaves them unopened; \"durable\": true on an export waits for the journal's sync"
+    )
+    func refusedExportChangesNothing() async throws {
+        let daemon = try await RunningDaemon("[Watch]\nOpenNewFiles=no\n[Journal]\nSyncInterval=1h\n", quiet: "1h")
+        let client = try daemon.client()
+        try Disk.write("A on disk\n", to: daemon.root + "/a.txt")
+        try Disk.write("B on disk\n", to: daemon.root + "/b.txt")
+        try FileManager.default.createDirectory(atPath: daemon.root + "/out", withIntermediateDirectories: false)
+        var events: [JSONValue] = []
+        let refused = try client.call(["cmd": "export", "docs": ["a.txt", "b.txt", "missing.txt"], "to": "out"]) {
+            events.append($0)
+        }
+        #expect(refused["error"]?["code"] == "not-found", "\(refused)")
+        #expect(events.isEmpty, "no progress: nothing was written")
+        #expect(try client.call(["cmd": "list"])["documents"]?.arrayValue?.isEmpty == true, "nothing opened")
+        #expect(try Disk.names(in: daemon.root + "/out").isEmpty, "nothing written")
+        try FileManager.default.createDirectory(
+            atPath: daemon.root + "/book.package/ch", withIntermediateDirectories: true)
+        for into in ["book.package", "book.package/ch"] {
+            let reply = try client.call(["cmd": "export", "docs": ["a.txt"], "to": .string(into)])
+            #expect(reply["error"]?["code"] == "invalid-path", "\(into): \(reply)")
+            #expect(reply["error"]?["message"]?.stringValue?.contains("package document 'book.package'") == true)
+        }
+        #expect(try Disk.names(in: daemon.root + "/book.package") == ["ch"], "nothing written into the package")
+
+        try #expect(client.call(["cmd": "set", "doc": "c.txt", "text": "C in memory\n"])["ok"] == true)
+        let exported = try client.call(["cmd": "export", "docs": ["a.txt", "c.txt"], "to": "out", "durable": true])
+        #expect(exported["ok"] == true, "\(exported)")
+        #expect(try Disk.bytes(daemon.root + "/out/a.txt") == Data("A on disk\n".utf8))
+        #expect(try Disk.bytes(daemon.root + "/out/c.txt") == Data("C in memory\n".utf8))
+        let journal = try client.call(["cmd": "status"])["journal"]
+        #expect(
+            journal?["durable_lsn"] == journal?["written_lsn"], "the set's record was synced before the export's reply")
+        let listed = try client.call(["cmd": "list"])["documents"]?.arrayValue?.compactMap { $0["doc"]?.stringValue }
+        #expect(listed == ["c.txt"], "a.txt was read for the export, not opened")
+        #expect(await daemon.stop() == 0)
+    }
+
     @Test("Cancelling an export, or the client going away, leaves nothing half-written")
     func cancelExport() async throws {
         let daemon = try await RunningDaemon(quiet: "1h")
