@@ -1156,10 +1156,14 @@ extension DocumentStore {
     }
 
     /// Another program renamed the document's file; the document followed it.
+    /// A clean document (no base) has no record to name the new path: its next edit's base
+    /// does. Its owner is filed under the new path either way, for `MaxSize=` compaction.
     func journalMoved(_ entry: inout Entry, to path: String) {
-        guard let journal, entry.journalOwner != 0, entry.journalHasBase else { return }
+        guard let journal, entry.journalOwner != 0 else { return }
+        journalOwners[entry.journalOwner] = path
+        guard entry.journalHasBase else { return }
         JournalEntry.moved(path: path).encode(into: &journalBuffer)
-        if append(journal, &entry) { journalOwners[entry.journalOwner] = path }
+        _ = append(journal, &entry)
     }
 
     // MARK: Closing and reporting

@@ -843,6 +843,37 @@ struct JournalDaemonTests {
         #expect(rig.stop() == 0)
     }
     @Test(
+        "A saved document another program renamed, then edited past MaxSize=: compaction saves it under its new name and the journal shrinks back"
+    )
+    func compactionOfARenamedDocument() async throws {
+        let rig = try JournalRig("[Journal]\nMaxSize=1M\n")
+        try await rig.start()
+        let client = try rig.client()
+        try rig.ok(["cmd": "set", "doc": "a.txt", "text": ""], on: client)
+        try rig.ok(["cmd": "save", "doc": "a.txt", "wait": true], on: client)
+        #expect(rename(rig.root + "/a.txt", rig.root + "/b.txt") == 0)
+        let followed = ContinuousClock.now + .seconds(10)
+        while try rig.ok(["cmd": "list"], on: client)["documents"]?.arrayValue?.first?["doc"] != "b.txt",
+            ContinuousClock.now < followed
+        {
+            usleep(10_000)
+        }
+        let chunk = String(repeating: "x", count: 4000) + "\n"
+        for _ in 0..<400 { try rig.ok(["cmd": "append", "doc": "b.txt", "text": .string(chunk)], on: client) }
+        // 1.6 MB of edits of one document with a quiet period of an hour: only the size limit saves it.
+        let deadline = ContinuousClock.now + .seconds(20)
+        var status = try rig.status()
+        while status["journal"]?["bytes"]?.intValue ?? .max > (1 << 20) + (256 << 10), ContinuousClock.now < deadline {
+            usleep(20_000)
+            status = try rig.status()
+        }
+        #expect(status["journal"]?["bytes"]?.intValue ?? .max <= (1 << 20) + (256 << 10), "\(status)")
+        #expect(try Disk.bytes(rig.root + "/b.txt").count >= 1 << 20, "saved under its new name")
+        #expect(rig.stop() == 0)
+        #expect(try Disk.bytes(rig.root + "/b.txt") == Data(String(repeating: chunk, count: 400).utf8))
+    }
+
+    @Test(
         "Past MaxSize= with thousands of documents pinning the oldest segments: a few rounds of saves, not a look at all of them after every save"
     )
     func compactionRounds() async throws {
