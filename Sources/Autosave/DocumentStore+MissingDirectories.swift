@@ -28,7 +28,7 @@ extension DocumentStore {
     /// Whether `path`'s directory is remembered as missing (see above).
     func isInMissingDirectory(_ path: String) -> Bool {
         guard !missingDirectories.isEmpty, let directory = Self.directory(of: path),
-            missingDirectories.contains(directory)
+            missingDirectories.contains(PathKey(directory))
         else { return false }
         guard let watcher, watcher.watchesEverything else {
             forgetMissingDirectories()
@@ -43,10 +43,10 @@ extension DocumentStore {
     /// there counts the look towards listing it (``lookedInDirectory(of:)``).
     func noteNothingFound(at path: String, unopened: some UnopenedPathCheck) {
         guard let watcher, watcher.watchesEverything else { return }
-        if let directory = Self.directory(of: path), directoryUses[directory] == nil,
+        if let directory = Self.directory(of: path), directoryUses[PathKey(directory)] == nil,
             missingDirectories.count < Self.missingDirectoryLimit, unopened.directoryIsMissing(directory)
         {
-            missingDirectories.insert(directory)
+            missingDirectories.insert(PathKey(directory))
             return
         }
         lookedInDirectory(of: path)
@@ -59,12 +59,12 @@ extension DocumentStore {
         guard !missingDirectories.isEmpty else { return }
         var above: String? = path
         while let directory = above {
-            missingDirectories.remove(directory)
+            missingDirectories.remove(PathKey(directory))
             above = Self.directory(of: directory)
         }
         let prefix = path + "/"
-        if missingDirectories.contains(where: { PathName.starts($0, with: prefix) }) {
-            missingDirectories = missingDirectories.filter { !PathName.starts($0, with: prefix) }
+        if missingDirectories.contains(where: { PathName.starts($0.path, with: prefix) }) {
+            missingDirectories = missingDirectories.filter { !PathName.starts($0.path, with: prefix) }
         }
     }
 
@@ -73,7 +73,7 @@ extension DocumentStore {
         var found: [String] = []
         var above: String? = path
         while let directory = above {
-            if missingDirectories.contains(directory) { found.append(directory) }
+            if missingDirectories.contains(PathKey(directory)) { found.append(directory) }
             above = Self.directory(of: directory)
         }
         return found
@@ -121,13 +121,13 @@ extension DocumentStore {
     /// is none of the names there that are not the store's: then nothing is there.
     func isNewInKnownDirectory(_ path: String) -> Bool {
         guard !knownDirectories.isEmpty else { return false }
-        let directory = Self.directory(of: path) ?? ""
+        let directory = PathKey(Self.directory(of: path) ?? "")
         guard knownDirectories.contains(directory) else { return false }
         guard let watcher, watcher.watchesEverything else {
             forgetMissingDirectories()
             return false
         }
-        if let names = namesInTheWay[directory], names.contains(PathName.lastComponent(path)) { return false }
+        if let names = namesInTheWay[directory], names.contains(PathKey(PathName.lastComponent(path))) { return false }
         return true
     }
 
@@ -148,7 +148,8 @@ extension DocumentStore {
     /// now (`nil`: not listed, the watcher has no watch on it or it cannot be listed).
     @discardableResult
     func learnDirectory(_ directory: String) -> (names: Int, known: Bool)? {
-        guard knownDirectories.count < Self.knownDirectoryLimit || knownDirectories.contains(directory),
+        let key = PathKey(directory)
+        guard knownDirectories.count < Self.knownDirectoryLimit || knownDirectories.contains(key),
             let watcher, watcher.watchesEverything, watcher.isWatching(directory)
         else { return nil }
         let listed: [DirectoryEntry]
@@ -162,26 +163,26 @@ extension DocumentStore {
                 () throws(Errno) -> ([DirectoryEntry], Bool) in try fd.directoryEntries(atMost: Self.listingLimit)
             }
             guard complete else {
-                forgetKnown(directory)
+                forgetKnown(key)
                 return (read.count, false)
             }
             listed = read
         } catch {
             return nil
         }
-        var names: Set<String> = []
+        var names: Set<PathKey> = []
         // A sync cookie's name is not free: only the store's documents and temporary files are its own here.
         for entry in listed {
             let path = directory.isEmpty ? entry.name : directory + "/" + entry.name
             if isDocumentOrTemporary(path) { continue }
             guard names.count < Self.namesInTheWayLimit else {
-                forgetKnown(directory)
+                forgetKnown(key)
                 return (listed.count, false)
             }
-            names.insert(entry.name)
+            names.insert(PathKey(entry.name))
         }
-        knownDirectories.insert(directory)
-        namesInTheWay[directory] = names.isEmpty ? nil : names
+        knownDirectories.insert(key)
+        namesInTheWay[key] = names.isEmpty ? nil : names
         return (listed.count, true)
     }
 
@@ -189,13 +190,13 @@ extension DocumentStore {
     /// not known to be missing): the look counts towards listing that directory (see above).
     func lookedInDirectory(of path: String) {
         guard let watcher, watcher.watchesEverything else { return }
-        let directory = Self.directory(of: path) ?? ""
+        let directory = PathKey(Self.directory(of: path) ?? "")
         guard directoryLooks.count < Self.directoryLooksLimit || directoryLooks[directory] != nil else { return }
         var looks = directoryLooks[directory] ?? DirectoryLooks()
         looks.since += 1
         if looks.since >= looks.before, knownDirectories.count < Self.knownDirectoryLimit {
             looks.since = 0
-            if let (names, known) = learnDirectory(directory) {
+            if let (names, known) = learnDirectory(directory.path) {
                 looks.before = max(1, known ? names / 16 : names)
             }
         }
@@ -207,12 +208,12 @@ extension DocumentStore {
     /// that leads to it is no longer free.
     func noteInTheWay(_ path: String) {
         guard !knownDirectories.isEmpty else { return }
-        var directory = ""
+        var directory: PathKey = ""
         var start = path.utf8.startIndex
         while true {
             let slash = path.utf8[start...].firstIndex(of: UInt8(ascii: "/"))
             if knownDirectories.contains(directory) {
-                let name = String(Substring(path.utf8[start..<(slash ?? path.utf8.endIndex)]))
+                let name = PathKey(String(Substring(path.utf8[start..<(slash ?? path.utf8.endIndex)])))
                 var names = namesInTheWay.removeValue(forKey: directory) ?? []
                 if names.contains(name) || names.count < Self.namesInTheWayLimit {
                     names.insert(name)
@@ -222,7 +223,7 @@ extension DocumentStore {
                 }
             }
             guard let slash else { return }
-            directory = String(Substring(path.utf8[..<slash]))
+            directory = PathKey(String(Substring(path.utf8[..<slash])))
             start = path.utf8.index(after: slash)
         }
     }
@@ -233,18 +234,20 @@ extension DocumentStore {
         guard !knownDirectories.isEmpty else { return }
         var above = Self.directory(of: path)
         while let directory = above {
-            forgetKnown(directory)
+            forgetKnown(PathKey(directory))
             above = Self.directory(of: directory)
         }
         forgetKnown("")
-        forgetKnown(path)
+        forgetKnown(PathKey(path))
         let prefix = path + "/"
-        if knownDirectories.contains(where: { PathName.starts($0, with: prefix) }) {
-            for directory in knownDirectories where PathName.starts(directory, with: prefix) { forgetKnown(directory) }
+        if knownDirectories.contains(where: { PathName.starts($0.path, with: prefix) }) {
+            for directory in knownDirectories where PathName.starts(directory.path, with: prefix) {
+                forgetKnown(directory)
+            }
         }
     }
 
-    private func forgetKnown(_ directory: String) {
+    private func forgetKnown(_ directory: PathKey) {
         if knownDirectories.remove(directory) != nil { namesInTheWay.removeValue(forKey: directory) }
     }
 }

@@ -484,7 +484,7 @@ extension DocumentStore {
 
     /// The open documents inside the directory `path`.
     private func documents(under path: String) -> [String] {
-        guard directoryUses[path] != nil else { return [] }
+        guard directoryUses[PathKey(path)] != nil else { return [] }
         let prefix = path + "/"
         return entries.keys.filter { PathName.starts($0, with: prefix) }.sorted()
     }

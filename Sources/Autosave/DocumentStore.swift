@@ -179,19 +179,21 @@ public actor DocumentStore {
     @exclusivity(unchecked) var entries = EntryTable()
     /// How many open documents lie beneath each directory (relative to the root) that
     /// holds one: whether a path is the directory of open documents is one lookup, not a
-    /// walk over every document. Kept by ``insert(_:at:)`` and ``remove(_:)``.
-    var directoryUses: [String: Int] = [:]
+    /// walk over every document. Kept by ``insert(_:at:)`` and ``remove(_:)``. Keyed by the
+    /// names' bytes (``PathKey``), as the directory caches below are: two names in two
+    /// Unicode normalizations are two directories.
+    var directoryUses: [PathKey: Int] = [:]
     /// Directories known not to be there while inotify watches every directory: a new
     /// document in one needs no look at the disk (DocumentStore+MissingDirectories.swift).
-    var missingDirectories: Set<String> = []
+    var missingDirectories: Set<PathKey> = []
     /// Directories (relative to the root, "" for the root) listed while inotify watches
     /// every directory: a name there that is no document and none of ``namesInTheWay``
     /// is not there (DocumentStore+MissingDirectories.swift).
-    var knownDirectories: Set<String> = []
+    var knownDirectories: Set<PathKey> = []
     /// For each known directory that has some, the names in it that are not the store's own.
-    var namesInTheWay: [String: Set<String>] = [:]
+    var namesInTheWay: [PathKey: Set<PathKey>] = [:]
     /// New documents' looks at the disk in each directory since it was last listed.
-    var directoryLooks: [String: DirectoryLooks] = [:]
+    var directoryLooks: [PathKey: DirectoryLooks] = [:]
     var heap = DeadlineHeap()
     var savesInFlight = 0
     /// Numbers every save started. A save's end finds its document by path; the number
@@ -550,7 +552,7 @@ public actor DocumentStore {
             }
             // The directory of open documents needs no look at the disk: the store takes it
             // for one already (were it replaced by a file, their saves would say so).
-            if directoryUses[directory] == nil,
+            if directoryUses[PathKey(directory)] == nil,
                 let status = try? FileDescriptor.currentWorkingDirectory.status(
                     of: root + "/" + directory, followSymlinks: false), status.kind != .directory
             {
@@ -558,7 +560,7 @@ public actor DocumentStore {
             }
             end = path.utf8.index(after: slash)
         }
-        if directoryUses[path] != nil {
+        if directoryUses[PathKey(path)] != nil {
             throw .invalidPath(path, reason: "it is the directory of open documents")
         }
     }
@@ -660,7 +662,7 @@ public actor DocumentStore {
     private func countDirectories(of path: String, by change: Int) {
         var end = path.utf8.startIndex
         while let slash = path.utf8[end...].firstIndex(of: UInt8(ascii: "/")) {
-            let directory = String(Substring(path.utf8[..<slash]))
+            let directory = PathKey(String(Substring(path.utf8[..<slash])))
             if change > 0 {
                 directoryUses[directory, default: 0] += change  // one lookup, in place
             } else {
@@ -723,7 +725,9 @@ public actor DocumentStore {
         let registration = registry.registration(forNewName: name)
         try refuseIgnored(path, isDirectory: registration.isPackage)
         if directoryKnown {
-            if directoryUses[path] != nil { throw .invalidPath(path, reason: "it is the directory of open documents") }
+            if directoryUses[PathKey(path)] != nil {
+                throw .invalidPath(path, reason: "it is the directory of open documents")
+            }
         } else {
             try refuseClash(path)
         }
@@ -750,7 +754,7 @@ public actor DocumentStore {
     /// (``directoryUses``): a path with no directory has none to know.
     private func directoryHoldsDocuments(_ path: String) -> Bool {
         guard let directory = Self.directory(of: path) else { return false }
-        return directoryUses[directory] != nil
+        return directoryUses[PathKey(directory)] != nil
     }
 
     /// `path`'s directory relative to the root, or `nil` for a name in the root itself.

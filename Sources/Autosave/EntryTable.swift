@@ -110,7 +110,7 @@ extension DocumentStore {
 
         /// Compares in place: the key is borrowed, not copied (a copy is a retain, a write
         /// to the key's storage, where the comparison only reads it).
-        private static func equal(_ key: borrowing String, _ bytes: UnsafeRawBufferPointer) -> Bool {
+        static func equal(_ key: borrowing String, _ bytes: UnsafeRawBufferPointer) -> Bool {
             let equal = key.utf8.withContiguousStorageIfAvailable { own in
                 own.count == bytes.count
                     && (own.isEmpty || memcmp(own.baseAddress!, bytes.baseAddress!, own.count) == 0)
@@ -282,5 +282,31 @@ extension DocumentStore {
                 hashes[position] = hash
             }
         }
+    }
+}
+
+/// A path relative to the root (or a name in a directory) as a set's member or a
+/// dictionary's key, compared and hashed by its UTF-8 bytes, as the file system compares
+/// names — as ``DocumentStore/EntryTable`` compares the documents' paths. `String`'s own
+/// `==` and hash are by canonical equivalence: `d\u{E9}` and `de\u{301}`, two directories
+/// on disk, would be one key. The store's directory caches
+/// (``DocumentStore/directoryUses``, ``DocumentStore/missingDirectories``,
+/// ``DocumentStore/knownDirectories`` and what is kept beside them) are keyed by it.
+/// Wrapping a string copies nothing; hashing and comparing read its bytes in place.
+struct PathKey: Hashable, Sendable, ExpressibleByStringLiteral, CustomStringConvertible {
+    let path: String
+
+    init(_ path: String) { self.path = path }
+    init(stringLiteral path: String) { self.path = path }
+
+    var description: String { path }
+
+    static func == (a: PathKey, b: PathKey) -> Bool {
+        DocumentStore.EntryTable.withBytes(b.path) { DocumentStore.EntryTable.equal(a.path, $0) }
+    }
+
+    func hash(into hasher: inout Hasher) {
+        DocumentStore.EntryTable.withBytes(path) { hasher.combine(bytes: $0) }
+        hasher.combine(0xFF as UInt8)  // the end, as `String` marks it (no UTF-8 byte is 0xFF)
     }
 }

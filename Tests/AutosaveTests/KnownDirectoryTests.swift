@@ -10,7 +10,9 @@ import Testing
 /// A directory the store has listed is known while inotify watches it: a new document
 /// there needs no look at the disk, unless its name is one of those in the directory that
 /// are not the store's (DocumentStore+MissingDirectories.swift). Anything else appearing
-/// there, or a document of it let go, adds its name; something leaving ends it.
+/// there, or a document of it let go, adds its name; something leaving ends it. Known,
+/// missing, or holding open documents, a directory is told from another by its name's
+/// bytes, as the file system tells them apart.
 @Suite("New documents in a known directory", .serialized)
 struct KnownDirectoryTests {
     /// The look the control socket takes at a path before a new document is made there,
@@ -242,6 +244,102 @@ struct KnownDirectoryTests {
         let looks = await store.directoryLooks["crowded"]
         #expect(
             looks?.since == 9 && looks?.before == names, "listed once, at the first look: \(String(describing: looks))")
+        await store.stopWatching()
+    }
+
+    // Two directories whose names differ only in Unicode normalization are two
+    // directories on Linux (their bytes differ), though Swift's `String` takes them for one.
+    static let composed = "d\u{E9}"
+    static let decomposed = "de\u{301}"
+
+    /// A store watching its root, edits held an hour, new files opened only when named,
+    /// with `setUp` done on disk before it watches (nothing of it reported).
+    func storeInTwoNormalizations(_ setUp: (StoreHarness) throws -> Void) async throws -> (
+        StoreHarness, DocumentStore, CountedLook
+    ) {
+        let harness = await StoreHarness(
+            quiet: .seconds(3600), maxDelay: .seconds(3600), configure: { $0.openNewFiles = false })
+        try setUp(harness)
+        #expect(Self.composed == Self.decomposed && !Self.composed.utf8.elementsEqual(Self.decomposed.utf8))
+        try await harness.store.startWatching()
+        return (harness, harness.store, CountedLook(root: harness.root))
+    }
+
+    @Test(
+        "A known directory is not another directory whose name differs only in Unicode normalization: another program's file there is looked at, opened and edited, not taken for nothing",
+        .timeLimit(.minutes(1)))
+    func knownInAnotherNormalization() async throws {
+        let (harness, store, look) = try await storeInTwoNormalizations { harness in
+            for directory in [Self.composed, Self.decomposed] {
+                try FileManager.default.createDirectory(
+                    atPath: harness.file(directory), withIntermediateDirectories: true)
+            }
+            try Disk.write("theirs\n", to: harness.file(Self.decomposed + "/a.txt"))
+        }
+        #expect(try Disk.names(in: harness.root).count == 2, "two directories")
+        try await set(Self.composed + "/n.txt", "n\n", in: store, look: look)
+        #expect(look.count == 1)
+        #expect(await store.knownDirectories == [PathKey(Self.composed)], "listed at the first look")
+
+        _ = try await store.apply(.append("mine\n"), named: Self.decomposed + "/a.txt", create: true, unopened: look)
+        #expect(look.count == 2, "the other directory is not known: looked at the disk")
+        #expect(try await store.read(Self.decomposed + "/a.txt") == .text("theirs\nmine\n"), "the file was opened")
+        try await store.save(Self.decomposed + "/a.txt", wait: true)
+        #expect(
+            try String(contentsOfFile: harness.file(Self.decomposed + "/a.txt"), encoding: .utf8) == "theirs\nmine\n")
+        #expect(try Disk.names(in: harness.file(Self.decomposed)) == ["a.txt"], "no conflict copy")
+        await store.stopWatching()
+    }
+
+    @Test(
+        "A directory remembered as missing is not another directory whose name differs only in Unicode normalization: another program's file there is looked at, opened and edited, not taken for nothing",
+        .timeLimit(.minutes(1)))
+    func missingInAnotherNormalization() async throws {
+        let (harness, store, look) = try await storeInTwoNormalizations { harness in
+            try FileManager.default.createDirectory(
+                atPath: harness.file(Self.decomposed), withIntermediateDirectories: true)
+            try Disk.write("theirs\n", to: harness.file(Self.decomposed + "/a.txt"))
+        }
+        try await set(Self.composed + "/n.txt", "n\n", in: store, look: look)
+        #expect(look.count == 1, "the composed directory is not there: remembered missing")
+
+        _ = try await store.apply(.append("mine\n"), named: Self.decomposed + "/a.txt", create: true, unopened: look)
+        #expect(look.count == 2, "the decomposed directory is not the missing one: looked at the disk")
+        #expect(try await store.read(Self.decomposed + "/a.txt") == .text("theirs\nmine\n"), "the file was opened")
+        try await store.save(Self.decomposed + "/a.txt", wait: true)
+        #expect(
+            try String(contentsOfFile: harness.file(Self.decomposed + "/a.txt"), encoding: .utf8) == "theirs\nmine\n")
+        #expect(try Disk.names(in: harness.file(Self.decomposed)) == ["a.txt"], "no conflict copy")
+        await store.stopWatching()
+    }
+
+    @Test(
+        "The directory of open documents is not another directory whose name differs only in Unicode normalization: a new document below a file of that name is refused, and a new document of that name is made",
+        .timeLimit(.minutes(1)))
+    func documentsDirectoryInAnotherNormalization() async throws {
+        let (harness, store, look) = try await storeInTwoNormalizations { harness in
+            try Disk.write("theirs\n", to: harness.file(Self.composed))
+        }
+        try await set(Self.decomposed + "/a.txt", "a\n", in: store, look: look)
+
+        // Another program's file where the new document needs a directory: its saves
+        // could never be written.
+        do {
+            try await set(Self.composed + "/x.txt", "x\n", in: store, look: look)
+            Issue.record("a document below a file was taken")
+            await #expect(throws: (any Error).self, "its save fails") {
+                try await store.save(Self.composed + "/x.txt", wait: true)
+            }
+        } catch {
+            #expect("\(error)".contains("'\(Self.composed)' is not a directory"), "\(error)")
+        }
+
+        // A document named as the directory of open documents in another normalization.
+        try await set("more/" + Self.decomposed + "/a.txt", "a\n", in: store, look: look)
+        try await store.create("more/" + Self.composed)
+        try await store.saveAll(wait: true)
+        #expect(try Disk.names(in: harness.file("more")).count == 2, "a file and a directory")
+        #expect(try Disk.status(harness.file("more/" + Self.composed)).kind == .regular)
         await store.stopWatching()
     }
 }
