@@ -456,7 +456,9 @@ extension DocumentStore {
                 }
                 // The directories above the document's own (which the writer synced) are
                 // durable before the save counts as done, once per directory.
-                if let directory = Self.directory(of: path), !durableDirectories.withLock({ $0.contains(directory) }) {
+                if let directory = Self.directory(of: path),
+                    !durableDirectories.withLock({ $0.contains(PathKey(directory)) })
+                {
                     do throws(DocumentError) {
                         try Self.syncDirectories(above: directory, beneath: root, known: durableDirectories)
                     } catch {
@@ -556,9 +558,9 @@ extension DocumentStore {
     /// and the acknowledged file with it. Each directory is done once (`known`), until the
     /// watcher reports a directory removed or renamed.
     nonisolated static func syncDirectories(
-        above directory: String, beneath root: String, known: Lock<Set<String>>
+        above directory: String, beneath root: String, known: Lock<Set<PathKey>>
     ) throws(DocumentError) {
-        var done: [String] = []
+        var done: [PathKey] = []
         // The directory being opened or synced, for the error to name.
         var at = root
         do throws(Errno) {
@@ -568,7 +570,7 @@ extension DocumentStore {
             for name in PathName.components(directory) {
                 try current.sync()
                 prefix = prefix.isEmpty ? name : prefix + "/" + name
-                done.append(prefix)
+                done.append(PathKey(prefix))
                 at = root + "/" + prefix
                 let next: FileDescriptor
                 do throws(Errno) {

@@ -287,7 +287,7 @@ extension DocumentStore {
         durableDirectories.withLock { known in
             guard !known.isEmpty else { return }
             guard let path else { return known.removeAll() }
-            known = known.filter { !PathName.isWithin($0, path) }
+            known = known.filter { !PathName.isWithin($0.path, path) }
         }
     }
 

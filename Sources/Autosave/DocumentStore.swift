@@ -214,7 +214,7 @@ public actor DocumentStore {
     /// Directories (relative to the root) whose entry, and every entry above it, a save
     /// has made durable (``syncDirectories(above:beneath:known:)``); emptied when the
     /// watcher reports a directory removed or renamed. Shared with the save threads.
-    nonisolated let durableDirectories = Lock<Set<String>>([])
+    nonisolated let durableDirectories = Lock<Set<PathKey>>([])
     var subscribers: [UUID: AsyncStream<StoreEvent>.Continuation] = [:]
     /// Called with every event, on the store's thread (see ``observe(_:)``).
     var observers: [@Sendable (StoreEvent) -> Void] = []

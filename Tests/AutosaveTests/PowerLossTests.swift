@@ -550,6 +550,31 @@ struct PowerLossTests {
         #expect((try? Disk.bytes(rig.backing + "/d/x.txt")) == Data("acknowledged\n".utf8))
     }
 
+    @Test(
+        "A directory another program made and never synced, named like one the daemon synced but in the other Unicode normalization (de\u{301} beside d\u{E9}): a document saved in it with wait, then a cut: the directory and the acknowledged file are there"
+    )
+    func unsyncedDirectoryInAnotherNormalization() async throws {
+        let rig = try PowerLossRig()
+        let mount = try PowerLossMount(backing: rig.backing, at: rig.mountPoint)
+        var replies: [JSONValue] = []
+        if let daemon = try await rig.startDaemon() {
+            let client = try PowerLossRig.client(rig.socket)
+            // The daemon makes d\u{E9} for its document and syncs the root above it.
+            _ = try client.call(["cmd": "set", "doc": "d\u{E9}/x.txt", "text": "composed\n"])
+            replies.append(try client.call(["cmd": "save", "doc": "d\u{E9}/x.txt", "wait": true]))
+            // Another directory on Linux, equal to the first as a Swift String: made and not synced.
+            #expect(mkdir(rig.mountPoint + "/de\u{301}", 0o755) == 0)
+            _ = try client.call(["cmd": "set", "doc": "de\u{301}/y.txt", "text": "decomposed\n"])
+            replies.append(try client.call(["cmd": "save", "doc": "de\u{301}/y.txt", "wait": true]))
+            daemon.signal(SIGKILL)
+            _ = PowerLossRig.waitForExit(daemon)
+        }
+        try mount.unmount()
+        #expect(replies.count == 2 && replies.allSatisfy { $0["ok"] == true }, "\(replies)")
+        #expect((try? Disk.bytes(rig.backing + "/d\u{E9}/x.txt")) == Data("composed\n".utf8))
+        #expect((try? Disk.bytes(rig.backing + "/de\u{301}/y.txt")) == Data("decomposed\n".utf8))
+    }
+
     @Test("Start-up recovery cut by a power loss of its own, then a clean start", arguments: [1, 2, 3])
     func recoveryCut(count: Int) async throws {
         // Cuts inside package saves leave temporary files and trees for the restart to
