@@ -153,7 +153,8 @@ public enum Daemon {
             print(configuration.rendered, terminator: "")
             // The ignore files under the root, as the daemon would read them now.
             var rules = IgnoreRules(configuration: configuration)
-            rules.readFiles(root: configuration.root)
+            let registry = DocumentTypeRegistry(packageExtensions: configuration.packageExtensions)
+            rules.readFiles(root: configuration.root, descendingInto: { !registry.isPackage($0) })
             for directory in rules.files.keys.sorted() {
                 print("# \(directory.isEmpty ? "" : directory + "/")\(configuration.ignoreFile) (gitignore syntax):")
                 for pattern in rules.files[directory]! { print("#   \(pattern.text)  (\(pattern.source))") }

@@ -303,13 +303,18 @@ extension DocumentStore {
                 checkExternalChange(document)
             }
         }
+        // The ignore files are read again (on the way, when new files are opened): an
+        // ignore file changed among the lost reports closes what it now ignores, and has
+        // the watcher follow the rules.
+        let before = ignore.current.files
         if configuration.openNewFiles {
-            // The ignore files are read again on the way: an ignore file changed among the
-            // lost reports closes what it now ignores, and has the watcher follow the rules.
-            let before = ignore.current.files
             openAll()
-            if ignore.current.files != before { ignoreRulesChanged() }
+        } else {
+            var rules = ignore.current
+            rules.readFiles(root: root, descendingInto: { !registry.isPackage($0) })
+            if rules.files != before { ignore.replace(rules) }
         }
+        if ignore.current.files != before { ignoreRulesChanged() }
         releaseSyncWaiters()
     }
 

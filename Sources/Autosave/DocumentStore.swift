@@ -395,7 +395,7 @@ public actor DocumentStore {
             || old.ignoreFile != applied.ignoreFile
         {
             var rules = IgnoreRules(configuration: applied)
-            rules.readFiles(root: root)
+            rules.readFiles(root: root, descendingInto: { !registry.isPackage($0) })
             ignore.replace(rules)
             ignoreRulesChanged()
         }
@@ -450,31 +450,37 @@ public actor DocumentStore {
 
     /// ``openAll()``, reading the ignore files under the root afresh unless told not to:
     /// each directory's as the scan enters it, so that it applies to what the scan finds
-    /// there and below (the tree is walked once).
+    /// there and below (the tree is walked once). The rules of a directory not entered yet
+    /// stay in force meanwhile (the watcher, on its own thread, never sees a moment
+    /// without them); those of directories the scan did not enter are dropped after it.
     @discardableResult
     func openAll(readingIgnoreFiles: Bool) -> [String] {
         var problems: [String] = []
-        if readingIgnoreFiles {
+        var visited: Set<String>? = readingIgnoreFiles ? [] : nil
+        scan(relative: "", problems: &problems, visited: &visited)
+        if let visited, !ignore.current.files.keys.allSatisfy(visited.contains) {
             var rules = ignore.current
-            rules.forgetFiles()
+            rules.forgetFiles(except: visited)
             ignore.replace(rules)
         }
-        scan(relative: "", problems: &problems, readingIgnoreFiles: readingIgnoreFiles)
         return problems
     }
 
     /// Opens the documents under the directory `relative`.
     func scan(directory relative: String) {
         var problems: [String] = []
-        scan(relative: relative, problems: &problems)
+        var visited: Set<String>? = nil
+        scan(relative: relative, problems: &problems, visited: &visited)
         for problem in problems { log.debug("not opened: \(problem)") }
     }
 
-    private func scan(relative: String, problems: inout [String], readingIgnoreFiles: Bool = false) {
-        if readingIgnoreFiles {
+    /// With `visited`, the ignore file of each directory entered is read as the scan
+    /// enters it, and the directory added to `visited`.
+    private func scan(relative: String, problems: inout [String], visited: inout Set<String>?) {
+        if visited != nil {
+            visited!.insert(relative)
             var rules = ignore.current
-            rules.setFile(relative, rules.readFile(in: relative, root: root))
-            ignore.replace(rules)
+            if rules.setFile(relative, rules.readFile(in: relative, root: root)) { ignore.replace(rules) }
         }
         let directoryPath = relative.isEmpty ? root : root + "/" + relative
         let entries: [DirectoryEntry]
@@ -503,7 +509,7 @@ public actor DocumentStore {
                 if registry.isPackage(entry.name) {
                     do { try load(path) } catch { problems.append("\(path): \(error)") }
                 } else {
-                    scan(relative: path, problems: &problems, readingIgnoreFiles: readingIgnoreFiles)
+                    scan(relative: path, problems: &problems, visited: &visited)
                 }
             case .regular:
                 do { try load(path) } catch { problems.append("\(path): \(error)") }

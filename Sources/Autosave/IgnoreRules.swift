@@ -480,11 +480,20 @@ public struct IgnoreRules: Sendable, Equatable {
     }
 
     /// Reads every ignore file under `root`, in the root and in each directory below it
-    /// that is not itself ignored (links are not followed); files no longer there are
-    /// forgotten. (At start-up and on a rescan the store reads them during its own scan.)
-    public mutating func readFiles(root: String) {
+    /// that is not itself ignored and whose name `descend` accepts (links are not
+    /// followed; a package document's directory holds members, not rules: pass
+    /// `{ !registry.isPackage($0) }`); files no longer there are forgotten. (At start-up
+    /// and on a rescan that opens new files the store reads them during its own scan.)
+    public mutating func readFiles(root: String, descendingInto descend: (String) -> Bool) {
         forgetFiles()
-        readFiles(under: "", root: root)
+        readFiles(under: "", root: root, descendingInto: descend)
+    }
+
+    /// Forgets the ignore files of every directory but those in `kept` (after a scan that
+    /// read the ignore file of each directory it entered: the others are gone, ignored, or
+    /// a package's).
+    public mutating func forgetFiles(except kept: Set<String>) {
+        for directory in files.keys where !kept.contains(directory) { setFile(directory, []) }
     }
 
     /// Reads the ignore files in the root-relative `top` and in each directory below it

@@ -491,6 +491,52 @@ struct IgnoreTests {
         await harness.store.stopWatching()
     }
 
+    @Test(
+        "With OpenNewFiles=no, an ignore file written among changes whose reports were lost: the rescan reads it too, and closes what it ignores",
+        .enabled(if: Machine.isRoot, "writing /proc/sys/fs/inotify needs root"))
+    func ignoreFileLostInAnOverflowNotOpeningNewFiles() async throws {
+        let harness = try await StoreHarness.withOneReportQueue {
+            let made = try await self.harness { $0.openNewFiles = false }
+            for i in 0..<50 { try write("v0\n", to: made.file("d\(i).txt")) }
+            try write("log\n", to: made.file("x.log"))
+            await made.store.openAll()
+            try await made.store.startWatching()
+            return made
+        }
+        #expect(await harness.store.list().map(\.path).contains("x.log"))
+        try sh(
+            "for r in 1 2 3 4 5; do for i in $(seq 0 49); do echo v$r > d$i.txt; done; done; printf '*.log\\n' > .autosavedignore",
+            in: harness.root)
+        await harness.store.sync()
+        #expect(await harness.store.watchCounters.overflows >= 1, "the burst overflowed the one-report queue")
+        #expect(await harness.store.ignoreSummary.files == [""])
+        #expect(!(await harness.store.list().map(\.path).contains("x.log")), "the document it ignores is closed")
+        await harness.store.stopWatching()
+    }
+
+    @Test(
+        "A file named like an ignore file inside a package is a member, at a reload and in --check-config as at start-up: no rules from it"
+    )
+    func ignoreFileNameInsideAPackageAtReload() async throws {
+        let harness = try await harness()
+        try write("sub/\n", to: harness.file("p.package/.autosavedignore"))
+        try write("s\n", to: harness.file("p.package/sub/s.txt"))
+        try write("a\n", to: harness.file("a.txt"))
+        await harness.store.openAll()
+        #expect(await harness.store.ignoreSummary.files == [])
+        var configuration = await harness.store.configuration
+        configuration.ignore = ["*.bak"]
+        await harness.store.reconfigure(configuration)
+        #expect(await harness.store.ignoreSummary.files == [], "the package's member is no ignore file")
+        #expect(await harness.store.list().map(\.path) == ["a.txt", "p.package"])
+
+        try Disk.write("[Store]\nRoot=\(harness.root)\n", to: harness.directory.sub("check.conf"))
+        let check = try Machine.run(
+            Machine.product("autosaved"), ["--check-config", "--config", harness.directory.sub("check.conf")])
+        #expect(check.status == 0, "\(check.stderr)")
+        #expect(!check.stdout.contains("p.package/.autosavedignore"), "\(check.stdout)")
+    }
+
     @Test("Ignore files found at start-up apply below their own directory, a deeper one over a shallower one")
     func nestedAtStart() async throws {
         let harness = try await harness()
