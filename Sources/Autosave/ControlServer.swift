@@ -77,12 +77,36 @@ public final class ControlServer: Sendable {
             boundPath = nil
             boundInode = nil
             log.notice("listening on the socket passed by systemd (fd \(inherited.rawValue))")
+            Self.warnAboutSettingsNotApplied(to: inherited, configuration: configuration, log: log)
         } else {
             let socket = try Self.bindSocket(at: configuration.socketPath, mode: configuration.socketMode)
             listener = socket.rawValue
             boundPath = configuration.socketPath
             boundInode = try? FileDescriptor.currentWorkingDirectory.status(of: configuration.socketPath).inode
             log.notice("listening on \(configuration.socketPath)", ["socket": configuration.socketPath])
+        }
+    }
+
+    /// `Socket=` and `SocketMode=` do not apply to a socket systemd made (its socket unit's
+    /// `ListenStream=` and `SocketMode=` do): said when they differ from what it made, so
+    /// an operator who tightened the mode in the configuration learns it has no effect.
+    private static func warnAboutSettingsNotApplied(
+        to socket: FileDescriptor, configuration: Configuration, log: Logger
+    ) {
+        guard let path = try? socket.boundPath() else { return }
+        if path != configuration.socketPath {
+            log.warning(
+                "[Control] Socket=\(configuration.socketPath) is not used: systemd passed the socket at \(path) (the socket unit's ListenStream= decides where it is)"
+            )
+        }
+        if let status = try? FileDescriptor.currentWorkingDirectory.status(of: path),
+            status.permissions.rawValue & 0o777 != configuration.socketMode.rawValue & 0o777
+        {
+            let actual = String(status.permissions.rawValue & 0o777, radix: 8)
+            let configured = String(configuration.socketMode.rawValue & 0o777, radix: 8)
+            log.warning(
+                "[Control] SocketMode=0\(configured) is not applied: the socket systemd passed has mode 0\(actual) (set SocketMode= in the socket unit)"
+            )
         }
     }
 

@@ -124,6 +124,26 @@ int clinux_unix_connect(int socket, const char *path) {
     return connect(socket, (struct sockaddr *)&address, length);
 }
 
+int clinux_unix_bound_path(int socket, char *buffer, int capacity) {
+    struct sockaddr_un address;
+    socklen_t length = sizeof(address);
+    memset(&address, 0, sizeof(address));
+    if (getsockname(socket, (struct sockaddr *)&address, &length) != 0) return -1;
+    if (address.sun_family != AF_UNIX || length <= offsetof(struct sockaddr_un, sun_path) ||
+        address.sun_path[0] == 0) {
+        errno = EAFNOSUPPORT;
+        return -1;
+    }
+    size_t n = strnlen(address.sun_path, length - offsetof(struct sockaddr_un, sun_path));
+    if ((int)n >= capacity) {
+        errno = ENAMETOOLONG;
+        return -1;
+    }
+    memcpy(buffer, address.sun_path, n);
+    buffer[n] = 0;
+    return (int)n;
+}
+
 int clinux_accept(int socket) { return accept4(socket, NULL, NULL, SOCK_CLOEXEC | SOCK_NONBLOCK); }
 
 int clinux_unix_socket(int nonblocking) {

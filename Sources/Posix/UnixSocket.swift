@@ -33,6 +33,17 @@ extension FileDescriptor {
         try withCPath(path) { p in nothingOrErrno { system_unix_bind(rawValue, p) } }.get()
     }
 
+    /// The path the socket is bound to; `EAFNOSUPPORT` for an unnamed or abstract one.
+    ///
+    /// The corresponding C function is `getsockname`.
+    public func boundPath() throws(Errno) -> String {
+        var buffer = [CChar](repeating: 0, count: 256)
+        let count = try buffer.withUnsafeMutableBufferPointer { bytes in
+            valueOrErrno { system_unix_bound_path(rawValue, bytes.baseAddress!, CInt(bytes.count)) }
+        }.get()
+        return String(decoding: buffer.prefix(Int(count)).map { UInt8(bitPattern: $0) }, as: UTF8.self)
+    }
+
     /// Connects the socket to the listening socket at `path`.
     ///
     /// The corresponding C function is `connect`.

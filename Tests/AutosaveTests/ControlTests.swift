@@ -1175,11 +1175,20 @@ struct SocketSetupTests {
             "/usr/bin/systemd-socket-activate",
             ["-l", socket, "--fdname=control", Machine.product("autosaved"), "--config", config])
         await activator.waitForLine(containing: "Listening on")
+        // A mode other than the configuration's SocketMode= (0600 by default).
+        #expect(chmod(socket, 0o666) == 0)
         // The daemon starts on the first connection, on the socket systemd made.
         let client = try ControlClient(socketPath: socket)
         #expect(try client.call(["cmd": "status"])["ok"]?.boolValue == true)
         await activator.waitForLine(containing: "listening on the socket passed by systemd")
         #expect(!FileManager.default.fileExists(atPath: directory.sub("unused.sock")))
+        // The settings that do not apply to a passed socket are named, with where it is and its mode.
+        let output = activator.output.joined(separator: "\n")
+        #expect(
+            output.contains(
+                "Socket=\(directory.sub("unused.sock")) is not used: systemd passed the socket at \(socket)"),
+            "\(output)")
+        #expect(output.contains("SocketMode=0600 is not applied: the socket systemd passed has mode 0666"), "\(output)")
         activator.signal(SIGTERM)
         _ = await activator.exitStatus()
     }

@@ -94,6 +94,9 @@ int clinux_peer_groups_get(int socket, uint32_t *groups, int capacity);
 /// ENAMETOOLONG when it does not fit.
 int clinux_unix_bind(int socket, const char *path);
 int clinux_unix_connect(int socket, const char *path);
+/// The path a Unix socket is bound to (getsockname), NUL-terminated in `buffer`: its
+/// length, or -1 with errno (EAFNOSUPPORT for an unnamed or abstract socket).
+int clinux_unix_bound_path(int socket, char *buffer, int capacity);
 int clinux_accept(int socket);
 int clinux_unix_socket(int nonblocking);
 

@@ -131,6 +131,9 @@ internal func system_unix_socket(nonblocking: Bool) -> CInt { clinux_unix_socket
 internal func system_unix_datagram_socket() -> CInt { clinux_unix_datagram_socket() }
 internal func system_monotonic_usec() -> UInt64 { clinux_monotonic_usec() }
 internal func system_unix_bind(_ fd: CInt, _ path: UnsafePointer<CChar>) -> CInt { clinux_unix_bind(fd, path) }
+internal func system_unix_bound_path(_ fd: CInt, _ buffer: UnsafeMutablePointer<CChar>, _ capacity: CInt) -> CInt {
+    clinux_unix_bound_path(fd, buffer, capacity)
+}
 internal func system_unix_connect(_ fd: CInt, _ path: UnsafePointer<CChar>) -> CInt { clinux_unix_connect(fd, path) }
 internal func system_listen(_ fd: CInt, _ backlog: CInt) -> CInt { Glibc.listen(fd, backlog) }
 internal func system_accept(_ fd: CInt) -> CInt { clinux_accept(fd) }
