@@ -293,6 +293,10 @@ extension DocumentStore {
 
     /// Compares every open document with the disk and opens what is new.
     func rescan() {
+        // A root gone (moved away, replaced, unmounted) is no reason to remove its
+        // documents one by one: the watcher reports it, and they stay in memory until it
+        // is back (a reload that restarts the watcher, an overflow, meet it here first).
+        if let watcher, watcher.rootMissingSince != nil || watcher.rootIsGoneOrReplaced() { return }
         forgetDurableDirectories()
         for document in entries.keys {
             if (try? FileDescriptor.currentWorkingDirectory.status(of: root + "/" + document)) == nil {

@@ -447,7 +447,7 @@ final class FileWatcher: @unchecked Sendable {
     /// nothing holds the directory any more — an open descriptor (the control server's,
     /// for its path checks) or a shell's working directory defers it until then — so each
     /// poll looks.
-    private func rootIsGoneOrReplaced() -> Bool {
+    func rootIsGoneOrReplaced() -> Bool {
         guard let identity = state.withLock({ $0.rootIdentity }) else { return false }
         guard let status = try? FileDescriptor.currentWorkingDirectory.status(of: root, followSymlinks: true),
             status.kind == .directory

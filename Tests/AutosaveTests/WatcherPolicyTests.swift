@@ -559,6 +559,34 @@ struct WatcherPolicyTests {
         await harness.store.sync()
         #expect(await text(harness, "c.txt") == "c2\n")
     }
+
+    @Test(
+        "A reload that restarts the watcher while the root is gone: the documents stay in memory, unsaved edits included (WhenRemoved=close), and are saved into it once it is back"
+    )
+    func reloadWhileTheRootIsGone() async throws {
+        let harness = try await base.harness {
+            $0.pollInterval = .milliseconds(200)
+            $0.whenRemoved = .close
+        }
+        try Disk.write("a\n", to: harness.file("a.txt"))
+        try Disk.write("c\n", to: harness.file("c.txt"))
+        try await harness.store.open("a.txt")
+        try await harness.store.open("c.txt")
+        try await harness.store.apply(.append("unsaved\n"), to: "a.txt")
+        try FileManager.default.moveItem(atPath: harness.root, toPath: harness.root + ".gone")
+        await waitUntil("the store reports the root gone") {
+            harness.lines.all.contains { $0.message.contains("is gone (removed or moved away)") }
+        }
+        var configuration = await harness.store.configuration
+        configuration.pollInterval = .milliseconds(300)
+        await harness.store.reconfigure(configuration)
+        #expect(await harness.store.list().map(\.path) == ["a.txt", "c.txt"], "nothing closed")
+        #expect(await text(harness, "a.txt") == "a\nunsaved\n")
+        try FileManager.default.moveItem(atPath: harness.root + ".gone", toPath: harness.root)
+        await waitUntil("the store sees the root back") { await harness.store.status().rootGoneSince == nil }
+        try await harness.store.save("a.txt", wait: true)
+        #expect(try harness.text(onDisk: "a.txt") == "a\nunsaved\n")
+    }
 }
 
 extension DocumentStore {
