@@ -591,7 +591,8 @@ final class ControlSession: Sendable {
     }
 
     private func subscribe(id: LineBytes?, docs: Checked<[String]?>, events: Checked<[String]?>) throws {
-        let documents = try docs.get().map(Set.init)
+        // By the names' bytes, as the store tells documents apart (``PathKey``).
+        let documents = try docs.get().map { Set($0.map { PathKey($0) }) }
         let kinds =
             try events.get().map(Set.init) ?? [
                 "saved", "save-failed", "changed-on-disk", "conflict", "recreated", "renamed",
@@ -622,27 +623,28 @@ final class ControlSession: Sendable {
             writer.key("events")
             Self.write(kinds.sorted(), into: &writer)
             writer.key("docs")
-            if let documents { Self.write(documents.sorted(), into: &writer) } else { writer.null() }
+            if let documents { Self.write(documents.map(\.path).sorted(), into: &writer) } else { writer.null() }
         }
     }
 
     /// Whether a subscription to `kinds` of events about `documents` (all, when `nil`) sends `event`.
-    static func isWanted(_ event: StoreEvent, kinds: Set<String>, documents: Set<String>?) -> Bool {
+    static func isWanted(_ event: StoreEvent, kinds: Set<String>, documents: Set<PathKey>?) -> Bool {
         switch event {
         case .saved(let document, _, _):
-            kinds.contains("saved") && documents?.contains(document) ?? true
+            kinds.contains("saved") && documents?.contains(PathKey(document)) ?? true
         case .saveFailed(let failure):
-            kinds.contains("save-failed") && documents?.contains(failure.document) ?? true
+            kinds.contains("save-failed") && documents?.contains(PathKey(failure.document)) ?? true
         case .changedOnDisk(let document):
-            kinds.contains("changed-on-disk") && documents?.contains(document) ?? true
+            kinds.contains("changed-on-disk") && documents?.contains(PathKey(document)) ?? true
         case .conflict(let document, _, _):
-            kinds.contains("conflict") && documents?.contains(document) ?? true
+            kinds.contains("conflict") && documents?.contains(PathKey(document)) ?? true
         case .renamed(let document, let target):
-            kinds.contains("renamed") && documents.map { $0.contains(document) || $0.contains(target) } ?? true
+            kinds.contains("renamed")
+                && documents.map { $0.contains(PathKey(document)) || $0.contains(PathKey(target)) } ?? true
         case .recreated(let document):
-            kinds.contains("recreated") && documents?.contains(document) ?? true
+            kinds.contains("recreated") && documents?.contains(PathKey(document)) ?? true
         case .closed(let document):
-            kinds.contains("closed") && documents?.contains(document) ?? true
+            kinds.contains("closed") && documents?.contains(PathKey(document)) ?? true
         default:
             false
         }

@@ -979,7 +979,7 @@ extension DocumentStore {
             guard let path = journalOwners[owner], let index = entries.index(forKey: path) else { continue }
             let (dirty, saving, covered) = entries[index].compactionState
             guard dirty else { continue }
-            journalCompactionDocuments.insert(path)
+            journalCompactionDocuments.insert(PathKey(path))
             // Saving already, or already due for a save that covers every edit: it comes anyway.
             if saving || covered { continue }
             entries[index].forcedToken = entries[index].changeCount

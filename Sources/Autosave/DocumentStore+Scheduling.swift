@@ -301,7 +301,7 @@ extension DocumentStore {
             // A conflict waiting for another program to finish writing the file: nothing is
             // saved over it meanwhile (a package's members are written in place, and the
             // look would then find them as saved); the look schedules the save.
-            let settling = !settlingConflicts.isEmpty && settlingConflicts[path]?.lookPending == true
+            let settling = !settlingConflicts.isEmpty && settlingConflicts[PathKey(path)]?.lookPending == true
             // One access to the entry, in place.
             let (due, requeue) = modifyEntry(at: index) { entry -> (Bool, Moment?) in
                 // A stale entry: the document was queued again for an earlier time.
@@ -658,8 +658,8 @@ extension DocumentStore {
             // What was reported meanwhile is not for a document opened there later (unless
             // that one's own save is in flight: its end looks).
             if entries[path]?.savingToken == nil {
-                pendingChecks.remove(path)
-                pendingMemberChecks.removeValue(forKey: path)
+                pendingChecks.remove(PathKey(path))
+                pendingMemberChecks.removeValue(forKey: PathKey(path))
             }
             // Its record, of a file put in place (or not) for a document no longer open:
             // left, the next start would find it naming a file no record leads to.
@@ -713,10 +713,10 @@ extension DocumentStore {
             // Kept for the rename's event still to come; one that came during the save
             // (a save thread's: its directory's fsync outlasts the watcher) is checked
             // against the disk below, and nothing is kept for it.
-            if let temporary = report.temporaryName, !pendingChecks.contains(path) {
-                ownRenames[path] = temporary
+            if let temporary = report.temporaryName, !pendingChecks.contains(PathKey(path)) {
+                ownRenames[PathKey(path)] = temporary
             } else if !ownRenames.isEmpty {
-                ownRenames.removeValue(forKey: path)
+                ownRenames.removeValue(forKey: PathKey(path))
             }
             let log = log
             logsAfterReplies.append {
@@ -734,9 +734,9 @@ extension DocumentStore {
             log.info(
                 "the save of \(path) found the file changed by another program and replaced nothing: \(error)",
                 ["document": path, "message_id": MessageID.externalChange])
-            if !heldRenames.isEmpty, heldRenames[path] != nil {
+            if !heldRenames.isEmpty, heldRenames[PathKey(path)] != nil {
                 // Renamed meanwhile (their rename came before the save's): looked at where it went.
-                pendingChecks.insert(path)
+                pendingChecks.insert(PathKey(path))
             } else {
                 changeFoundBySave(path)
             }
@@ -759,16 +759,16 @@ extension DocumentStore {
         }
         // Saves made for the journal's MaxSize=: another round once this one's are done,
         // until it is under the limit.
-        let compacted = journalCompacting && journalCompactionDocuments.remove(path) != nil
+        let compacted = journalCompacting && journalCompactionDocuments.remove(PathKey(path)) != nil
         defer {
             if compacted, journalCompactionDocuments.isEmpty, let journal { compactIfNeeded(journal) }
         }
         // Another program renamed the file while the save was written: the document follows it now.
         var path = path
-        if !heldRenames.isEmpty, let destination = heldRenames.removeValue(forKey: path) {
+        if !heldRenames.isEmpty, let destination = heldRenames.removeValue(forKey: PathKey(path)) {
             guard let followed = followHeldRename(path, to: destination) else {
-                pendingChecks.remove(path)
-                pendingMemberChecks.removeValue(forKey: path)
+                pendingChecks.remove(PathKey(path))
+                pendingMemberChecks.removeValue(forKey: PathKey(path))
                 return
             }
             path = followed
@@ -776,14 +776,14 @@ extension DocumentStore {
         // A conflict waiting for the other program's write to settle is resolved by its
         // look; saving again meanwhile would only find the file changed again.
         if let index = entries.index(forKey: path), modifyEntry(at: index, { $0.isDirty }),
-            settlingConflicts[path]?.lookPending != true
+            settlingConflicts[PathKey(path)]?.lookPending != true
         {
             schedule(path)
         }
-        if pendingChecks.remove(path) != nil {
+        if pendingChecks.remove(PathKey(path)) != nil {
             checkExternalChange(path)
-            for member in pendingMemberChecks.removeValue(forKey: path) ?? [] {
-                checkExternalChange(path, member: member)
+            for member in pendingMemberChecks.removeValue(forKey: PathKey(path)) ?? [] {
+                checkExternalChange(path, member: member.path)
             }
         }
     }

@@ -32,15 +32,16 @@ extension DocumentStore {
     /// conflict has not waited ``conflictSettleLimit`` yet. A look is then scheduled for
     /// when that change is ``conflictSettle`` old; `resolves` says what it does.
     func conflictWaitsToSettle(_ document: String, isPackage: Bool, resolves: Bool, member: String? = nil) -> Bool {
+        let key = PathKey(document)
         // A look is due already: the file is looked at then, not at every report of a
         // write in progress (a package would be walked each time).
-        if let settling = settlingConflicts[document], settling.lookPending {
-            settlingConflicts[document]!.resolves = settling.resolves || resolves
-            settlingConflicts[document]!.member = member ?? settling.member
+        if let settling = settlingConflicts[key], settling.lookPending {
+            settlingConflicts[key]!.resolves = settling.resolves || resolves
+            settlingConflicts[key]!.member = member ?? settling.member
             return true
         }
         guard let newest = Self.newestChange(root + "/" + document, isPackage: isPackage) else {
-            settlingConflicts[document] = nil
+            settlingConflicts[key] = nil
             return false
         }
         var now = timespec()
@@ -48,12 +49,12 @@ extension DocumentStore {
         let age: Duration =
             .seconds(Int64(now.tv_sec) - Int64(newest.seconds))
             + .nanoseconds(Int64(now.tv_nsec) - Int64(newest.nanoseconds))
-        let since = settlingConflicts[document]?.since ?? .now
+        let since = settlingConflicts[key]?.since ?? .now
         guard age < Self.conflictSettle, Moment.now - since < Self.conflictSettleLimit else {
-            settlingConflicts[document] = nil
+            settlingConflicts[key] = nil
             return false
         }
-        settlingConflicts[document] = SettlingConflict(
+        settlingConflicts[key] = SettlingConflict(
             since: since, lookPending: true, resolves: resolves, member: member)
         // A change time ahead of the clock (another host's, on a shared file system)
         // waits one whole period.
@@ -66,8 +67,9 @@ extension DocumentStore {
     }
 
     private func lookAfterSettling(_ document: String) {
-        guard let settling = settlingConflicts[document] else { return }
-        settlingConflicts[document]!.lookPending = false
+        let key = PathKey(document)
+        guard let settling = settlingConflicts[key] else { return }
+        settlingConflicts[key]!.lookPending = false
         if let entry = entries[document] {
             if !settling.resolves {
                 checkExternalChange(document, member: settling.member)
@@ -76,13 +78,13 @@ extension DocumentStore {
             }
         }
         // Resolved, found unchanged after all, or closed meanwhile: nothing waits any more.
-        if settlingConflicts[document]?.lookPending == false { settlingConflicts[document] = nil }
+        if settlingConflicts[key]?.lookPending == false { settlingConflicts[key] = nil }
         // The saves held back while the look was due (see processDue()), and those that
         // found the file being written (changeFoundBySave(_:)), are scheduled again: a
         // look that found the file as it was, or whose conflict copy could not be written,
         // would otherwise leave the edits unsaved and their `save --wait` unanswered.
         // (`schedule` leaves a clean or closed document alone.)
-        if settlingConflicts[document] == nil { schedule(document) }
+        if settlingConflicts[key] == nil { schedule(document) }
         if !settleWaiters.isEmpty, !settlingConflicts.values.contains(where: \.lookPending) {
             let waiters = settleWaiters
             settleWaiters = []

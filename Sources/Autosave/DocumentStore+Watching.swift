@@ -52,16 +52,16 @@ extension DocumentStore {
     /// the walk could not list the root: the watcher reports it gone instead.
     func catchUp(with found: [(path: String, stamp: FileWatcher.Stamp)]) {
         var batch: [WatchEvent] = []
-        var present = Set<String>()
-        var reported = Set<String>()
+        var present = Set<PathKey>()
+        var reported = Set<PathKey>()
         for (path, stamp) in found {
             let document = documentPath(for: path)
             guard let entry = entries[document] else {
                 // One report for a package not open, whatever its members.
-                if reported.insert(document).inserted { batch.append(.changed(path)) }
+                if reported.insert(PathKey(document)).inserted { batch.append(.changed(path)) }
                 continue
             }
-            present.insert(document)
+            present.insert(PathKey(document))
             guard document == path, !entry.isPackage else { continue }
             if let recorded = entry.fingerprint, !recorded.isDirectory, recorded.inode == stamp.inode,
                 recorded.size == stamp.size, recorded.modified == stamp.modified, recorded.changed == stamp.changed
@@ -70,7 +70,7 @@ extension DocumentStore {
             }
             batch.append(.changed(path))
         }
-        for document in entries.keys where !present.contains(document) {
+        for document in entries.keys where !present.contains(PathKey(document)) {
             if entries[document]?.fingerprint != nil { batch.append(.removed(document)) }
         }
         if !batch.isEmpty { handle(batch) }
@@ -123,12 +123,12 @@ extension DocumentStore {
         watcher.pollNow()
         let name = Self.syncCookiePrefix + CurrentProcess.randomAlphanumerics(12)
         await withCheckedContinuation { (continuation: CheckedContinuation<Void, Never>) in
-            syncWaiters[name] = continuation
+            syncWaiters[PathKey(name)] = continuation
             do {
                 let fd = try FileDescriptor.open(root + "/" + name, .writeOnly, options: [.create, .exclusiveCreate])
                 try? fd.close()
             } catch {
-                syncWaiters.removeValue(forKey: name)?.resume()
+                syncWaiters.removeValue(forKey: PathKey(name))?.resume()
                 return
             }
             // A root without a watch: the poll sees the cookie.
@@ -169,13 +169,13 @@ extension DocumentStore {
                 if !knownDirectories.isEmpty, !isStoreOwn(path) { noteInTheWay(path) }
                 forgetMissingDirectories(atOrUnder: path)
                 for directory in made { learnDirectory(directory) }
-                if let waiter = syncWaiters.removeValue(forKey: path) {
+                if !syncWaiters.isEmpty, let waiter = syncWaiters.removeValue(forKey: PathKey(path)) {
                     waiter.resume()
                     continue
                 }
                 // The report of this store's own rename, its two halves read apart (a burst
                 // of saves): compared with the disk below, and no longer waited for.
-                if !ownRenames.isEmpty { ownRenames.removeValue(forKey: path) }
+                if !ownRenames.isEmpty { ownRenames.removeValue(forKey: PathKey(path)) }
                 // An open document is no temporary, no ignore file, and not ignored (a
                 // change of the rules closes the documents it ignores): a change to one,
                 // such as the rename that puts this store's own save in place, is compared
@@ -187,7 +187,7 @@ extension DocumentStore {
                         continue
                     }
                     if isIgnored(path), !isInsideOpenPackage(path) {
-                        ignoredPaths.insert(path)
+                        ignoredPaths.insert(PathKey(path))
                         continue
                     }
                 }
@@ -202,10 +202,7 @@ extension DocumentStore {
                     if !recentlyClosed.isEmpty, isClosedAsLeft(document, path: path) { continue }
                     openNew(document)
                 } else if entries[document]!.savingToken != nil {
-                    pendingChecks.insert(document)
-                    if document != path {
-                        pendingMemberChecks[document, default: []].insert(Self.member(path, of: document))
-                    }
+                    notePendingCheck(document, member: document == path ? nil : Self.member(path, of: document))
                 } else {
                     checkExternalChange(
                         document, member: document == path ? nil : Self.member(path, of: document))
@@ -221,13 +218,12 @@ extension DocumentStore {
                 // A directory removed or moved out of the root takes its ignore files' rules
                 // along: a directory made later under its name starts without them.
                 dropIgnoreFiles(atOrUnder: path)
-                if ignoredPaths.remove(path) != nil || isIgnored(path), !isInsideOpenPackage(path) { continue }
+                if ignoredPaths.remove(PathKey(path)) != nil || isIgnored(path), !isInsideOpenPackage(path) { continue }
                 let document = documentPath(for: path)
                 if document != path {
                     // A member removed by a save of this store is not seen as a change by another program.
                     if entries[document]?.savingToken != nil {
-                        pendingChecks.insert(document)
-                        pendingMemberChecks[document, default: []].insert(Self.member(path, of: document))
+                        notePendingCheck(document, member: Self.member(path, of: document))
                     } else if entries[document] != nil {
                         checkExternalChange(document, member: Self.member(path, of: document))
                     } else if !heldRenames.isEmpty, let source = heldRename(to: document) {
@@ -302,7 +298,7 @@ extension DocumentStore {
             if (try? FileDescriptor.currentWorkingDirectory.status(of: root + "/" + document)) == nil {
                 removedExternally(document)
             } else if entries[document]?.savingToken != nil {
-                pendingChecks.insert(document)
+                pendingChecks.insert(PathKey(document))
             } else {
                 checkExternalChange(document)
             }
@@ -328,7 +324,7 @@ extension DocumentStore {
         guard let entry, watcher != nil else { return }
         closeGeneration += 1
         let generation = closeGeneration
-        recentlyClosed[path] = ClosedDocument(
+        recentlyClosed[PathKey(path)] = ClosedDocument(
             fingerprint: entry.fingerprint, saved: entry.isPackage ? entry.existingFile : nil,
             isPackage: entry.isPackage, generation: generation)
         Task { [weak self] in
@@ -339,7 +335,7 @@ extension DocumentStore {
     }
 
     private func forgetClosed(_ path: String, generation: Int) {
-        if recentlyClosed[path]?.generation == generation { recentlyClosed[path] = nil }
+        if recentlyClosed[PathKey(path)]?.generation == generation { recentlyClosed[PathKey(path)] = nil }
     }
 
     /// Whether a change reported at `path` (the closed `document` or a member of it) found
@@ -347,7 +343,7 @@ extension DocumentStore {
     /// the read that opened it, still on its way. A file found otherwise is another
     /// program's, and the memo of the close is dropped.
     private func isClosedAsLeft(_ document: String, path: String) -> Bool {
-        guard let closed = recentlyClosed[document] else { return false }
+        guard let closed = recentlyClosed[PathKey(document)] else { return false }
         let full = root + "/" + document
         if let status = try? FileDescriptor.currentWorkingDirectory.status(of: full) {
             let member = document == path ? nil : Self.member(path, of: document)
@@ -357,7 +353,7 @@ extension DocumentStore {
                 : closed.fingerprint.map { Self.sameIdentity($0, status) } ?? false
             if unchanged { return true }
         }
-        recentlyClosed[document] = nil
+        recentlyClosed[PathKey(document)] = nil
         return false
     }
 
@@ -458,8 +454,8 @@ extension DocumentStore {
     /// (with its backoff) comes, until it is closed or the rules no longer ignore it. One
     /// such task a document, however often the rules change meanwhile.
     func closeIgnored(_ path: String) async {
-        guard closingIgnored.insert(path).inserted else { return }
-        defer { closingIgnored.remove(path) }
+        guard closingIgnored.insert(PathKey(path)).inserted else { return }
+        defer { closingIgnored.remove(PathKey(path)) }
         while let entry = entries[path], ignore.ignoring(path, isDirectory: entry.isPackage) != nil {
             if !entry.isDirty {
                 if entry.savingToken == nil {
@@ -531,8 +527,8 @@ extension DocumentStore {
         guard let entry = entries[document] else { return }
         // Renamed while its save runs (or onto the name of one that was): the file is
         // elsewhere, and the document follows it then.
-        if !heldRenames.isEmpty, heldRenames[document] != nil { return }
-        if !movesOntoHeld.isEmpty, movesOntoHeld.values.contains(document) { return }
+        if !heldRenames.isEmpty, heldRenames[PathKey(document)] != nil { return }
+        if !movesOntoHeld.isEmpty, movesOntoHeld.values.contains(where: { PathKey($0) == PathKey(document) }) { return }
         if (try? FileDescriptor.currentWorkingDirectory.status(of: root + "/" + document)) != nil { return }
         let unsaved = entry.isDirty || entry.savingToken != nil
         let recreate: Bool =
@@ -597,11 +593,12 @@ extension DocumentStore {
     /// all, as long as the new name means the same type; otherwise the old name counts as
     /// removed and the new one as changed.
     private func renamedExternally(from: String, to: String, isDirectory: Bool) {
-        if !ownRenames.isEmpty, let temporary = ownRenames[to], PathName.lastComponent(from) == temporary,
-            PathName.parent(from) == PathName.parent(to)
+        if !ownRenames.isEmpty, let temporary = ownRenames[PathKey(to)],
+            PathKey(PathName.lastComponent(from)) == PathKey(temporary),
+            PathKey(PathName.parent(from)) == PathKey(PathName.parent(to))
         {
             // The store's own save put its temporary in place: its fingerprint is recorded.
-            ownRenames.removeValue(forKey: to)
+            ownRenames.removeValue(forKey: PathKey(to))
             return
         }
         // An ignore file renamed into place (an editor's or `sed -i`'s save), moved away,
@@ -614,7 +611,7 @@ extension DocumentStore {
             if toIsIgnoreFile { ignoreFileChanged(in: PathName.parent(to)) } else { handle([.changed(to)]) }
             return
         }
-        let ignoredFrom = ignoredPaths.remove(from) != nil || isIgnored(from)
+        let ignoredFrom = ignoredPaths.remove(PathKey(from)) != nil || isIgnored(from)
         if ignoredFrom, isDirectory, documentPath(for: to) == to, !registry.isPackage(PathName.lastComponent(to)),
             !isIgnored(to)
         {
@@ -631,7 +628,7 @@ extension DocumentStore {
         }
         if isIgnored(to), !isInsideOpenPackage(to) {
             handle([.removed(from)])
-            ignoredPaths.insert(to)
+            ignoredPaths.insert(PathKey(to))
             return
         }
         // The file of a document being saved, renamed again (or a directory holding it).
@@ -691,12 +688,12 @@ extension DocumentStore {
         guard let entry = entries[from] else { return false }
         let name = PathName.lastComponent(to)
         let registration = registry.registration(forName: name, isDirectory: entry.isPackage)
-        if entries.index(forKey: to) != nil, !heldRenames.isEmpty, heldRenames[to] != nil, entry.savingToken == nil,
-            registration?.contentType == entry.contentType, movesOntoHeld[to] == nil
+        if entries.index(forKey: to) != nil, !heldRenames.isEmpty, heldRenames[PathKey(to)] != nil,
+            entry.savingToken == nil, registration?.contentType == entry.contentType, movesOntoHeld[PathKey(to)] == nil
         {
             // Onto the name of a document whose own file went elsewhere during its save:
             // this one takes the name once that one has followed its file.
-            movesOntoHeld[to] = from
+            movesOntoHeld[PathKey(to)] = from
             return true
         }
         guard entries[to] == nil, registration?.contentType == entry.contentType else {
@@ -708,7 +705,7 @@ extension DocumentStore {
             // fingerprint it recorded): the document follows once it is done. A document
             // already held keeps where its file went first (a directory above renamed
             // since is applied to that by ``renameHeld(from:to:)``).
-            if heldRenames[from] == nil { heldRenames[from] = to }
+            if heldRenames[PathKey(from)] == nil { heldRenames[PathKey(from)] = to }
             return true
         }
         remove(from, keepingJournal: true)
@@ -727,13 +724,13 @@ extension DocumentStore {
 
     /// The document being saved that another program renamed to `path`, if any.
     func heldRename(to path: String) -> String? {
-        heldRenames.first { $0.value == path }?.key
+        heldRenames.first { PathKey($0.value) == PathKey(path) }?.key.path
     }
 
     /// Notes a change reported at a held rename's new name, for the look that follows it.
     private func notePendingCheck(_ document: String, member: String?) {
-        pendingChecks.insert(document)
-        if let member { pendingMemberChecks[document, default: []].insert(member) }
+        pendingChecks.insert(PathKey(document))
+        if let member { pendingMemberChecks[PathKey(document), default: []].insert(PathKey(member)) }
     }
 
     /// Another program renamed `from` to `to`: the new names of held renames at or under
@@ -743,10 +740,10 @@ extension DocumentStore {
     private func renameHeld(from: String, to: String) -> Bool {
         var wasHeld = false
         for (source, destination) in heldRenames
-        where destination == from || PathName.starts(destination, with: from + "/") {
-            wasHeld = wasHeld || destination == from
+        where PathKey(destination) == PathKey(from) || PathName.starts(destination, with: from + "/") {
+            wasHeld = wasHeld || PathKey(destination) == PathKey(from)
             let moved = to + destination.dropFirst(from.count)
-            if moved == source {
+            if PathKey(moved) == source {
                 heldRenames.removeValue(forKey: source)
                 pendingChecks.insert(source)
             } else {
@@ -786,13 +783,13 @@ extension DocumentStore {
             guard move(from, to: to), entries.index(forKey: to) != nil else {
                 return entries.index(forKey: from) != nil ? from : nil
             }
-            pendingChecks.remove(from)
-            pendingChecks.insert(to)
-            if let members = pendingMemberChecks.removeValue(forKey: from) {
-                pendingMemberChecks[to, default: []].formUnion(members)
+            pendingChecks.remove(PathKey(from))
+            pendingChecks.insert(PathKey(to))
+            if let members = pendingMemberChecks.removeValue(forKey: PathKey(from)) {
+                pendingMemberChecks[PathKey(to), default: []].formUnion(members)
             }
             // Another file at the old name (written after the rename, or swapped in) is one of its own.
-            if atFrom != nil, movesOntoHeld[from] == nil { handle([.changed(from)]) }
+            if atFrom != nil, movesOntoHeld[PathKey(from)] == nil { handle([.changed(from)]) }
             return to
         case (false, false):
             // Renamed, then removed: the removal's policy.
@@ -800,12 +797,12 @@ extension DocumentStore {
             return entries.index(forKey: from) != nil ? from : nil
         case (true, false):
             // The renamed file is gone, and a file is at the old name again.
-            pendingChecks.insert(from)
+            pendingChecks.insert(PathKey(from))
             return from
         case (true, true):
             // The save put its file at the old name after the other program's rename: the
             // document keeps its name, and the renamed file is a file of its own.
-            pendingChecks.insert(from)
+            pendingChecks.insert(PathKey(from))
             handle([.changed(to)])
             return from
         }
@@ -814,7 +811,7 @@ extension DocumentStore {
     /// The held document at `name` has followed its file (or stayed): a document whose
     /// file was renamed onto `name` meanwhile moves there now, if the name is free.
     private func moveOntoFollowed(_ name: String) {
-        guard !movesOntoHeld.isEmpty, let waiting = movesOntoHeld.removeValue(forKey: name) else { return }
+        guard !movesOntoHeld.isEmpty, let waiting = movesOntoHeld.removeValue(forKey: PathKey(name)) else { return }
         if entries.index(forKey: name) == nil {
             if move(waiting, to: name) { checkExternalChange(name) }
         } else {
@@ -887,7 +884,7 @@ extension DocumentStore {
         }
         checkExternalChange(document)
         // Waiting for the other program to finish: the look that follows resolves it.
-        if settlingConflicts[document]?.lookPending == true { return }
+        if settlingConflicts[PathKey(document)]?.lookPending == true { return }
         if let after = entries[document], after.isDirty { schedule(document) }
     }
 

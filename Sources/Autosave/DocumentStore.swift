@@ -45,9 +45,9 @@ public actor DocumentStore {
     /// Which paths are not documents (shared with the watcher's thread).
     nonisolated let ignore: SharedIgnoreRules
     /// Paths the scans and the watcher met that the rules ignore (for `status`).
-    var ignoredPaths: Set<String> = []
+    var ignoredPaths: Set<PathKey> = []
     /// The documents that became ignored and are being saved before they are closed (one task each).
-    var closingIgnored: Set<String> = []
+    var closingIgnored: Set<PathKey> = []
     let clock = ContinuousClock()
     let log: Logger
 
@@ -222,39 +222,40 @@ public actor DocumentStore {
     /// Counts the watchers started and stopped: a batch of events is handled only by the watcher that read it.
     var watchGeneration = 0
     /// Documents whose file changed while their own save was being written: checked
-    /// once that save has recorded its fingerprint.
-    var pendingChecks: Set<String> = []
+    /// once that save has recorded its fingerprint. This and the other collections of
+    /// paths below are keyed by the names' bytes (``PathKey``), as ``entries`` is.
+    var pendingChecks: Set<PathKey> = []
     /// The members of packages in ``pendingChecks`` that changed (or went) meanwhile:
     /// each is compared with what the save wrote, as the watcher would have.
-    var pendingMemberChecks: [String: Set<String>] = [:]
+    var pendingMemberChecks: [PathKey: Set<PathKey>] = [:]
     /// Documents another program renamed while their save was being written, and the
     /// name their file has now: the document follows once the save is done (see
     /// ``followHeldRename(_:to:)``), whose end is for the old name. Until then the new name
     /// is not opened as a document of its own.
-    var heldRenames: [String: String] = [:]
+    var heldRenames: [PathKey: String] = [:]
     /// Open documents whose file another program renamed onto the name of a held
     /// document (its file gone elsewhere, the document still under that name until its
     /// save is done), by that name: each moves there once the held one has followed.
-    var movesOntoHeld: [String: String] = [:]
+    var movesOntoHeld: [PathKey: String] = [:]
     /// Conflicts waiting for another program to finish writing their file (see
     /// ``conflictSettle``).
-    var settlingConflicts: [String: SettlingConflict] = [:]
+    var settlingConflicts: [PathKey: SettlingConflict] = [:]
     /// ``sync()`` callers waiting for those conflicts to be resolved.
     var settleWaiters: [CheckedContinuation<Void, Never>] = []
-    var syncWaiters: [String: CheckedContinuation<Void, Never>] = [:]
+    var syncWaiters: [PathKey: CheckedContinuation<Void, Never>] = [:]
     /// Documents closed while the watcher may still hold events of their own last saves:
     /// what the store last read or wrote there, so that those events do not open them
     /// again as files created by another program. Each is forgotten once the watcher has
     /// handed over everything from before the close (a ``sync()`` barrier), or at the
     /// first event that finds the file changed since.
-    var recentlyClosed: [String: ClosedDocument] = [:]
+    var recentlyClosed: [PathKey: ClosedDocument] = [:]
     /// Numbers the closes, so that a barrier forgets only the memo of its own close.
     var closeGeneration = 0
     /// The temporary name each document's last save renamed into place, until the
     /// watcher reports that rename: the event of the store's own save, to be passed over
     /// without a look at the disk (the save recorded the file's fingerprint already). One
     /// per document at most; a later save replaces it, a close removes it.
-    var ownRenames: [String: String] = [:]
+    var ownRenames: [PathKey: String] = [:]
     /// Log entries of this pass's work, written once its replies are out (``EventLoop/afterReplies``).
     var logsAfterReplies: [() -> Void] = []
     var externalReloads = 0
@@ -304,7 +305,7 @@ public actor DocumentStore {
     /// they are applied (and saved) even where the ignore rules now match the path.
     @exclusivity(unchecked) var replayOverridesIgnore = false
     /// The documents the current round of ``compactIfNeeded(_:)`` waits for.
-    var journalCompactionDocuments: Set<String> = []
+    var journalCompactionDocuments: Set<PathKey> = []
     var unjournalledEdits = 0
     var unjournalledTypes: Set<String> = []
     var lastReplay: JournalReplaySummary?
@@ -501,7 +502,7 @@ public actor DocumentStore {
             if self.entries.index(forKey: path) != nil { continue }
             let kind = entry.kind ?? (try? FileDescriptor.currentWorkingDirectory.status(of: root + "/" + path))?.kind
             if ignore.ignoring(path, isDirectory: kind == .directory) != nil {
-                ignoredPaths.insert(path)
+                ignoredPaths.insert(PathKey(path))
                 continue
             }
             switch kind {
@@ -655,12 +656,15 @@ public actor DocumentStore {
         countDirectories(of: path, by: -1)
         // Its file may stay (a document closed): its name in its directory is not free.
         if !knownDirectories.isEmpty { noteInTheWay(path) }
-        if !ownRenames.isEmpty { ownRenames.removeValue(forKey: path) }
-        if !heldRenames.isEmpty { heldRenames.removeValue(forKey: path) }
+        let key = PathKey(path)
+        if !ownRenames.isEmpty { ownRenames.removeValue(forKey: key) }
+        if !heldRenames.isEmpty { heldRenames.removeValue(forKey: key) }
         if !movesOntoHeld.isEmpty {
-            for (name, waiting) in movesOntoHeld where waiting == path { movesOntoHeld.removeValue(forKey: name) }
+            for (name, waiting) in movesOntoHeld where PathKey(waiting) == key {
+                movesOntoHeld.removeValue(forKey: name)
+            }
         }
-        if !journalCompactionDocuments.isEmpty { journalCompactionDocuments.remove(path) }
+        if !journalCompactionDocuments.isEmpty { journalCompactionDocuments.remove(key) }
         if !keepingJournal { journalDiscard(&entry, closing: true) }
         return entry
     }

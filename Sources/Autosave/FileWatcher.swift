@@ -60,7 +60,7 @@ final class FileWatcher: @unchecked Sendable {
     private struct State {
         /// The directory each watch is on, and the watch on each directory.
         private(set) var directories: [Int32: String] = [:]
-        private(set) var watches: [String: Int32] = [:]
+        private(set) var watches: [PathKey: Int32] = [:]
         var limitReported = false
         var rootMissing = false
         /// When the root was found missing (for `status`).
@@ -77,15 +77,17 @@ final class FileWatcher: @unchecked Sendable {
 
         mutating func add(_ watch: Int32, on directory: String) {
             // A directory moved within the root keeps its watch, under its new path.
-            if let old = directories.updateValue(directory, forKey: watch), old != directory, watches[old] == watch {
-                watches.removeValue(forKey: old)
+            if let old = directories.updateValue(directory, forKey: watch), PathKey(old) != PathKey(directory),
+                watches[PathKey(old)] == watch
+            {
+                watches.removeValue(forKey: PathKey(old))
             }
-            watches[directory] = watch
+            watches[PathKey(directory)] = watch
         }
 
         mutating func remove(_ watch: Int32) {
-            if let directory = directories.removeValue(forKey: watch), watches[directory] == watch {
-                watches.removeValue(forKey: directory)
+            if let directory = directories.removeValue(forKey: watch), watches[PathKey(directory)] == watch {
+                watches.removeValue(forKey: PathKey(directory))
             }
         }
 
@@ -99,10 +101,10 @@ final class FileWatcher: @unchecked Sendable {
     private let filesFoundAtStart = Lock<[(path: String, stamp: Stamp)]?>(nil)
     /// Polled directories and their last listing. Held for a whole poll round, so rounds
     /// from the thread and from ``pollNow()`` never interleave.
-    private let polled = Lock([String: [String: Stamp]]())
+    private let polled = Lock([PathKey: [PathKey: Stamp]]())
     /// The polled directories that are polled by choice (`Mode=poll`, or a file system
     /// inotify cannot see other hosts' changes on), not for want of a watch: never watched.
-    private let pollOnly = Lock(Set<String>())
+    private let pollOnly = Lock(Set<PathKey>())
     /// Held across a watch's `inotify_add_watch` and its entry in ``state``, and across an
     /// entry's removal and its `inotify_rm_watch`: a directory watched from one thread
     /// (``pollNow()``, a new directory) while the thread gives its watch back (moved out)
@@ -205,11 +207,11 @@ final class FileWatcher: @unchecked Sendable {
     /// Watches given back whose `IN_IGNORED` has not been read yet.
     var givenBackCount: Int { state.withLock { $0.givenBack.count } }
     /// Directories polled: those that got no watch, and those polled by choice.
-    var polledDirectories: [String] { polled.withLock { $0.keys.sorted() } }
+    var polledDirectories: [String] { polled.withLock { $0.keys.map(\.path).sorted() } }
     /// Directories polled because the watch limit left them without a watch (not by choice).
     var unwatchedDirectories: [String] {
         let byChoice = pollOnly.withLock { $0 }
-        return polled.withLock { $0.keys.filter { !byChoice.contains($0) }.sorted() }
+        return polled.withLock { $0.keys.filter { !byChoice.contains($0) }.map(\.path).sorted() }
     }
     /// Since when the root has been missing (removed or moved away), or `nil` while it is there.
     var rootMissingSince: Date? { state.withLock { $0.rootMissing ? $0.rootMissingSince : nil } }
@@ -218,7 +220,7 @@ final class FileWatcher: @unchecked Sendable {
     var watchesEverything: Bool { polled.withLock { $0.isEmpty } && !state.withLock { $0.rootMissing } }
     /// Whether `directory` (relative to the root, "" for the root) has an inotify watch:
     /// whatever appears in it from now on is reported.
-    func isWatching(_ directory: String) -> Bool { state.withLock { $0.watches[directory] != nil } }
+    func isWatching(_ directory: String) -> Bool { state.withLock { $0.watches[PathKey(directory)] != nil } }
     /// Whether the root has no watch (it is polled, or missing).
     var rootIsPolled: Bool {
         polled.withLock { $0[""] != nil } || state.withLock { $0.rootMissing }
@@ -247,7 +249,7 @@ final class FileWatcher: @unchecked Sendable {
             let byChoice = pollsByChoice(full)
             if byChoice {
                 isPolled = true
-                pollOnly.withLock { _ = $0.insert(directory) }
+                pollOnly.withLock { _ = $0.insert(PathKey(directory)) }
             } else {
                 do throws(Errno) {
                     // The root itself may be a symbolic link (DynamicUser= makes
@@ -271,10 +273,10 @@ final class FileWatcher: @unchecked Sendable {
             guard let listing else { continue }
             if isPolled {
                 if overWatchLimit { overLimit.append(directory) }
-                polled.withLock { $0[directory] = listing }
+                polled.withLock { $0[PathKey(directory)] = listing }
             }
             for (name, stamp) in listing {
-                let path = Self.join(directory, name)
+                let path = Self.join(directory, name.path)
                 if stamp.kind == .directory {
                     pending.append(path)
                 } else if stamp.kind == .regular {
@@ -298,9 +300,10 @@ final class FileWatcher: @unchecked Sendable {
     /// being polled), and those they no longer ignore get one.
     func ignoreRulesChanged() {
         let watched = state.withLock { $0.directories.values.filter { !$0.isEmpty } }
-        let polledNow = polled.withLock { Array($0.keys) }
-        for directory in Set(watched + polledNow) where ignore.ignoring(directory, isDirectory: true) != nil {
-            forgetTree(directory, removingWatches: true)
+        let polledNow = polled.withLock { $0.keys.map(\.path) }
+        for directory in Set((watched + polledNow).map { PathKey($0) })
+        where ignore.ignoring(directory.path, isDirectory: true) != nil {
+            forgetTree(directory.path, removingWatches: true)
         }
         watchTree("")
     }
@@ -362,17 +365,19 @@ final class FileWatcher: @unchecked Sendable {
     }
 
     /// A directory's entries (the writer's temporary names left out), or `nil` when it cannot be listed.
-    private func list(_ directory: String) -> [String: Stamp]? {
+    /// Keyed by the names' bytes (``PathKey``): two names in two Unicode normalizations are
+    /// two entries.
+    private func list(_ directory: String) -> [PathKey: Stamp]? {
         let full = absolute(directory)
         guard
             let fd = try? FileDescriptor.open(
                 full, options: directory.isEmpty ? [.directory] : [.directory, .noFollow])
         else { return nil }
-        return try? fd.closeAfter { () throws(Errno) -> [String: Stamp] in
-            var listing: [String: Stamp] = [:]
+        return try? fd.closeAfter { () throws(Errno) -> [PathKey: Stamp] in
+            var listing: [PathKey: Stamp] = [:]
             for entry in try fd.directoryEntries() where !TemporaryName.isTemporary(entry.name) {
                 guard let status = try? fd.status(of: entry.name, followSymlinks: false) else { continue }
-                listing[entry.name] = Stamp(
+                listing[PathKey(entry.name)] = Stamp(
                     kind: status.kind, inode: status.inode, size: status.size, modified: status.modified,
                     changed: status.changed)
             }
@@ -397,17 +402,18 @@ final class FileWatcher: @unchecked Sendable {
         var batch: [WatchEvent] = []
         var newDirectories: [String] = []
         polled.withLock { polled in
-            for (directory, before) in polled {
+            for (key, before) in polled {
+                let directory = key.path
                 let full = absolute(directory)
                 guard let after = list(directory) else {
                     // Gone: its parent reports it; the root is reported here.
-                    polled.removeValue(forKey: directory)
-                    pollOnly.withLock { _ = $0.remove(directory) }
+                    polled.removeValue(forKey: key)
+                    pollOnly.withLock { _ = $0.remove(key) }
                     if directory.isEmpty { batch.append(.rootGone) }
                     continue
                 }
                 let watched =
-                    !pollOnly.withLock({ $0.contains(directory) })
+                    !pollOnly.withLock({ $0.contains(key) })
                     && watchChanges.withLock { _ in
                         guard let watch = try? inotify.addWatch(full, events: Self.mask(for: directory)) else {
                             return false
@@ -416,12 +422,12 @@ final class FileWatcher: @unchecked Sendable {
                         return true
                     }
                 if watched {
-                    polled.removeValue(forKey: directory)
+                    polled.removeValue(forKey: key)
                 } else {
-                    polled[directory] = after
+                    polled[key] = after
                 }
                 for (name, stamp) in after where before[name] != stamp {
-                    let path = Self.join(directory, name)
+                    let path = Self.join(directory, name.path)
                     if stamp.kind == .directory {
                         if before[name]?.kind != .directory { newDirectories.append(path) }
                     } else if stamp.kind == .regular {
@@ -429,7 +435,7 @@ final class FileWatcher: @unchecked Sendable {
                     }
                 }
                 for name in before.keys where after[name] == nil {
-                    batch.append(.removed(Self.join(directory, name)))
+                    batch.append(.removed(Self.join(directory, name.path)))
                 }
             }
         }
@@ -621,9 +627,9 @@ final class FileWatcher: @unchecked Sendable {
             return watches
         }
         polled.withLock { polled in
-            for directory in polled.keys where inside(directory) { polled.removeValue(forKey: directory) }
+            for directory in polled.keys where inside(directory.path) { polled.removeValue(forKey: directory) }
         }
-        pollOnly.withLock { $0 = $0.filter { !inside($0) } }
+        pollOnly.withLock { $0 = $0.filter { !inside($0.path) } }
         return watches
     }
 

@@ -604,7 +604,8 @@ extension DocumentStore {
     func afterFirstRename(of file: String, _ body: @escaping @Sendable () async throws -> Void) {
         let first = Mutex(true)
         writer.afterRename = { [self] path in
-            guard path == file,
+            // By bytes: a path in another Unicode normalization is another file.
+            guard path.utf8.elementsEqual(file.utf8),
                 first.withLock({ was in
                     defer { was = false }
                     return was
