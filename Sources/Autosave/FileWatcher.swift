@@ -45,15 +45,23 @@ final class FileWatcher: @unchecked Sendable {
     /// What a polled directory held at the last look: name → identity of the entry.
     struct Stamp: Equatable {
         var kind: FileKind?
+        var device: UInt64 = 0
         var inode: UInt64
         var size: Int64
         var modified: FileTime
-        /// The inode's change time: for the catch-up as the watch starts, not compared
-        /// between polls (this store's own renames change it).
+        /// The inode's change time, compared too: a file rewritten in place with its size
+        /// and modification time kept (`cp -p`, `rsync --inplace -t`, `touch -r`) changes
+        /// only this. (The store tells its own saves from others' changes by the
+        /// fingerprint it recorded.)
         var changed: FileTime
 
-        static func == (a: Stamp, b: Stamp) -> Bool {
-            a.kind == b.kind && a.inode == b.inode && a.size == b.size && a.modified == b.modified
+        /// Whether `other` may be this entry under another name after a rename: the same
+        /// inode of the same kind on the same device, with its size and modification time
+        /// (a rename changes only the change time; a new file given a freed inode number
+        /// has its own modification time).
+        func isRenamed(as other: Stamp) -> Bool {
+            kind == other.kind && device == other.device && inode == other.inode && size == other.size
+                && modified == other.modified
         }
     }
 
@@ -273,7 +281,11 @@ final class FileWatcher: @unchecked Sendable {
             guard let listing else { continue }
             if isPolled {
                 if overWatchLimit { overLimit.append(directory) }
-                polled.withLock { $0[PathKey(directory)] = listing }
+                // A directory polled already keeps its last listing: the next poll reports
+                // what changed since (a walk for changed ignore rules must not swallow it).
+                polled.withLock { polled in
+                    if polled[PathKey(directory)] == nil { polled[PathKey(directory)] = listing }
+                }
             }
             for (name, stamp) in listing {
                 let path = Self.join(directory, name.path)
@@ -378,8 +390,8 @@ final class FileWatcher: @unchecked Sendable {
             for entry in try fd.directoryEntries() where !TemporaryName.isTemporary(entry.name) {
                 guard let status = try? fd.status(of: entry.name, followSymlinks: false) else { continue }
                 listing[PathKey(entry.name)] = Stamp(
-                    kind: status.kind, inode: status.inode, size: status.size, modified: status.modified,
-                    changed: status.changed)
+                    kind: status.kind, device: status.device, inode: status.inode, size: status.size,
+                    modified: status.modified, changed: status.changed)
             }
             return listing
         }
@@ -401,6 +413,10 @@ final class FileWatcher: @unchecked Sendable {
         }
         var batch: [WatchEvent] = []
         var newDirectories: [String] = []
+        // Names gone and names new in this round: the two ends of a rename are paired below.
+        var vanished: [(path: String, stamp: Stamp)] = []
+        var appeared: [(path: String, stamp: Stamp)] = []
+        var renamedDirectories: [String] = []
         polled.withLock { polled in
             for (key, before) in polled {
                 let directory = key.path
@@ -428,17 +444,69 @@ final class FileWatcher: @unchecked Sendable {
                 }
                 for (name, stamp) in after where before[name] != stamp {
                     let path = Self.join(directory, name.path)
+                    guard let old = before[name] else {
+                        appeared.append((path, stamp))
+                        continue
+                    }
+                    if old.kind != stamp.kind {
+                        // A directory replaced by a file, or the other way: what was there is gone first.
+                        batch.append(.removed(path))
+                        if old.kind == .directory { forgetListings(atOrUnder: path, in: &polled) }
+                    }
                     if stamp.kind == .directory {
-                        if before[name]?.kind != .directory { newDirectories.append(path) }
+                        if old.kind != .directory { newDirectories.append(path) }
                     } else if stamp.kind == .regular {
                         batch.append(.changed(path))
                     }
                 }
-                for name in before.keys where after[name] == nil {
-                    batch.append(.removed(Self.join(directory, name.path)))
+                for (name, stamp) in before where after[name] == nil {
+                    vanished.append((Self.join(directory, name.path), stamp))
+                }
+            }
+            // A name gone and a name new holding the same inode, unchanged: a rename, as
+            // inotify reports it (the document follows its file instead of being written
+            // again under the old name). A renamed directory's listings follow it.
+            var renamedTo: [Int?] = Array(repeating: nil, count: vanished.count)
+            if !vanished.isEmpty, !appeared.isEmpty {
+                var byInode: [UInt64: [Int]] = [:]
+                for (index, entry) in appeared.enumerated() { byInode[entry.stamp.inode, default: []].append(index) }
+                var taken = Set<Int>()
+                for (index, gone) in vanished.enumerated() {
+                    guard
+                        let match = byInode[gone.stamp.inode]?.first(where: {
+                            !taken.contains($0) && gone.stamp.isRenamed(as: appeared[$0].stamp)
+                        })
+                    else { continue }
+                    taken.insert(match)
+                    renamedTo[index] = match
+                }
+                for (index, target) in renamedTo.enumerated() {
+                    guard let target else { continue }
+                    let (from, to) = (vanished[index].path, appeared[target].path)
+                    let isDirectory = vanished[index].stamp.kind == .directory
+                    if isDirectory {
+                        moveListings(from: from, to: to, in: &polled)
+                        renamedDirectories.append(to)
+                    }
+                    batch.append(.renamed(from: from, to: to, isDirectory: isDirectory))
+                }
+                appeared = appeared.enumerated().filter { !taken.contains($0.offset) }.map(\.element)
+            }
+            for (index, gone) in vanished.enumerated() where renamedTo[index] == nil {
+                batch.append(.removed(gone.path))
+                if gone.stamp.kind == .directory { forgetListings(atOrUnder: gone.path, in: &polled) }
+            }
+            for new in appeared {
+                if new.stamp.kind == .directory {
+                    newDirectories.append(new.path)
+                } else if new.stamp.kind == .regular {
+                    batch.append(.changed(new.path))
                 }
             }
         }
+        // Watches below a renamed directory (where inotify works) are filed under its new
+        // name; its polled listings moved already, and are compared at the next poll.
+        for directory in renamedDirectories { _ = watchTree(directory) }
         for directory in newDirectories {
             for file in watchTree(directory) { batch.append(.changed(file.path)) }
             batch.append(.changed(directory))
@@ -446,6 +514,28 @@ final class FileWatcher: @unchecked Sendable {
         if batch.contains(.rootGone), !forgetRoot() { batch.removeAll { $0 == .rootGone } }
         reportWatchedAgain()
         if !batch.isEmpty { deliver(batch) }
+    }
+
+    /// Drops the listings of `path` and the directories below it (they are gone). Called
+    /// under ``polled``'s lock.
+    private func forgetListings(atOrUnder path: String, in polled: inout [PathKey: [PathKey: Stamp]]) {
+        for key in polled.keys where PathName.isWithin(key.path, path) { polled.removeValue(forKey: key) }
+        pollOnly.withLock { $0 = $0.filter { !PathName.isWithin($0.path, path) } }
+    }
+
+    /// Files the listings of the directory `from` and the directories below it under `to`
+    /// (polled by choice stays so). Called under ``polled``'s lock.
+    private func moveListings(from: String, to: String, in polled: inout [PathKey: [PathKey: Stamp]]) {
+        func moved(_ path: String) -> PathKey { PathKey(to + path.dropFirst(from.count)) }
+        for key in polled.keys where PathName.isWithin(key.path, from) {
+            polled[moved(key.path)] = polled.removeValue(forKey: key)
+        }
+        pollOnly.withLock { only in
+            for key in only where PathName.isWithin(key.path, from) {
+                only.remove(key)
+                only.insert(moved(key.path))
+            }
+        }
     }
 
     /// Whether the root is no longer the directory that was watched: removed, or another

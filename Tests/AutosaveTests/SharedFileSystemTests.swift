@@ -189,4 +189,85 @@ struct WatchModeTests {
             await harness.store.stopWatching()
         }
     }
+
+    /// A store watching a root holding `files`, in `mode`; polls only when the test syncs.
+    func watching(
+        _ mode: WatchMode, _ files: [String: String], configure: (inout Configuration) -> Void = { _ in }
+    ) async throws -> StoreHarness {
+        let harness = await StoreHarness(quiet: .seconds(3600), maxDelay: .seconds(3600)) {
+            $0.watchMode = mode
+            $0.pollInterval = .seconds(3600)
+            configure(&$0)
+        }
+        for (path, text) in files {
+            try FileManager.default.createDirectory(
+                atPath: PathName.parent(harness.file(path)), withIntermediateDirectories: true)
+            try Disk.write(text, to: harness.file(path))
+        }
+        await harness.store.openAll()
+        try await harness.store.startWatching()
+        return harness
+    }
+
+    func sh(_ script: String, in harness: StoreHarness) throws {
+        let result = try Machine.run("/bin/sh", ["-c", "cd '\(harness.root)' && " + script])
+        #expect(result.status == 0, "\(script): \(result.stderr)")
+    }
+
+    @Test(
+        "Files and a directory another program renamed: polling follows them as inotify does, unsaved edits with them, nothing written again under the old names",
+        arguments: [WatchMode.inotify, .poll])
+    func renamesFollowed(mode: WatchMode) async throws {
+        let harness = try await watching(
+            mode, ["clean.txt": "clean\n", "dirty.txt": "dirty\n", "notes/todo.txt": "todo\n"])
+        try await harness.store.apply(.append("unsaved\n"), to: "dirty.txt")
+        try await harness.store.apply(.append("unsaved too\n"), to: "notes/todo.txt")
+        try sh("mv clean.txt clean2.txt && mv dirty.txt dirty2.txt && mv notes archive", in: harness)
+        await harness.store.sync()
+        #expect(
+            await harness.store.list().map(\.path) == ["archive/todo.txt", "clean2.txt", "dirty2.txt"], "\(mode)")
+        #expect(try await harness.store.read("dirty2.txt") == .text("dirty\nunsaved\n"), "\(mode)")
+        #expect(try await harness.store.read("archive/todo.txt") == .text("todo\nunsaved too\n"), "\(mode)")
+        try await harness.store.saveAll(wait: true)
+        #expect(try Disk.names(in: harness.root).sorted() == ["archive", "clean2.txt", "dirty2.txt"], "\(mode)")
+        #expect(try harness.text(onDisk: "dirty2.txt") == "dirty\nunsaved\n", "\(mode)")
+        await harness.store.stopWatching()
+    }
+
+    @Test(
+        "A file rewritten in place with its size and modification time kept (cp -p): polling reads it again as inotify does",
+        arguments: [WatchMode.inotify, .poll])
+    func inPlaceRewriteKeepingSizeAndTime(mode: WatchMode) async throws {
+        let harness = try await watching(mode, ["a.txt": "version A\n"])
+        try sh("printf 'version B\\n' > ../srcB && touch -r a.txt ../srcB && cp -p ../srcB a.txt", in: harness)
+        await harness.store.sync()
+        #expect(try await harness.store.read("a.txt") == .text("version B\n"), "\(mode)")
+        await harness.store.stopWatching()
+    }
+
+    @Test(
+        "A directory replaced by a file: polling closes the documents that were in it as inotify does, and opens the file",
+        arguments: [WatchMode.inotify, .poll])
+    func directoryReplacedByAFile(mode: WatchMode) async throws {
+        let harness = try await watching(mode, ["d/a.txt": "a\n"])
+        try sh("rm -r d && printf 'now a file\\n' > d", in: harness)
+        await harness.store.sync()
+        #expect(await harness.store.list().map(\.path) == ["d"], "\(mode)")
+        await harness.store.stopWatching()
+    }
+
+    @Test(
+        "Changes made before the ignore rules change (a reload), then a poll: every change is still seen, as with inotify",
+        arguments: [WatchMode.inotify, .poll])
+    func changesBeforeTheRulesChange(mode: WatchMode) async throws {
+        let harness = try await watching(mode, ["a.txt": "version A\n", "gone.txt": "g\n"])
+        try sh("printf 'version B, longer\\n' > a.txt && rm gone.txt", in: harness)
+        var configuration = await harness.store.configuration
+        configuration.ignore = ["*.bak"]
+        await harness.store.reconfigure(configuration)
+        await harness.store.sync()
+        #expect(try await harness.store.read("a.txt") == .text("version B, longer\n"), "\(mode)")
+        #expect(await harness.store.list().map(\.path) == ["a.txt"], "\(mode)")
+        await harness.store.stopWatching()
+    }
 }
