@@ -400,9 +400,14 @@ public actor DocumentStore {
             ignore.replace(rules)
             ignoreRulesChanged()
         }
-        if old.watchEnabled != applied.watchEnabled || old.pollInterval != applied.pollInterval
+        let watcherRestarts =
+            old.watchEnabled != applied.watchEnabled || old.pollInterval != applied.pollInterval
             || old.watchMode != applied.watchMode
-        {
+        // Turned on: the files that appeared while it was off are opened, as a start would.
+        if !old.openNewFiles, applied.openNewFiles, !watcherRestarts, watcher != nil {
+            openAll(readingIgnoreFiles: false)
+        }
+        if watcherRestarts {
             stopWatching()
             guard applied.watchEnabled else { return }
             do {

@@ -560,6 +560,22 @@ struct WatcherPolicyTests {
         #expect(await text(harness, "c.txt") == "c2\n")
     }
 
+    @Test("A reload that turns OpenNewFiles= on opens the files that appeared while it was off, as a start would")
+    func openNewFilesTurnedOn() async throws {
+        let harness = try await base.harness { $0.openNewFiles = false }
+        try Disk.write("a\n", to: harness.file("a.txt"))
+        await harness.store.openAll()
+        try await harness.store.startWatching()
+        try Disk.write("b\n", to: harness.file("b.txt"))
+        await harness.store.sync()
+        #expect(await harness.store.list().map(\.path) == ["a.txt"])
+        var configuration = await harness.store.configuration
+        configuration.openNewFiles = true
+        await harness.store.reconfigure(configuration)
+        #expect(await harness.store.list().map(\.path) == ["a.txt", "b.txt"])
+        await harness.store.stopWatching()
+    }
+
     @Test(
         "A reload that restarts the watcher while the root is gone: the documents stay in memory, unsaved edits included (WhenRemoved=close), and are saved into it once it is back"
     )
