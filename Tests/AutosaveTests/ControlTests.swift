@@ -29,6 +29,9 @@ final class RunningDaemon {
         return await process.exitStatus()
     }
 
+    /// A test that ended before ``stop()`` (an error thrown) leaves no daemon running.
+    deinit { if process.process.isRunning { process.signal(SIGKILL) } }
+
     /// Runs the built autosavectl against this daemon.
     @discardableResult
     func ctl(_ arguments: String..., stdin: String? = nil) throws -> Machine.Output {
