@@ -153,8 +153,9 @@ public enum Daemon {
             print(configuration.rendered, terminator: "")
             // The ignore files under the root, as the daemon would read them now.
             var rules = IgnoreRules(configuration: configuration)
-            let registry = DocumentTypeRegistry(packageExtensions: configuration.packageExtensions)
-            rules.readFiles(root: configuration.root, descendingInto: { !registry.isPackage($0) })
+            rules.readFiles(
+                root: configuration.root,
+                registry: DocumentTypeRegistry(packageExtensions: configuration.packageExtensions))
             for directory in rules.files.keys.sorted() {
                 print("# \(directory.isEmpty ? "" : directory + "/")\(configuration.ignoreFile) (gitignore syntax):")
                 for pattern in rules.files[directory]! { print("#   \(pattern.text)  (\(pattern.source))") }

@@ -748,11 +748,13 @@ extension DocumentStore {
         throw .journalFailing(replyGate.lastFailure.withLock { $0 } ?? "a write failed")
     }
 
-    /// Refuses an edit whose record would be larger than the journal takes: acknowledged,
-    /// it would be protected from a crash only once its document was saved.
+    /// Refuses an edit the journal cannot take — while it cannot write, or whose record
+    /// would be larger than it takes: acknowledged, it would be protected from a crash only
+    /// once its document was saved.
     @inline(__always)
-    func checkJournalCanHold(_ edit: DocumentEdit) throws(StoreError) {
+    func checkJournalTakes(_ edit: DocumentEdit) throws(StoreError) {
         guard journal != nil else { return }
+        try checkJournalWritable()
         let size = JournalEntry.editSizeBound(edit)
         guard size > configuration.journalRecordLimit else { return }
         throw .tooLargeForJournal(bytes: size, limit: configuration.journalRecordLimit)

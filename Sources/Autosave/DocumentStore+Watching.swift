@@ -311,7 +311,7 @@ extension DocumentStore {
             openAll()
         } else {
             var rules = ignore.current
-            rules.readFiles(root: root, descendingInto: { !registry.isPackage($0) })
+            rules.readFiles(root: root, registry: registry)
             if rules.files != before { ignore.replace(rules) }
         }
         if ignore.current.files != before { ignoreRulesChanged() }
@@ -386,7 +386,7 @@ extension DocumentStore {
     @discardableResult
     private func readIgnoreFiles(under directory: String) -> Bool {
         var rules = ignore.current
-        guard rules.readFiles(under: directory, root: root, descendingInto: { !registry.isPackage($0) }) else {
+        guard rules.readFiles(under: directory, root: root, registry: registry) else {
             return false
         }
         ignore.replace(rules)

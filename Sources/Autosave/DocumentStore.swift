@@ -396,7 +396,7 @@ public actor DocumentStore {
             || old.ignoreFile != applied.ignoreFile
         {
             var rules = IgnoreRules(configuration: applied)
-            rules.readFiles(root: root, descendingInto: { !registry.isPackage($0) })
+            rules.readFiles(root: root, registry: registry)
             ignore.replace(rules)
             ignoreRulesChanged()
         }
@@ -814,8 +814,7 @@ public actor DocumentStore {
     public func apply(_ edit: DocumentEdit, to path: String, create: Bool = false) throws(StoreError) -> DocumentInfo {
         let path = try DocumentPath.validate(path)
         guard accepting else { throw .shuttingDown }
-        try checkJournalWritable()
-        try checkJournalCanHold(edit)
+        try checkJournalTakes(edit)
         // The record is written before the caller hears of the edit, as the socket's replies are.
         defer { writeJournal() }
         if let index = entries.index(forKey: path) {
@@ -836,8 +835,7 @@ public actor DocumentStore {
         let existing = entries.index(forKey: path)
         let valid = existing == nil ? try DocumentPath.validate(path) : path
         guard accepting else { throw StoreError.shuttingDown }
-        try checkJournalWritable()
-        try checkJournalCanHold(edit)
+        try checkJournalTakes(edit)
         if let existing { return (try apply(edit, at: existing, path: path), path) }
         if valid != path, let existing = entries.index(forKey: valid) {
             return (try apply(edit, at: existing, path: valid), valid)
@@ -856,8 +854,7 @@ public actor DocumentStore {
     /// its path's bytes (``EntryTable/index(forBytes:)``): `path` is the table's own key.
     func apply(_ edit: DocumentEdit, openedAt index: EntryTable.Index, path: String) throws -> EditOutcome {
         guard accepting else { throw StoreError.shuttingDown }
-        try checkJournalWritable()
-        try checkJournalCanHold(edit)
+        try checkJournalTakes(edit)
         return try apply(edit, at: index, path: path)
     }
 

@@ -466,37 +466,29 @@ final class FileWatcher: @unchecked Sendable {
             // A name gone and a name new holding the same inode, unchanged: a rename, as
             // inotify reports it (the document follows its file instead of being written
             // again under the old name). A renamed directory's listings follow it.
-            var renamedTo: [Int?] = Array(repeating: nil, count: vanished.count)
-            if !vanished.isEmpty, !appeared.isEmpty {
-                var byInode: [UInt64: [Int]] = [:]
-                for (index, entry) in appeared.enumerated() { byInode[entry.stamp.inode, default: []].append(index) }
-                var taken = Set<Int>()
-                for (index, gone) in vanished.enumerated() {
-                    guard
-                        let match = byInode[gone.stamp.inode]?.first(where: {
-                            !taken.contains($0) && gone.stamp.isRenamed(as: appeared[$0].stamp)
-                        })
-                    else { continue }
-                    taken.insert(match)
-                    renamedTo[index] = match
+            var byInode: [UInt64: [Int]] = [:]
+            for (index, new) in appeared.enumerated() { byInode[new.stamp.inode, default: []].append(index) }
+            var taken = Set<Int>()
+            for gone in vanished {
+                let isDirectory = gone.stamp.kind == .directory
+                guard
+                    let target = byInode[gone.stamp.inode]?.first(where: {
+                        !taken.contains($0) && gone.stamp.isRenamed(as: appeared[$0].stamp)
+                    })
+                else {
+                    batch.append(.removed(gone.path))
+                    if isDirectory { forgetListings(atOrUnder: gone.path, in: &polled) }
+                    continue
                 }
-                for (index, target) in renamedTo.enumerated() {
-                    guard let target else { continue }
-                    let (from, to) = (vanished[index].path, appeared[target].path)
-                    let isDirectory = vanished[index].stamp.kind == .directory
-                    if isDirectory {
-                        moveListings(from: from, to: to, in: &polled)
-                        renamedDirectories.append(to)
-                    }
-                    batch.append(.renamed(from: from, to: to, isDirectory: isDirectory))
+                taken.insert(target)
+                let to = appeared[target].path
+                if isDirectory {
+                    moveListings(from: gone.path, to: to, in: &polled)
+                    renamedDirectories.append(to)
                 }
-                appeared = appeared.enumerated().filter { !taken.contains($0.offset) }.map(\.element)
+                batch.append(.renamed(from: gone.path, to: to, isDirectory: isDirectory))
             }
-            for (index, gone) in vanished.enumerated() where renamedTo[index] == nil {
-                batch.append(.removed(gone.path))
-                if gone.stamp.kind == .directory { forgetListings(atOrUnder: gone.path, in: &polled) }
-            }
-            for new in appeared {
+            for (index, new) in appeared.enumerated() where !taken.contains(index) {
                 if new.stamp.kind == .directory {
                     newDirectories.append(new.path)
                 } else if new.stamp.kind == .regular {
@@ -716,10 +708,7 @@ final class FileWatcher: @unchecked Sendable {
             if removingWatches { for watch in watches { try? inotify.removeWatch(watch) } }
             return watches
         }
-        polled.withLock { polled in
-            for directory in polled.keys where inside(directory.path) { polled.removeValue(forKey: directory) }
-        }
-        pollOnly.withLock { $0 = $0.filter { !inside($0.path) } }
+        polled.withLock { forgetListings(atOrUnder: relative, in: &$0) }
         return watches
     }
 

@@ -480,13 +480,13 @@ public struct IgnoreRules: Sendable, Equatable {
     }
 
     /// Reads every ignore file under `root`, in the root and in each directory below it
-    /// that is not itself ignored and whose name `descend` accepts (links are not
-    /// followed; a package document's directory holds members, not rules: pass
-    /// `{ !registry.isPackage($0) }`); files no longer there are forgotten. (At start-up
-    /// and on a rescan that opens new files the store reads them during its own scan.)
-    public mutating func readFiles(root: String, descendingInto descend: (String) -> Bool) {
+    /// that is not itself ignored nor a package document of `registry` (links are not
+    /// followed; a package's directory holds members, not rules); files no longer there
+    /// are forgotten. (At start-up and on a rescan that opens new files the store reads
+    /// them during its own scan.)
+    public mutating func readFiles(root: String, registry: DocumentTypeRegistry) {
         forgetFiles()
-        readFiles(under: "", root: root, descendingInto: descend)
+        readFiles(under: "", root: root, registry: registry)
     }
 
     /// Forgets the ignore files of every directory but those in `kept` (after a scan that
@@ -497,12 +497,10 @@ public struct IgnoreRules: Sendable, Equatable {
     }
 
     /// Reads the ignore files in the root-relative `top` and in each directory below it
-    /// that is not ignored and whose name `descend` accepts (links are not followed), over
-    /// what is known already; returns whether any patterns changed.
+    /// that is not ignored nor a package document of `registry` (links are not followed),
+    /// over what is known already; returns whether any patterns changed.
     @discardableResult
-    public mutating func readFiles(
-        under top: String, root: String, descendingInto descend: (String) -> Bool = { _ in true }
-    ) -> Bool {
+    public mutating func readFiles(under top: String, root: String, registry: DocumentTypeRegistry) -> Bool {
         guard fileName != nil else { return false }
         var changed = false
         var pending = [top]
@@ -518,7 +516,7 @@ public struct IgnoreRules: Sendable, Equatable {
                 let path = directory.isEmpty ? entry.name : directory + "/" + entry.name
                 let kind =
                     entry.kind ?? (try? FileDescriptor.currentWorkingDirectory.status(of: root + "/" + path))?.kind
-                if kind == .directory, descend(entry.name), ignoring(path, isDirectory: true) == nil {
+                if kind == .directory, !registry.isPackage(entry.name), ignoring(path, isDirectory: true) == nil {
                     pending.append(path)
                 }
             }
