@@ -156,9 +156,9 @@ public enum Daemon {
             rules.readFiles(
                 root: configuration.root,
                 registry: DocumentTypeRegistry(packageExtensions: configuration.packageExtensions))
-            for directory in rules.files.keys.sorted() {
+            for directory in rules.fileDirectories {
                 print("# \(directory.isEmpty ? "" : directory + "/")\(configuration.ignoreFile) (gitignore syntax):")
-                for pattern in rules.files[directory]! { print("#   \(pattern.text)  (\(pattern.source))") }
+                for pattern in rules.files[PathKey(directory)]! { print("#   \(pattern.text)  (\(pattern.source))") }
             }
             return ExitCode.success
         }

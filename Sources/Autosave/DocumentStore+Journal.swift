@@ -284,7 +284,7 @@ extension DocumentStore {
                     switch entry {
                     case .base(let path, _, _, _), .saving(let path, _, _), .moved(let path):
                         list[at].path = path
-                    case .edit: break
+                    case .edit, .memberBefore: break
                     }
                     list[at].markers.append((records.count, entry))
                     let none = record.payload.startIndex..<record.payload.startIndex
@@ -439,6 +439,18 @@ extension DocumentStore {
             // A base naming no file (a new document) with the file still absent: the creation itself.
             let creates = current == nil
             guard !edits.isEmpty || creates else { return drop(nil) }
+            // A package's members the edits put or remove, and each one's versions the
+            // package's own doings can have left on disk: the version before the first of
+            // those edits, and the one each of them made (a save cut short, or one whose
+            // record a power cut took, leaves any of them). Another is another program's.
+            var memberVersions: [PathKey: Set<FileIdentity?>] = [:]
+            if isPackage, current != nil {
+                for marker in chain.markers {
+                    if case .memberBefore(let change, let member, let file) = marker.entry, change > token {
+                        memberVersions[PathKey(member), default: []].insert(file)
+                    }
+                }
+            }
             var start: Entry
             if let current {
                 start = current
@@ -486,6 +498,7 @@ extension DocumentStore {
                             try Self.removeClashes(with: Self.putMemberPath(edit)!, from: &entry)
                             try entry.document.apply(edit, existingFile: entry.existingFile)
                         }
+                        if !memberVersions.isEmpty { Self.noteMemberVersion(edit, in: &memberVersions) }
                     } catch {
                         if position == first, first > 0 {
                             refused = true
@@ -518,11 +531,23 @@ extension DocumentStore {
                 _ = append(journal, &entry)
             }
             rebaseIfShort(&entry, chain: chain, of: chains, path: path)
+            let changedMembers = membersChangedOnDisk(path, memberVersions)
             let opened = current == nil
             insert(entry, at: path)
             if opened { emit(.opened(document: path)) }
             summary.edits += replayed
             summary.documents += 1
+            guard changedMembers.isEmpty else {
+                // Another program changed members the edits put or remove: both versions
+                // are kept, as with a file changed while the daemon was down.
+                log.warning(
+                    "\(path): another program changed \(changedMembers.map { "'\($0)'" }.joined(separator: ", ")) while the daemon was down, members that journalled edits put or remove",
+                    ["document": path, "message_id": MessageID.conflict])
+                summary.conflicts.append(path)
+                resolveConflict(path)
+                if entries[path]?.isDirty == true { saveReplayed(path) }
+                return
+            }
             saveReplayed(path)
             return
         }
@@ -594,6 +619,52 @@ extension DocumentStore {
             return nil
         }
         return mark
+    }
+
+    /// Adds the version of a member `edit` leaves to `versions`, for a member it holds.
+    private static func noteMemberVersion(_ edit: DocumentEdit, in versions: inout [PathKey: Set<FileIdentity?>]) {
+        switch edit {
+        case .putMember(let member, let data):
+            if versions[PathKey(member)] != nil { versions[PathKey(member)]!.insert(FileIdentity(data)) }
+        case .removeMember(let member):
+            if versions[PathKey(member)] != nil { versions[PathKey(member)]!.insert(nil) }
+        default: break
+        }
+    }
+
+    /// The members of the package at `path` whose file on disk is none of the versions
+    /// `versions` gives for it, sorted. A directory in a member's place counts as no
+    /// member (members below it are those of later edits); a file that cannot be read is
+    /// not counted (nothing tells it apart).
+    private func membersChangedOnDisk(_ path: String, _ versions: [PathKey: Set<FileIdentity?>]) -> [String] {
+        var changed: [String] = []
+        for (member, known) in versions {
+            let full = root + "/" + path + "/" + member.path
+            let onDisk: FileIdentity?
+            do {
+                let status = try FileDescriptor.currentWorkingDirectory.status(of: full)
+                switch status.kind {
+                case .directory: onDisk = nil
+                case .regular:
+                    // Of a size no known version has: changed, without reading it.
+                    guard known.contains(where: { $0?.size == status.size }) else {
+                        changed.append(member.path)
+                        continue
+                    }
+                    guard let bytes = FileContents.read(full) else { continue }
+                    onDisk = FileIdentity(bytes)
+                default:
+                    changed.append(member.path)
+                    continue
+                }
+            } catch let error where error == .noSuchFile || error == .notDirectory {
+                onDisk = nil
+            } catch {
+                continue
+            }
+            if !known.contains(onDisk) { changed.append(member.path) }
+        }
+        return changed.sorted()
     }
 
     private static func removesMember(_ edit: DocumentEdit) -> Bool {
@@ -777,8 +848,11 @@ extension DocumentStore {
     }
 
     /// Journals an edit just applied to `entry` (its change count already counts it). `base`
-    /// is what ``journalBaseContents(_:for:)`` found before the edit was applied.
-    func journalEdit(_ entry: inout Entry, path: String, _ edit: DocumentEdit, baseContents: Data?) {
+    /// is what ``journalBaseContents(_:for:)`` found before the edit was applied, `member`
+    /// what ``journalMemberBefore(_:path:for:)`` found.
+    func journalEdit(
+        _ entry: inout Entry, path: String, _ edit: DocumentEdit, baseContents: Data?, member: MemberBefore? = nil
+    ) {
         guard let journal, !entry.journalBroken else { return }
         noteEditDuringSave(entry)
         giveJournalOwner(&entry, path: path)
@@ -788,6 +862,11 @@ extension DocumentStore {
                 .encode(into: &journalBuffer)
             guard append(journal, &entry) else { return }
             entry.journalHasBase = true
+        }
+        if let member {
+            JournalEntry.memberBefore(token: entry.changeCount, member: member.path, file: member.file)
+                .encode(into: &journalBuffer)
+            guard append(journal, &entry) else { return }
         }
         // Encoded straight into the journal's batch.
         let token = entry.changeCount
@@ -853,6 +932,43 @@ extension DocumentStore {
             let data = wrapper.regularFileContents, data.count <= limit
         else { return nil }
         return data
+    }
+
+    /// A package member as it was right before an edit of it: its path and identity
+    /// (`nil`: the package held no such member).
+    struct MemberBefore {
+        var path: String
+        var file: FileIdentity?
+    }
+
+    /// The largest member on disk whose identity an edit of it journals; an edit of a
+    /// larger one that is not in memory journals none, and replay does not check it.
+    static let memberBeforeReadLimit: Int64 = 16 << 20
+
+    /// What the member an edit of a package puts or removes is before the edit, taken
+    /// before it is applied: its bytes in memory (put by an edit not saved yet), else the
+    /// file on disk the package's last read or save left (the version a save of the
+    /// package has not replaced), else none. `nil` for any other edit, and when the file
+    /// cannot be read or is larger than ``memberBeforeReadLimit``.
+    func journalMemberBefore(_ entry: Entry, path: String, for edit: DocumentEdit) -> MemberBefore? {
+        guard journal != nil, entry.isPackage, !entry.journalBroken,
+            let package = entry.document as? PackageDocument
+        else { return nil }
+        let member: String
+        switch edit {
+        case .putMember(let name, _): member = name
+        case .removeMember(let name): member = name
+        default: return nil
+        }
+        let (held, data) = package.member(at: member)
+        guard held else { return MemberBefore(path: member, file: nil) }
+        if let data { return MemberBefore(path: member, file: FileIdentity(data)) }
+        let full = root + "/" + path + "/" + member
+        guard let status = try? FileDescriptor.currentWorkingDirectory.status(of: full),
+            status.kind == .regular, status.size <= Self.memberBeforeReadLimit,
+            let bytes = FileContents.read(full)
+        else { return nil }
+        return MemberBefore(path: member, file: FileIdentity(bytes))
     }
 
     /// The document's version in memory no longer follows from a file the journal's

@@ -422,7 +422,7 @@ extension DocumentStore {
         guard changed else { return false }
         let file = directory.isEmpty ? rules.fileName ?? "" : directory + "/" + (rules.fileName ?? "")
         log.info(
-            "the ignore file \(file) changed; \(rules.files[directory]?.count ?? 0) pattern(s) in it now",
+            "the ignore file \(file) changed; \(rules.files[PathKey(directory)]?.count ?? 0) pattern(s) in it now",
             ["path": file])
         ignore.replace(rules)
         return true
@@ -484,7 +484,7 @@ extension DocumentStore {
     public var ignoreSummary: IgnoreSummary {
         let rules = ignore.current
         return IgnoreSummary(
-            patterns: rules.all.count, files: rules.files.keys.sorted(), ignoredPaths: ignoredPaths.count)
+            patterns: rules.all.count, files: rules.fileDirectories.sorted(), ignoredPaths: ignoredPaths.count)
     }
 
     /// The open documents inside the directory `path`.

@@ -462,7 +462,7 @@ public actor DocumentStore {
     @discardableResult
     func openAll(readingIgnoreFiles: Bool) -> [String] {
         var problems: [String] = []
-        var visited: Set<String>? = readingIgnoreFiles ? [] : nil
+        var visited: Set<PathKey>? = readingIgnoreFiles ? [] : nil
         scan(relative: "", problems: &problems, visited: &visited)
         if let visited, !ignore.current.files.keys.allSatisfy(visited.contains) {
             var rules = ignore.current
@@ -475,16 +475,16 @@ public actor DocumentStore {
     /// Opens the documents under the directory `relative`.
     func scan(directory relative: String) {
         var problems: [String] = []
-        var visited: Set<String>? = nil
+        var visited: Set<PathKey>? = nil
         scan(relative: relative, problems: &problems, visited: &visited)
         for problem in problems { log.debug("not opened: \(problem)") }
     }
 
     /// With `visited`, the ignore file of each directory entered is read as the scan
     /// enters it, and the directory added to `visited`.
-    private func scan(relative: String, problems: inout [String], visited: inout Set<String>?) {
+    private func scan(relative: String, problems: inout [String], visited: inout Set<PathKey>?) {
         if visited != nil {
-            visited!.insert(relative)
+            visited!.insert(PathKey(relative))
             var rules = ignore.current
             if rules.setFile(relative, rules.readFile(in: relative, root: root)) { ignore.replace(rules) }
         }
@@ -876,6 +876,7 @@ public actor DocumentStore {
             }
         }
         let baseContents = journal == nil ? nil : journalBaseContents(entry, for: edit)
+        let member = journal == nil || !entry.isPackage ? nil : journalMemberBefore(entry, path: path, for: edit)
         do {
             try entry.document.apply(edit, existingFile: entry.existingFile)
         } catch {
@@ -883,7 +884,7 @@ public actor DocumentStore {
         }
         entry.changeCount += 1
         editCounts.count(edit.command)
-        journalEdit(&entry, path: path, edit, baseContents: baseContents)
+        journalEdit(&entry, path: path, edit, baseContents: baseContents, member: member)
         let slot = insert(entry, at: path)
         emit(.opened(document: path))
         let now = Moment.now
@@ -908,6 +909,7 @@ public actor DocumentStore {
             (entry) throws(StoreError) -> (EditOutcome, (deadline: Moment, push: Bool)?) in
             if refuse, let failure = entry.failure { throw .refusedWhileSaveFails(failure) }
             let baseContents = entry.journalHasBase || journal == nil ? nil : journalBaseContents(entry, for: edit)
+            let member = journal == nil || !entry.isPackage ? nil : journalMemberBefore(entry, path: path, for: edit)
             do {
                 try entry.document.apply(edit, existingFile: entry.existingFile)
             } catch {
@@ -916,7 +918,7 @@ public actor DocumentStore {
             entry.changeCount += 1
             // Counted once applied: a refused edit is no edit (autosaved_edits_total).
             editCounts.count(edit.command)
-            if journal != nil { journalEdit(&entry, path: path, edit, baseContents: baseContents) }
+            if journal != nil { journalEdit(&entry, path: path, edit, baseContents: baseContents, member: member) }
             let decision = Self.recordEdit(&entry, now: now, delays: delays)
             return (self.outcome(entry, now: now), decision)
         }

@@ -291,21 +291,22 @@ extension DocumentStore {
 /// `==` and hash are by canonical equivalence: `d\u{E9}` and `de\u{301}`, two directories
 /// on disk, would be one key. The store's directory caches
 /// (``DocumentStore/directoryUses``, ``DocumentStore/missingDirectories``,
-/// ``DocumentStore/knownDirectories`` and what is kept beside them) are keyed by it.
+/// ``DocumentStore/knownDirectories`` and what is kept beside them) are keyed by it, and
+/// so are ``IgnoreRules/files``.
 /// Wrapping a string copies nothing; hashing and comparing read its bytes in place.
-struct PathKey: Hashable, Sendable, ExpressibleByStringLiteral, CustomStringConvertible {
-    let path: String
+public struct PathKey: Hashable, Sendable, ExpressibleByStringLiteral, CustomStringConvertible {
+    public let path: String
 
-    init(_ path: String) { self.path = path }
-    init(stringLiteral path: String) { self.path = path }
+    public init(_ path: String) { self.path = path }
+    public init(stringLiteral path: String) { self.path = path }
 
-    var description: String { path }
+    public var description: String { path }
 
-    static func == (a: PathKey, b: PathKey) -> Bool {
+    public static func == (a: PathKey, b: PathKey) -> Bool {
         DocumentStore.EntryTable.withBytes(b.path) { DocumentStore.EntryTable.equal(a.path, $0) }
     }
 
-    func hash(into hasher: inout Hasher) {
+    public func hash(into hasher: inout Hasher) {
         DocumentStore.EntryTable.withBytes(path) { hasher.combine(bytes: $0) }
         hasher.combine(0xFF as UInt8)  // the end, as `String` marks it (no UTF-8 byte is 0xFF)
     }

@@ -405,11 +405,13 @@ public struct IgnoreRules: Sendable, Equatable {
     public private(set) var base: [IgnorePattern]
     /// The name of the ignore files, or `nil` when they are not read.
     public let fileName: String?
-    /// The patterns of each ignore file read, by its directory (relative to the root).
-    public private(set) var files: [String: [IgnorePattern]] = [:]
+    /// The patterns of each ignore file read, by its directory (relative to the root):
+    /// by the directory's bytes, as the file system names it (two directories whose names
+    /// differ only in Unicode normalization have an ignore file each).
+    public private(set) var files: [PathKey: [IgnorePattern]] = [:]
     /// `base` and `files` as they are matched (kept with them).
     private var compiledBase = CompiledPatterns([])
-    private var compiledFiles: [String: CompiledPatterns] = [:]
+    private var compiledFiles: [PathKey: CompiledPatterns] = [:]
     /// How many components the deepest directory with an ignore file has (`""`: 0): no
     /// directory below that depth is looked up. Without the bound, each prefix of a path
     /// looked up every directory above it, each by a string made for it, most finding
@@ -433,21 +435,30 @@ public struct IgnoreRules: Sendable, Equatable {
     /// Every pattern in force, in the order they are applied.
     public var all: [IgnorePattern] {
         base
-            + files.keys.sorted(by: { $0.utf8.count < $1.utf8.count || ($0.utf8.count == $1.utf8.count && $0 < $1) })
-            .flatMap { files[$0]! }
+            + fileDirectories.flatMap { files[PathKey($0)]! }
+    }
+
+    /// The directories with an ignore file, in the order their patterns apply (the
+    /// shallowest first).
+    public var fileDirectories: [String] {
+        files.keys.map(\.path).sorted {
+            $0.utf8.count < $1.utf8.count
+                || ($0.utf8.count == $1.utf8.count && $0.utf8.lexicographicallyPrecedes($1.utf8))
+        }
     }
 
     /// Sets the patterns of the ignore file in `directory` (`[]` when it has none); `true` if they changed.
     @discardableResult
     public mutating func setFile(_ directory: String, _ patterns: [IgnorePattern]) -> Bool {
-        let changed = patterns != (files[directory] ?? [])
+        let key = PathKey(directory)
+        let changed = patterns != (files[key] ?? [])
         if patterns.isEmpty {
-            files[directory] = nil
-            compiledFiles[directory] = nil
-            fileDepth = Self.depth(of: files.keys)
+            files[key] = nil
+            compiledFiles[key] = nil
+            fileDepth = Self.depth(of: files.keys.lazy.map(\.path))
         } else if changed {
-            files[directory] = patterns
-            compiledFiles[directory] = CompiledPatterns(patterns)
+            files[key] = patterns
+            compiledFiles[key] = CompiledPatterns(patterns)
             fileDepth = max(fileDepth, Self.depth(of: [directory]))
         }
         return changed
@@ -467,8 +478,8 @@ public struct IgnoreRules: Sendable, Equatable {
     @discardableResult
     public mutating func forgetFiles(atOrUnder directory: String) -> Bool {
         let prefix = directory + "/"
-        let gone = files.keys.filter { $0 == directory || PathName.starts($0, with: prefix) }
-        for key in gone { setFile(key, []) }
+        let gone = files.keys.filter { $0 == PathKey(directory) || PathName.starts($0.path, with: prefix) }
+        for key in gone { setFile(key.path, []) }
         return !gone.isEmpty
     }
 
@@ -492,8 +503,8 @@ public struct IgnoreRules: Sendable, Equatable {
     /// Forgets the ignore files of every directory but those in `kept` (after a scan that
     /// read the ignore file of each directory it entered: the others are gone, ignored, or
     /// a package's).
-    public mutating func forgetFiles(except kept: Set<String>) {
-        for directory in files.keys where !kept.contains(directory) { setFile(directory, []) }
+    public mutating func forgetFiles(except kept: Set<PathKey>) {
+        for directory in files.keys where !kept.contains(directory) { setFile(directory.path, []) }
     }
 
     /// Reads the ignore files in the root-relative `top` and in each directory below it
@@ -559,7 +570,9 @@ public struct IgnoreRules: Sendable, Equatable {
         if !compiledFiles.isEmpty {
             // Ignore files apply from the shallowest directory to the deepest.
             func apply(_ directory: String) {
-                if let match = compiledFiles[directory]?.lastMatch(path, isDirectory: isDirectory) { found = match }
+                if let match = compiledFiles[PathKey(directory)]?.lastMatch(path, isDirectory: isDirectory) {
+                    found = match
+                }
             }
             apply("")
             var index = 0

@@ -27,6 +27,11 @@ enum JournalEntry: Equatable {
     case saving(path: String, token: UInt64, file: FileIdentity)
     /// Another program renamed the document's file to `path`; the document followed it.
     case moved(path: String)
+    /// What the package member `member` was right before the edit that makes change
+    /// `token` (`nil`: no such member), written before that edit's record: replay tells by
+    /// it a member another program changed while the daemon was down from one the
+    /// package's own saves wrote.
+    case memberBefore(token: UInt64, member: String, file: FileIdentity?)
 
     /// The largest document whose contents a ``base`` carries.
     static let baseContentsLimit = 64 << 10
@@ -36,6 +41,7 @@ enum JournalEntry: Equatable {
         case edit = 2
         case saving = 3
         case moved = 4
+        case memberBefore = 5
     }
 
     fileprivate enum EditKind: UInt8 {
@@ -85,6 +91,12 @@ enum JournalEntry: Equatable {
         case .moved(let path):
             bytes.append(Kind.moved.rawValue)
             bytes.appendString(path)
+        case .memberBefore(let token, let member, let file):
+            bytes.append(Kind.memberBefore.rawValue)
+            bytes.appendLittleEndian(token)
+            bytes.append(file == nil ? 0 : 1)
+            if let file { file.encode(into: &bytes) }
+            bytes.appendString(member)
         }
     }
 
@@ -184,6 +196,13 @@ enum JournalEntry: Equatable {
             self = .saving(path: try reader.string(), token: token, file: file)
         case .moved:
             self = .moved(path: try reader.string())
+        case .memberBefore:
+            let token = try reader.integer()
+            guard let flags = reader.byte(), flags & ~1 == 0 else {
+                throw DecodingError(description: "bad member flags")
+            }
+            let file = flags & 1 != 0 ? try FileIdentity(reading: &reader) : nil
+            self = .memberBefore(token: token, member: try reader.string(), file: file)
         }
         guard reader.isAtEnd else { throw DecodingError(description: "\(reader.remaining) bytes after the record") }
     }
@@ -291,6 +310,11 @@ struct FileIdentity: Hashable, Sendable, CustomStringConvertible {
     init(size: Int64, hash: UInt64) {
         self.size = size
         self.hash = hash
+    }
+
+    /// The identity of `data`, a file's bytes.
+    init(_ data: Data) {
+        self.init(size: Int64(data.count), hash: StableHash.of(data))
     }
 
     /// The identity of a regular file's fingerprint (`nil` for a package).

@@ -277,4 +277,13 @@ public struct PackageDocument: AutosaveDocument {
 
     /// Whether a member's bytes are in memory (for tests and diagnostics).
     public func isLoaded(_ path: String) -> Bool { members[path]?.data != nil }
+
+    /// Whether the package holds a member spelled exactly `path`, and its bytes when they
+    /// are in memory (`nil` when only the file on disk holds them).
+    func member(at path: String) -> (held: Bool, data: Data?) {
+        guard let index = members.index(forKey: path), members.keys[index].utf8.elementsEqual(path.utf8) else {
+            return (false, nil)
+        }
+        return (true, members.values[index].data)
+    }
 }

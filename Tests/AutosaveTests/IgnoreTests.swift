@@ -288,6 +288,36 @@ struct IgnoreTests {
         await harness.store.stopWatching()
     }
 
+    @Test(
+        "Two directories whose names differ only in Unicode normalization, an ignore file in each: each file's patterns apply in its own directory, at start-up and once one of them changes"
+    )
+    func ignoreFilesInTwoNormalizations() async throws {
+        let harness = try await harness()
+        let composed = "d\u{E9}"
+        let decomposed = "de\u{301}"
+        try write("*.log\n", to: harness.file(composed + "/.autosavedignore"))
+        try write("*.tmp\n", to: harness.file(decomposed + "/.autosavedignore"))
+        for directory in [composed, decomposed] {
+            for name in ["a.log", "a.tmp", "a.txt"] { try write("x\n", to: harness.file(directory + "/" + name)) }
+        }
+        await harness.store.openAll()
+        // Told apart by bytes (`String`'s `==` takes the two spellings for one).
+        func opened() async -> [String] {
+            await harness.store.list().map { document in
+                let spelling = document.path.utf8.starts(with: (composed + "/").utf8) ? "composed/" : "decomposed/"
+                return spelling + document.path.split(separator: "/").last!
+            }.sorted()
+        }
+        #expect(await opened() == ["composed/a.tmp", "composed/a.txt", "decomposed/a.log", "decomposed/a.txt"])
+        #expect(await harness.store.ignoreSummary.files.count == 2)
+        try await harness.store.startWatching()
+        try write("*.txt\n", to: harness.file(decomposed + "/.autosavedignore"))
+        await harness.store.sync()
+        await harness.next { $0 == .closed(document: decomposed + "/a.txt") }
+        #expect(await opened() == ["composed/a.tmp", "composed/a.txt", "decomposed/a.log", "decomposed/a.tmp"])
+        await harness.store.stopWatching()
+    }
+
     @Test("An ignore file written while running closes what it ignores; removing a pattern opens what it hid")
     func ignoreFileLive() async throws {
         let harness = try await harness()

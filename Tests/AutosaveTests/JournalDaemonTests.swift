@@ -491,6 +491,79 @@ struct JournalDaemonTests {
     }
 
     @Test(
+        "A package's members changed by another program while the daemon was down, members the journalled edits put or remove: both versions kept, the conflict reported, never a blind replay",
+        arguments: ["disk", "memory"])
+    func packageMembersChangedWhileDown(keep: String) async throws {
+        let rig = try JournalRig("[Conflicts]\nKeep=\(keep)\n")
+        try await rig.start()
+        let client = try rig.client()
+        try rig.ok(["cmd": "create", "doc": "p.package"], on: client)
+        for (member, text) in [("m.txt", "saved m\n"), ("k.txt", "saved k\n"), ("u.txt", "saved u\n")] {
+            try rig.ok(
+                ["cmd": "put-member", "doc": "p.package", "member": .string(member), "text": .string(text)], on: client)
+        }
+        try rig.ok(["cmd": "save", "doc": "p.package", "wait": true], on: client)
+        // Journalled only: m.txt put, k.txt removed, n.txt new; u.txt not touched.
+        try rig.ok(["cmd": "put-member", "doc": "p.package", "member": "m.txt", "text": "mine\n"], on: client)
+        try rig.ok(["cmd": "remove-member", "doc": "p.package", "member": "k.txt"], on: client)
+        try rig.ok(["cmd": "put-member", "doc": "p.package", "member": "n.txt", "text": "new\n"], on: client)
+        rig.kill()
+        // Another program rewrites m.txt and k.txt (the one the edits remove), and u.txt.
+        try Disk.write("their m\n", to: rig.root + "/p.package/m.txt")
+        try Disk.write("their k\n", to: rig.root + "/p.package/k.txt")
+        try Disk.write("their u\n", to: rig.root + "/p.package/u.txt")
+
+        let daemon = try await rig.start()
+        let theirs = ["m.txt": "their m\n", "k.txt": "their k\n", "u.txt": "their u\n"]
+        let mine = ["m.txt": "mine\n", "n.txt": "new\n", "u.txt": "their u\n"]
+        let copies = try Disk.names(in: rig.root).filter { $0.contains("(conflict ") }
+        let names = try Disk.names(in: rig.root)
+        let copy = try #require(copies.first, "no conflict copy: \(names)")
+        #expect(copies.count == 1)
+        func onDisk(_ package: String) throws -> [String: String] {
+            var members: [String: String] = [:]
+            for name in try Disk.names(in: rig.root + "/" + package) {
+                members[name] = String(decoding: try Disk.bytes(rig.root + "/" + package + "/" + name), as: UTF8.self)
+            }
+            return members
+        }
+        // Keep=disk: the package keeps their version, the copy has the edits; memory: the reverse.
+        #expect(try rig.members("p.package") == (keep == "disk" ? theirs : mine))
+        #expect(try onDisk(copy) == (keep == "disk" ? mine : theirs))
+        #expect(try rig.status()["journal"]?["last_replay"]?["conflicts"] == ["p.package"])
+        #expect(
+            daemon.output.contains { $0.contains("another program changed 'k.txt', 'm.txt' while the daemon was down") }
+        )
+        #expect(rig.stop() == 0)
+        #expect(try onDisk("p.package") == (keep == "disk" ? theirs : mine))
+    }
+
+    @Test(
+        "A package saved, edited again and killed, its member on disk any version its own saves can leave (the saved one, one a save cut short or whose record was lost wrote, none after a removal): replayed, no conflict; a version none of its edits made: the conflict",
+        arguments: [("one\n", false), ("two\n", false), ("three\n", false), (nil, false), ("five\n", true)]
+            as [(String?, Bool)])
+    func packageMemberVersionsOfItsOwn(version: String?, conflict: Bool) async throws {
+        let rig = try JournalRig()
+        try await rig.start()
+        let client = try rig.client()
+        try rig.ok(["cmd": "create", "doc": "p.package"], on: client)
+        try rig.ok(["cmd": "put-member", "doc": "p.package", "member": "m.txt", "text": "one\n"], on: client)
+        try rig.ok(["cmd": "save", "doc": "p.package", "wait": true], on: client)
+        try rig.ok(["cmd": "put-member", "doc": "p.package", "member": "m.txt", "text": "two\n"], on: client)
+        try rig.ok(["cmd": "put-member", "doc": "p.package", "member": "m.txt", "text": "three\n"], on: client)
+        try rig.ok(["cmd": "remove-member", "doc": "p.package", "member": "m.txt"], on: client)
+        try rig.ok(["cmd": "put-member", "doc": "p.package", "member": "m.txt", "text": "four\n"], on: client)
+        rig.kill()
+        let member = rig.root + "/p.package/m.txt"
+        if let version { try Disk.write(version, to: member) } else { #expect(unlink(member) == 0) }
+        try await rig.start()
+        let conflicts = try rig.status()["journal"]?["last_replay"]?["conflicts"]?.arrayValue ?? []
+        #expect(conflicts == (conflict ? ["p.package"] : []))
+        #expect(try rig.members("p.package") == ["m.txt": conflict ? "five\n" : "four\n"])
+        #expect(rig.stop() == 0)
+    }
+
+    @Test(
         "WhenRemoved=recreate: a document whose file another program removed, edited, killed before it is written again: the next start has its text and the edit",
         .enabled(if: Machine.isRoot, "chattr +i needs root"))
     func recreatedThenEdited() async throws {

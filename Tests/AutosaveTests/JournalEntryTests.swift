@@ -42,4 +42,34 @@ struct JournalEntryTests {
         JournalEntry.encodeEdit(token: 0x0102_0304_0506_0708, .append("hé"), appendingTo: &bytes)
         #expect(bytes == [2, 8, 7, 6, 5, 4, 3, 2, 1, 2, 3, 0, 0, 0, 0x68, 0xC3, 0xA9])
     }
+
+    @Test(
+        "The records that are not edits — base, saving, moved, a package member's version before an edit — decode to what was encoded; a flag byte with unknown bits is refused"
+    )
+    func markers() throws {
+        let file = FileIdentity(size: 12, hash: 0xDEAD_BEEF_0BAD_F00D)
+        var entries: [JournalEntry] = []
+        for text in Self.strings {
+            entries += [
+                .base(path: text, file: file, token: 7, contents: Data(text.utf8)),
+                .base(path: text, file: nil, token: 0, contents: nil),
+                .saving(path: text, token: 9, file: file), .moved(path: text),
+                .memberBefore(token: 3, member: text, file: file), .memberBefore(token: 4, member: text, file: nil),
+            ]
+        }
+        for entry in entries {
+            var bytes: [UInt8] = []
+            entry.encode(into: &bytes)
+            #expect(try JournalEntry(decoding: bytes[...]) == entry)
+            guard case .other(let peeked) = try JournalEntry.peek(bytes[...]) else {
+                Issue.record("\(entry) peeked as an edit")
+                continue
+            }
+            #expect(peeked == entry)
+        }
+        var bytes: [UInt8] = []
+        JournalEntry.memberBefore(token: 1, member: "m", file: nil).encode(into: &bytes)
+        bytes[9] = 2
+        #expect(throws: JournalEntry.DecodingError.self) { try JournalEntry(decoding: bytes[...]) }
+    }
 }
