@@ -10,6 +10,8 @@ public typealias Checked<T> = Result<T, FieldError>
 public struct FieldError: Error, Equatable, Sendable, CustomStringConvertible {
     public enum Problem: UInt8, Sendable {
         case missing, notString, notWholeNumber, notTrueOrFalse, notStrings
+        /// A whole number beyond what the field holds (a signed 64-bit integer).
+        case outOfRange
         /// `base64` that is not base64.
         case invalidBase64
         /// Neither `text` nor `base64`.
@@ -27,12 +29,18 @@ public struct FieldError: Error, Equatable, Sendable, CustomStringConvertible {
         self.field = field
     }
 
+    /// Whether a number whose value is `value` is whole (one too large for a `Double`,
+    /// `1e400`, counts as whole: it is out of any range).
+    static func isWhole(_ value: Double) -> Bool { value == value.rounded() }
+
     /// The `bad-request` message.
     public var message: String {
         switch problem {
         case .missing: "missing field \"\(field)\""
         case .notString: "field \"\(field)\" must be a string"
         case .notWholeNumber: "field \"\(field)\" must be a whole number"
+        case .outOfRange:
+            "field \"\(field)\" is out of range: a whole number from \(Int.min) to \(Int.max)"
         case .notTrueOrFalse: "field \"\(field)\" must be true or false"
         case .notStrings: "field \"\(field)\" must be an array of strings"
         case .invalidBase64: "field \"base64\" is not valid base64"
@@ -348,7 +356,10 @@ private struct ReferenceFields {
 
     func integer(_ key: RequestField) -> Checked<Int> {
         guard let value = request[key.name] else { return .failure(FieldError(.missing, key)) }
-        guard let int = value.intValue else { return .failure(FieldError(.notWholeNumber, key)) }
+        guard let int = value.intValue else {
+            return .failure(
+                FieldError(value.doubleValue.map(FieldError.isWhole) == true ? .outOfRange : .notWholeNumber, key))
+        }
         return .success(int)
     }
 

@@ -40,10 +40,20 @@ extension JSONValue: ExpressibleByStringLiteral, ExpressibleByIntegerLiteral, Ex
 
     /// An integral number's value.
     public var intValue: Int? {
-        if case .number(let n) = self {
-            return Int(n) ?? Double(n).flatMap { $0 == $0.rounded() ? Int(exactly: $0) : nil }
-        }
+        if case .number(let n) = self { return Self.wholeNumber(n) }
         return nil
+    }
+
+    /// The value of the JSON number `text` when it is a whole number an `Int` holds
+    /// exactly: `12`, `-3`, `1.0`, `2e3`. Digits alone are read as an integer, never
+    /// through a `Double` (which would round `-9223372036854775809` to `Int.min`); a
+    /// fraction or an exponent is read as a `Double`, whole and in range or `nil`.
+    static func wholeNumber(_ text: String) -> Int? {
+        if let int = Int(text) { return int }
+        guard text.utf8.contains(where: { $0 == UInt8(ascii: ".") || $0 | 0x20 == UInt8(ascii: "e") }) else {
+            return nil
+        }
+        return Double(text).flatMap { $0 == $0.rounded() ? Int(exactly: $0) : nil }
     }
 
     public var doubleValue: Double? {

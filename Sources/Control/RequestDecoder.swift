@@ -660,8 +660,10 @@ private struct Scanner {
     func integer(_ key: Key) -> Checked<Int> {
         let slot = slots[key.rawValue]
         if slot.kind == .absent { return .failure(FieldError(.missing, key)) }
-        guard slot.kind == .number, let int = Self.integer(slot.token) else {
-            return .failure(FieldError(.notWholeNumber, key))
+        guard slot.kind == .number else { return .failure(FieldError(.notWholeNumber, key)) }
+        guard let int = Self.integer(slot.token) else {
+            let value = Double(String(decoding: slot.token, as: UTF8.self))
+            return .failure(FieldError(value.map(FieldError.isWhole) == true ? .outOfRange : .notWholeNumber, key))
         }
         return .success(int)
     }
@@ -676,7 +678,7 @@ private struct Scanner {
             return negative ? -value : value
         }
         let text = String(decoding: token, as: UTF8.self)
-        return Int(text) ?? Double(text).flatMap { $0 == $0.rounded() ? Int(exactly: $0) : nil }
+        return JSONValue.wholeNumber(text)
     }
 
     @inline(__always)

@@ -571,13 +571,26 @@ struct ControlSocketTests {
         // Numbers at and past the ends of what an Int holds: each is refused, none stops the daemon.
         try raw.send(#"{"cmd": "set", "doc": "a.txt", "text": "abc"}"# + "\n")
         #expect(try raw.line()?["ok"] == true)
-        for (offset, length) in [
-            ("9223372036854775807", "1"), ("1", "9223372036854775807"), ("-9223372036854775808", "-1"),
-            ("-1", "1"), ("0", "-1"), ("99999999999999999999999", "0"), ("1e400", "0"), ("2.5", "0"),
+        for (offset, length, message) in [
+            // Whole numbers a signed 64-bit integer holds, outside the text: refused by the document.
+            ("9223372036854775807", "1", "are outside the text"), ("1", "9223372036854775807", "are outside the text"),
+            ("-9223372036854775808", "-1", "are outside the text"), ("-1", "1", "are outside the text"),
+            ("0", "-1", "are outside the text"),
+            (
+                "9223372036854775808", "0",
+                #"field "offset" is out of range: a whole number from -9223372036854775808 to 9223372036854775807"#
+            ),
+            ("0", "-9223372036854775809", #"field "length" is out of range"#),
+            ("99999999999999999999999", "0", "out of range"), ("1e400", "0", "out of range"),
+            ("2.5", "0", #"field "offset" must be a whole number"#),
+            ("0", "1e-3", #"field "length" must be a whole number"#),
         ] {
             let request = #"{"cmd":"replace","doc":"a.txt","offset":\#(offset),"length":\#(length),"text":"x"}"#
             try raw.send(request + "\n")
-            #expect(try raw.code() == "bad-request", "\(request)")
+            let reply = try raw.line()
+            #expect(reply?["error"]?["code"]?.stringValue == "bad-request", "\(request)")
+            let said = reply?["error"]?["message"]?.stringValue ?? ""
+            #expect(said.contains(message), "\(request) → \(said)")
         }
         try raw.send(#"{"cmd": "get", "doc": "a.txt"}"# + "\n")
         #expect(try raw.line()?["text"]?.stringValue == "abc", "nothing was applied")
