@@ -96,6 +96,21 @@ public struct Configuration: Sendable, Equatable {
     /// The files the configuration was read from, in order.
     public var sources: [String] = []
 
+    /// Where each key was last set (`"Autosave.MaxDelay"` → file and line): a check
+    /// between keys names the lines it is about. Keys left at their defaults have none.
+    var origins = KeyOrigins()
+
+    /// Where keys were set. Not part of what a configuration says: two that say the same
+    /// are equal wherever they said it (a reload compares them).
+    struct KeyOrigins: Sendable, Equatable {
+        var byKey: [String: ConfigurationError.Origin] = [:]
+        subscript(key: String) -> ConfigurationError.Origin? {
+            get { byKey[key] }
+            set { byKey[key] = newValue }
+        }
+        static func == (_: KeyOrigins, _: KeyOrigins) -> Bool { true }
+    }
+
     /// The embedded default: the root under `$STATE_DIRECTORY`, else
     /// `$XDG_STATE_HOME/autosaved`, else `./autosave-data`.
     public init(environment: [String: String] = ProcessInfo.processInfo.environment) {
@@ -173,6 +188,13 @@ public struct ConfigurationError: Error, Sendable, Equatable, CustomStringConver
     public var file: String
     public var line: Int?
     public var message: String
+
+    /// A file and a line.
+    public struct Origin: Sendable, Equatable, CustomStringConvertible {
+        public var file: String
+        public var line: Int
+        public var description: String { "\(file):\(line)" }
+    }
 
     public var description: String {
         if let line { return "\(file):\(line): \(message)" }
@@ -292,6 +314,8 @@ extension Configuration {
             }
             if let message = set(section: section, key: key, value: value) {
                 fail("\(key)=\(value): \(message)")
+            } else {
+                origins[section + "." + key] = ConfigurationError.Origin(file: file, line: lineNumber)
             }
         }
         return errors
@@ -512,43 +536,52 @@ extension Configuration {
         }
     }
 
-    /// Checks relations between keys.
+    /// Checks relations between keys. Each problem is reported at the line that set the
+    /// last of the keys it is about (read last, it is the one that broke the relation), or
+    /// in `file` when they are all at their defaults; the message says where the others
+    /// were set.
     func validate(file: String) -> [ConfigurationError] {
         var errors: [ConfigurationError] = []
-        if maxDelay < quietPeriod {
+        func fail(_ message: String, keys: [String]) {
+            let set = keys.compactMap { key in origins[key].map { (key: key, origin: $0) } }
+            // The files are read in order, and lines in a file: the last is the greatest.
+            let sources = self.sources
+            let last = set.max { a, b in
+                let (fa, fb) = (sources.lastIndex(of: a.origin.file) ?? 0, sources.lastIndex(of: b.origin.file) ?? 0)
+                return fa != fb ? fa < fb : a.origin.line < b.origin.line
+            }
+            let others = keys.filter { $0 != last?.key }.map { key in
+                let name = "[" + key.replacingOccurrences(of: ".", with: "] ") + "="
+                return origins[key].map { "\(name) is set at \($0)" } ?? "\(name) is its default"
+            }
+            let context = others.isEmpty ? "" : " (" + others.joined(separator: "; ") + ")"
             errors.append(
                 ConfigurationError(
-                    file: file, line: nil,
-                    message:
-                        "MaxDelay= (\(TimeSpan.format(maxDelay))) must not be shorter than QuietPeriod= (\(TimeSpan.format(quietPeriod)))"
-                ))
+                    file: last?.origin.file ?? file, line: last?.origin.line, message: message + context))
+        }
+        if maxDelay < quietPeriod {
+            fail(
+                "MaxDelay= (\(TimeSpan.format(maxDelay))) must not be shorter than QuietPeriod= (\(TimeSpan.format(quietPeriod)))",
+                keys: ["Autosave.MaxDelay", "Autosave.QuietPeriod"])
         }
         if pollInterval < .milliseconds(100) {
-            errors.append(
-                ConfigurationError(file: file, line: nil, message: "PollInterval= must be at least 100ms"))
+            fail("PollInterval= must be at least 100ms", keys: ["Watch.PollInterval"])
         }
         if loopWriteLimit > .seconds(1) {
-            errors.append(
-                ConfigurationError(
-                    file: file, line: nil, message: "[Autosave] LoopWriteLimit= must be from 0 to 1s"))
+            fail("[Autosave] LoopWriteLimit= must be from 0 to 1s", keys: ["Autosave.LoopWriteLimit"])
         }
         if journalSyncInterval < .milliseconds(1) || journalSyncInterval > .seconds(3600) {
-            errors.append(
-                ConfigurationError(
-                    file: file, line: nil, message: "[Journal] SyncInterval= must be from 1ms to 1h"))
+            fail("[Journal] SyncInterval= must be from 1ms to 1h", keys: ["Journal.SyncInterval"])
         }
         if journalMode != .off, Self.contains(root, journalDirectory) {
-            errors.append(
-                ConfigurationError(
-                    file: file, line: nil,
-                    message:
-                        "[Journal] Directory= (\(journalDirectory)) must be outside the store root (\(root)): the journal is never a document"
-                ))
+            fail(
+                "[Journal] Directory= (\(journalDirectory)) must be outside the store root (\(root)): the journal is never a document",
+                keys: ["Journal.Directory", "Store.Root"])
         }
         if maxRetryInterval < retryInterval {
-            errors.append(
-                ConfigurationError(
-                    file: file, line: nil, message: "MaxRetryInterval= must not be shorter than RetryInterval="))
+            fail(
+                "MaxRetryInterval= must not be shorter than RetryInterval=",
+                keys: ["Autosave.MaxRetryInterval", "Autosave.RetryInterval"])
         }
         return errors
     }

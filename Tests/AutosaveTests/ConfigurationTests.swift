@@ -87,18 +87,47 @@ struct ConfigurationTests {
                 "\(path):7: Port= is outside any section (or in an unknown one)",
                 "\(path):9: Keep=both: expected disk (the other program's file keeps the name) or memory (the unsaved edits do)",
                 "\(path):10: WhenRemoved=shrug: expected one of recreate-unsaved, recreate, close",
-                "\(path): PollInterval= must be at least 100ms",
+                "\(path):12: PollInterval= must be at least 100ms",
             ]
         }
     }
 
-    @Test("MaxDelay shorter than QuietPeriod is refused")
+    @Test(
+        "A check between keys (MaxDelay= against QuietPeriod=, the journal inside the root) is reported at the line that set the last of them, naming where the others were set"
+    )
     func relations() throws {
         let path = directory.sub("r.conf")
-        try Disk.write("[Autosave]\nQuietPeriod=10s\nMaxDelay=5s\n", to: path)
-        #expect(throws: ConfigurationErrors.self) {
-            try Configuration.load(path: path, required: true, environment: [:])
+        func errors() -> [String] {
+            do {
+                _ = try Configuration.load(path: path, required: true, environment: [:])
+                return []
+            } catch { return error.errors.map(\.description) }
         }
+        try Disk.write("[Autosave]\nQuietPeriod=10s\nMaxDelay=5s\n", to: path)
+        #expect(
+            errors() == [
+                "\(path):3: MaxDelay= (5s) must not be shorter than QuietPeriod= (10s) ([Autosave] QuietPeriod= is set at \(path):2)"
+            ])
+        // A drop-in read after the main file breaks the relation: its line is named.
+        try Disk.write("[Autosave]\nMaxDelay=5s\n", to: path)
+        try FileManager.default.createDirectory(atPath: path + ".d", withIntermediateDirectories: true)
+        try Disk.write("# later\n[Autosave]\nQuietPeriod=1min\n", to: path + ".d/10-slow.conf")
+        #expect(
+            errors() == [
+                "\(path).d/10-slow.conf:3: MaxDelay= (5s) must not be shorter than QuietPeriod= (1min) ([Autosave] MaxDelay= is set at \(path):2)"
+            ])
+        try FileManager.default.removeItem(atPath: path + ".d")
+        // One key set, the other at its default.
+        try Disk.write("[Store]\nRoot=/srv/docs\n\n[Journal]\nDirectory=/srv/docs/.journal\n", to: path)
+        #expect(
+            errors() == [
+                "\(path):5: [Journal] Directory= (/srv/docs/.journal) must be outside the store root (/srv/docs): the journal is never a document ([Store] Root= is set at \(path):2)"
+            ])
+        try Disk.write("[Autosave]\nRetryInterval=1h\n", to: path)
+        #expect(
+            errors() == [
+                "\(path):2: MaxRetryInterval= must not be shorter than RetryInterval= ([Autosave] MaxRetryInterval= is its default)"
+            ])
     }
 
     @Test("The embedded default root: STATE_DIRECTORY, else XDG_STATE_HOME/autosaved, else ./autosave-data")
