@@ -85,6 +85,48 @@ public final class ControlServer: Sendable {
             boundInode = try? FileDescriptor.currentWorkingDirectory.status(of: configuration.socketPath).inode
             log.notice("listening on \(configuration.socketPath)", ["socket": configuration.socketPath])
         }
+        Self.warnAboutUnmappedPeers(configuration: configuration, log: log)
+    }
+
+    /// `AllowUsers=` and `AllowGroups=` entries no peer can ever have: the daemon runs in
+    /// a user namespace (systemd's `PrivateUsers=`, say) that does not map them, where a
+    /// peer of an unmapped user shows as the overflow id (65534). Said once at start-up,
+    /// so that an operator whose clients are all refused learns why.
+    static func warnAboutUnmappedPeers(configuration: Configuration, log: Logger) {
+        let maps = (
+            users: (try? String(contentsOfFile: "/proc/self/uid_map", encoding: .utf8)) ?? "",
+            groups: (try? String(contentsOfFile: "/proc/self/gid_map", encoding: .utf8)) ?? ""
+        )
+        for (key, ids, map) in [
+            ("AllowUsers", configuration.allowUsers, maps.users),
+            ("AllowGroups", configuration.allowGroups, maps.groups),
+        ] {
+            let unmapped = IDMap(map).unmapped(ids)
+            guard !unmapped.isEmpty else { continue }
+            let listed = unmapped.map(String.init).joined(separator: " ")
+            log.warning(
+                "[Control] \(key)=\(listed) can never match: the daemon runs in a user namespace that does not map \(unmapped.count == 1 ? "that id" : "those ids") (PrivateUsers= in its unit?), where peers outside it show as 65534; allow a mapped id, or run without the namespace"
+            )
+        }
+    }
+
+    /// A user namespace's id map (`/proc/self/uid_map`): lines of the first id inside, the
+    /// first outside and how many.
+    struct IDMap {
+        var ranges: [(first: UInt64, count: UInt64)] = []
+
+        init(_ text: String) {
+            for line in text.split(separator: "\n") {
+                let fields = line.split(whereSeparator: \.isWhitespace).compactMap { UInt64($0) }
+                if fields.count == 3 { ranges.append((fields[0], fields[2])) }
+            }
+        }
+
+        /// The ids of `ids` no range holds (none when the map could not be read).
+        func unmapped(_ ids: [UInt32]) -> [UInt32] {
+            guard !ranges.isEmpty else { return [] }
+            return ids.filter { id in !ranges.contains { UInt64(id) >= $0.first && UInt64(id) - $0.first < $0.count } }
+        }
     }
 
     /// `Socket=` and `SocketMode=` do not apply to a socket systemd made (its socket unit's

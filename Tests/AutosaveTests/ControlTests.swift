@@ -1,4 +1,3 @@
-import Autosave
 import Control
 import Foundation
 @preconcurrency import Glibc
@@ -6,6 +5,8 @@ import Logging
 import Posix
 import TestSupport
 import Testing
+
+@testable import Autosave
 
 /// The built autosaved on a temporary root, with the built autosavectl and raw clients.
 final class RunningDaemon {
@@ -1207,6 +1208,32 @@ struct SocketSetupTests {
         #expect(output.contains("SocketMode=0600 is not applied: the socket systemd passed has mode 0666"), "\(output)")
         activator.signal(SIGTERM)
         _ = await activator.exitStatus()
+    }
+
+    @Test(
+        "In a user namespace that maps only root (unshare -U -r, as PrivateUsers= maps only the service's user): AllowUsers= and AllowGroups= ids it does not map are named at start-up as never matching; mapped ones are not",
+        .enabled(if: FileManager.default.isExecutableFile(atPath: "/usr/bin/unshare"), "needs unshare (util-linux)"))
+    func allowListsOutsideTheUserNamespace() async throws {
+        let directory = TemporaryDirectory("namespace")
+        let config = directory.sub("autosaved.conf")
+        try Disk.write(
+            "[Store]\nRoot=\(directory.sub("root"))\n[Control]\nSocket=\(directory.sub("s.sock"))\nAllowUsers=0 1000\nAllowGroups=0\n",
+            to: config)
+        let daemon = try DaemonProcess(
+            "/usr/bin/unshare", ["-U", "-r", Machine.product("autosaved"), "--config", config])
+        await daemon.waitForLine(containing: "listening on")
+        let client = try ControlClient(socketPath: directory.sub("s.sock"))
+        #expect(try client.call(["cmd": "status"])["ok"]?.boolValue == true)
+        let output = daemon.output.joined(separator: "\n")
+        #expect(
+            output.contains("[Control] AllowUsers=1000 can never match: the daemon runs in a user namespace"),
+            "\(output)")
+        #expect(!output.contains("AllowGroups="), "gid 0 is mapped: \(output)")
+        daemon.signal(SIGTERM)
+        #expect(await daemon.exitStatus() == 0)
+        // Outside any namespace (the whole id range mapped), nothing is said.
+        #expect(ControlServer.IDMap("         0          0 4294967295\n").unmapped([0, 1000, 4_294_967_294]).isEmpty)
+        #expect(ControlServer.IDMap("0 1000 1\n65534 65534 1\n").unmapped([0, 1, 1000, 65534]) == [1, 1000])
     }
 
     @Test("Ctrl-C during autosavectl export cancels it: exit 130 and nothing left behind")
