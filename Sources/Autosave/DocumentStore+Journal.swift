@@ -439,18 +439,8 @@ extension DocumentStore {
             // A base naming no file (a new document) with the file still absent: the creation itself.
             let creates = current == nil
             guard !edits.isEmpty || creates else { return drop(nil) }
-            // A package's members the edits put or remove, and each one's versions the
-            // package's own doings can have left on disk: the version before the first of
-            // those edits, and the one each of them made (a save cut short, or one whose
-            // record a power cut took, leaves any of them). Another is another program's.
-            var memberVersions: [PathKey: Set<FileIdentity?>] = [:]
-            if isPackage, current != nil {
-                for marker in chain.markers {
-                    if case .memberBefore(let change, let member, let file) = marker.entry, change > token {
-                        memberVersions[PathKey(member), default: []].insert(file)
-                    }
-                }
-            }
+            let memberVersions =
+                isPackage && current != nil ? Self.memberVersions(chain, of: chains, after: token) : [:]
             var start: Entry
             if let current {
                 start = current
@@ -498,7 +488,6 @@ extension DocumentStore {
                             try Self.removeClashes(with: Self.putMemberPath(edit)!, from: &entry)
                             try entry.document.apply(edit, existingFile: entry.existingFile)
                         }
-                        if !memberVersions.isEmpty { Self.noteMemberVersion(edit, in: &memberVersions) }
                     } catch {
                         if position == first, first > 0 {
                             refused = true
@@ -544,8 +533,7 @@ extension DocumentStore {
                     "\(path): another program changed \(changedMembers.map { "'\($0)'" }.joined(separator: ", ")) while the daemon was down, members that journalled edits put or remove",
                     ["document": path, "message_id": MessageID.conflict])
                 summary.conflicts.append(path)
-                resolveConflict(path)
-                if entries[path]?.isDirty == true { saveReplayed(path) }
+                resolveReplayedConflict(path)
                 return
             }
             saveReplayed(path)
@@ -601,7 +589,17 @@ extension DocumentStore {
         summary.edits += rebuilt.edits
         summary.documents += 1
         summary.conflicts.append(path)
+        resolveReplayedConflict(path)
+    }
+
+    /// Keeps both versions of a document replay found changed on disk (``resolveConflict(_:)``)
+    /// and saves what is left to save. When the conflict copy cannot be written (a name too
+    /// long, a directory not writable), the document forgets the file it was read from:
+    /// that file is another program's version, not one its edits follow, and each save
+    /// retried must find it there unexpected — and try the copy again — never replace it.
+    private func resolveReplayedConflict(_ path: String) {
         resolveConflict(path)
+        if entries[path]?.failure != nil { entries[path]?.fingerprint = nil }
         if entries[path]?.isDirty == true { saveReplayed(path) }
     }
 
@@ -621,30 +619,103 @@ extension DocumentStore {
         return mark
     }
 
-    /// Adds the version of a member `edit` leaves to `versions`, for a member it holds.
-    private static func noteMemberVersion(_ edit: DocumentEdit, in versions: inout [PathKey: Set<FileIdentity?>]) {
-        switch edit {
-        case .putMember(let member, let data):
-            if versions[PathKey(member)] != nil { versions[PathKey(member)]!.insert(FileIdentity(data)) }
-        case .removeMember(let member):
-            if versions[PathKey(member)] != nil { versions[PathKey(member)]!.insert(nil) }
-        default: break
+    /// The members of a package that the chain's edits after change `base` put or remove,
+    /// each with the versions the package's own doings can have left on disk: the version
+    /// before the first of those edits (its `memberBefore` record), and the one each of
+    /// them made — replayed or not (a save cut short, or one whose record a power cut
+    /// took, can have written any of them). A member whose first such edit has no
+    /// `memberBefore` record (one too large to read, or unreadable, when it was made; a
+    /// journal of an older version) is left out: nothing tells its versions apart.
+    private static func memberVersions(
+        _ chain: Chain, of chains: borrowing Chains, after base: UInt64
+    ) -> [PathKey: Set<FileIdentity?>] {
+        var before: [PathKey: [UInt64: FileIdentity?]] = [:]
+        for marker in chain.markers {
+            if case .memberBefore(let change, let member, let file) = marker.entry, change > base {
+                before[PathKey(member), default: [:]][change] = .some(file)
+            }
         }
+        guard !before.isEmpty else { return [:] }
+        var versions: [PathKey: Set<FileIdentity?>] = [:]
+        var unchecked: Set<PathKey> = []
+        for index in chain.members {
+            let record = chains.records[index]
+            guard record.isEdit, record.token > base,
+                record.command == .putMember || record.command == .removeMember,
+                let edit = try? record.edit()
+            else { continue }
+            let member: String
+            let result: FileIdentity?
+            switch edit {
+            case .putMember(let name, let data): (member, result) = (name, FileIdentity(data))
+            case .removeMember(let name): (member, result) = (name, nil)
+            default: continue
+            }
+            let key = PathKey(member)
+            if unchecked.contains(key) { continue }
+            if versions[key] == nil {
+                guard let prior = before[key]?[record.token] else {
+                    unchecked.insert(key)
+                    continue
+                }
+                versions[key] = [prior]
+            }
+            versions[key]!.insert(result)
+        }
+        return versions
     }
 
     /// The members of the package at `path` whose file on disk is none of the versions
     /// `versions` gives for it, sorted. A directory in a member's place counts as no
-    /// member (members below it are those of later edits); a file that cannot be read is
-    /// not counted (nothing tells it apart).
+    /// member when every file below it is a member of `versions` (a save cut short, the
+    /// member removed and members put below its name: each checked on its own); a file in
+    /// the way of a member's directory counts as no member when it is itself a member of
+    /// `versions`. Anything else there is another program's. A file that cannot be read
+    /// is not counted (nothing tells it apart).
     private func membersChangedOnDisk(_ path: String, _ versions: [PathKey: Set<FileIdentity?>]) -> [String] {
+        let package = root + "/" + path
+        let cwd = FileDescriptor.currentWorkingDirectory
+        // Whether every entry below `directory` (a member path) is a directory or a file
+        // `versions` holds.
+        func holdsOnlyMembers(_ directory: String) -> Bool {
+            guard let names = try? FileManager.default.contentsOfDirectory(atPath: package + "/" + directory) else {
+                return false
+            }
+            for name in names {
+                let member = directory + "/" + name
+                guard let status = try? cwd.status(of: package + "/" + member) else { return false }
+                switch status.kind {
+                case .directory: if !holdsOnlyMembers(member) { return false }
+                case .regular: if versions[PathKey(member)] == nil { return false }
+                default: return false
+                }
+            }
+            return true
+        }
+        // Whether the first component of `member` that is no directory on disk is a file
+        // `versions` holds.
+        func blockedByAMember(_ member: String) -> Bool {
+            var prefix = ""
+            for component in PathName.components(member).dropLast() {
+                prefix = prefix.isEmpty ? component : prefix + "/" + component
+                guard let status = try? cwd.status(of: package + "/" + prefix) else { return false }
+                if status.kind != .directory { return status.kind == .regular && versions[PathKey(prefix)] != nil }
+            }
+            return false
+        }
         var changed: [String] = []
         for (member, known) in versions {
-            let full = root + "/" + path + "/" + member.path
+            let full = package + "/" + member.path
             let onDisk: FileIdentity?
             do {
-                let status = try FileDescriptor.currentWorkingDirectory.status(of: full)
+                let status = try cwd.status(of: full)
                 switch status.kind {
-                case .directory: onDisk = nil
+                case .directory:
+                    guard holdsOnlyMembers(member.path) else {
+                        changed.append(member.path)
+                        continue
+                    }
+                    onDisk = nil
                 case .regular:
                     // Of a size no known version has: changed, without reading it.
                     guard known.contains(where: { $0?.size == status.size }) else {
@@ -657,7 +728,13 @@ extension DocumentStore {
                     changed.append(member.path)
                     continue
                 }
-            } catch let error where error == .noSuchFile || error == .notDirectory {
+            } catch let error where error == .noSuchFile {
+                onDisk = nil
+            } catch let error where error == .notDirectory {
+                guard blockedByAMember(member.path) else {
+                    changed.append(member.path)
+                    continue
+                }
                 onDisk = nil
             } catch {
                 continue

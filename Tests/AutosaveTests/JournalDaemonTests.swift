@@ -564,6 +564,110 @@ struct JournalDaemonTests {
     }
 
     @Test(
+        "A package member larger than 16 MiB that only the disk holds, edited twice and killed: its first edit journals no version before it, and replay does not check it — no false conflict"
+    )
+    func packageMemberTooLargeToCheck() async throws {
+        let rig = try JournalRig()
+        try FileManager.default.createDirectory(atPath: rig.root + "/p.package", withIntermediateDirectories: true)
+        try Data(repeating: UInt8(ascii: "B"), count: 17 << 20).write(
+            to: URL(fileURLWithPath: rig.root + "/p.package/big.txt"))
+        try await rig.start()
+        let client = try rig.client()
+        try rig.ok(["cmd": "put-member", "doc": "p.package", "member": "big.txt", "text": "x\n"], on: client)
+        try rig.ok(["cmd": "put-member", "doc": "p.package", "member": "big.txt", "text": "y\n"], on: client)
+        rig.kill()
+        try await rig.start()
+        #expect(try rig.status()["journal"]?["last_replay"]?["conflicts"]?.arrayValue ?? [] == [])
+        #expect(try rig.members("p.package") == ["big.txt": "y\n"])
+        #expect(rig.stop() == 0)
+    }
+
+    @Test(
+        "Another program puts something where a journalled member goes — a directory with its own file at the member's name, a file at its directory's name, a file inside a directory the edits made a member — while the daemon is down: a conflict, their files kept; the package's own directory there is no conflict",
+        arguments: ["directory at the member", "file at its directory", "file inside", "own directory"])
+    func packageMemberPlaceTaken(by change: String) async throws {
+        let rig = try JournalRig()
+        try await rig.start()
+        let client = try rig.client()
+        try rig.ok(["cmd": "create", "doc": "p.package"], on: client)
+        try rig.ok(["cmd": "put-member", "doc": "p.package", "member": "keep.txt", "text": "kept\n"], on: client)
+        try rig.ok(["cmd": "put-member", "doc": "p.package", "member": "e/f.txt", "text": "f\n"], on: client)
+        try rig.ok(["cmd": "save", "doc": "p.package", "wait": true], on: client)
+        let package = rig.root + "/p.package"
+        switch change {
+        case "directory at the member":
+            try rig.ok(["cmd": "put-member", "doc": "p.package", "member": "n.txt", "text": "mine\n"], on: client)
+            rig.kill()
+            try FileManager.default.createDirectory(atPath: package + "/n.txt", withIntermediateDirectories: false)
+            try Disk.write("theirs\n", to: package + "/n.txt/theirs.txt")
+        case "file at its directory":
+            try rig.ok(["cmd": "put-member", "doc": "p.package", "member": "x/y.txt", "text": "mine\n"], on: client)
+            rig.kill()
+            try Disk.write("theirs\n", to: package + "/x")
+        case "file inside", "own directory":
+            try rig.ok(["cmd": "remove-member", "doc": "p.package", "member": "e/f.txt"], on: client)
+            try rig.ok(["cmd": "put-member", "doc": "p.package", "member": "e", "text": "now a file\n"], on: client)
+            rig.kill()
+            if change == "file inside" { try Disk.write("theirs\n", to: package + "/e/g.txt") }
+        default: Issue.record("no such case")
+        }
+        try await rig.start()
+        let conflicts = try rig.status()["journal"]?["last_replay"]?["conflicts"]?.arrayValue ?? []
+        let theirs = try Disk.names(in: rig.root).contains { $0.contains("(conflict ") }
+        if change == "own directory" {
+            #expect(conflicts.isEmpty && !theirs)
+            #expect(try rig.members("p.package") == ["keep.txt": "kept\n", "e": "now a file\n"])
+        } else {
+            #expect(conflicts == ["p.package"])
+            #expect(theirs, "a conflict copy")
+            let kept =
+                change == "directory at the member"
+                ? "/n.txt/theirs.txt" : change == "file at its directory" ? "/x" : "/e/g.txt"
+            #expect(try Disk.bytes(package + kept) == Data("theirs\n".utf8), "their file is kept")
+        }
+        #expect(rig.stop() == 0)
+    }
+
+    @Test(
+        "Changed while down, and the conflict copy cannot be written (its name too long): the other program's version is never replaced — each retried save finds it unexpected and tries the copy again",
+        arguments: ["file", "package"])
+    func conflictCopyUnwritableAtReplay(kind: String) async throws {
+        let rig = try JournalRig("[Autosave]\nRetryInterval=100ms\nMaxRetryInterval=100ms\n")
+        // A name whose conflict copy, "<name> (conflict <time>).<ext>", passes 255 bytes.
+        let doc = String(repeating: "n", count: 236) + (kind == "file" ? ".txt" : ".package")
+        try await rig.start()
+        let client = try rig.client()
+        let changed: String
+        if kind == "file" {
+            try rig.ok(["cmd": "set", "doc": .string(doc), "text": "orig\n"], on: client)
+            try rig.ok(["cmd": "save", "doc": .string(doc), "wait": true], on: client)
+            try rig.ok(["cmd": "append", "doc": .string(doc), "text": "mine\n"], on: client)
+            changed = rig.root + "/" + doc
+        } else {
+            try rig.ok(["cmd": "create", "doc": .string(doc)], on: client)
+            try rig.ok(["cmd": "put-member", "doc": .string(doc), "member": "m.txt", "text": "orig\n"], on: client)
+            try rig.ok(["cmd": "save", "doc": .string(doc), "wait": true], on: client)
+            try rig.ok(["cmd": "put-member", "doc": .string(doc), "member": "m.txt", "text": "mine\n"], on: client)
+            changed = rig.root + "/" + doc + "/m.txt"
+        }
+        rig.kill()
+        try Disk.write("THEIRS\n", to: changed)
+        try await rig.start()
+        #expect(try rig.status()["journal"]?["last_replay"]?["conflicts"] == [.string(doc)])
+        // Until the save has been tried three times more (each would have replaced their file).
+        var attempts = 0
+        let deadline = ContinuousClock.now + .seconds(30)
+        while attempts < 4, ContinuousClock.now < deadline {
+            let list = try rig.ok(["cmd": "list"])["documents"]?.arrayValue ?? []
+            attempts = list.first { $0["doc"]?.stringValue == doc }?["failure"]?["attempts"]?.intValue ?? 0
+            try await Task.sleep(for: .milliseconds(20))
+        }
+        #expect(attempts >= 4, "the save is retried and fails")
+        #expect(try Disk.bytes(changed) == Data("THEIRS\n".utf8), "their version is kept")
+        rig.kill()
+    }
+
+    @Test(
         "WhenRemoved=recreate: a document whose file another program removed, edited, killed before it is written again: the next start has its text and the edit",
         .enabled(if: Machine.isRoot, "chattr +i needs root"))
     func recreatedThenEdited() async throws {
