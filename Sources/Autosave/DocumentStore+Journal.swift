@@ -625,7 +625,8 @@ extension DocumentStore {
     /// them made — replayed or not (a save cut short, or one whose record a power cut
     /// took, can have written any of them). A member whose first such edit has no
     /// `memberBefore` record (one too large to read, or unreadable, when it was made; a
-    /// journal of an older version) is left out: nothing tells its versions apart.
+    /// journal of an older version) has no versions (an empty set): it is the package's
+    /// own, and nothing tells its versions apart.
     private static func memberVersions(
         _ chain: Chain, of chains: borrowing Chains, after base: UInt64
     ) -> [PathKey: Set<FileIdentity?>] {
@@ -637,7 +638,6 @@ extension DocumentStore {
         }
         guard !before.isEmpty else { return [:] }
         var versions: [PathKey: Set<FileIdentity?>] = [:]
-        var unchecked: Set<PathKey> = []
         for index in chain.members {
             let record = chains.records[index]
             guard record.isEdit, record.token > base,
@@ -652,10 +652,11 @@ extension DocumentStore {
             default: continue
             }
             let key = PathKey(member)
-            if unchecked.contains(key) { continue }
-            if versions[key] == nil {
+            if let known = versions[key] {
+                if known.isEmpty { continue }
+            } else {
                 guard let prior = before[key]?[record.token] else {
-                    unchecked.insert(key)
+                    versions[key] = []
                     continue
                 }
                 versions[key] = [prior]
@@ -670,8 +671,8 @@ extension DocumentStore {
     /// member when every file below it is a member of `versions` (a save cut short, the
     /// member removed and members put below its name: each checked on its own); a file in
     /// the way of a member's directory counts as no member when it is itself a member of
-    /// `versions`. Anything else there is another program's. A file that cannot be read
-    /// is not counted (nothing tells it apart).
+    /// `versions`. Anything else there is another program's. A member with no versions is
+    /// not checked, nor is a file that cannot be read (nothing tells them apart).
     private func membersChangedOnDisk(_ path: String, _ versions: [PathKey: Set<FileIdentity?>]) -> [String] {
         let package = root + "/" + path
         let cwd = FileDescriptor.currentWorkingDirectory
@@ -704,7 +705,7 @@ extension DocumentStore {
             return false
         }
         var changed: [String] = []
-        for (member, known) in versions {
+        for (member, known) in versions where !known.isEmpty {
             let full = package + "/" + member.path
             let onDisk: FileIdentity?
             do {

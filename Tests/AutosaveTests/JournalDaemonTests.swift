@@ -564,21 +564,26 @@ struct JournalDaemonTests {
     }
 
     @Test(
-        "A package member larger than 16 MiB that only the disk holds, edited twice and killed: its first edit journals no version before it, and replay does not check it — no false conflict"
-    )
-    func packageMemberTooLargeToCheck() async throws {
+        "A package member larger than 16 MiB that only the disk holds, edited twice, or removed and its directory's name made a member, then killed: its first edit journals no version before it, and replay does not check it — no false conflict",
+        arguments: ["edited twice", "removed, its directory a file"])
+    func packageMemberTooLargeToCheck(edits: String) async throws {
         let rig = try JournalRig()
-        try FileManager.default.createDirectory(atPath: rig.root + "/p.package", withIntermediateDirectories: true)
+        try FileManager.default.createDirectory(atPath: rig.root + "/p.package/d", withIntermediateDirectories: true)
         try Data(repeating: UInt8(ascii: "B"), count: 17 << 20).write(
-            to: URL(fileURLWithPath: rig.root + "/p.package/big.txt"))
+            to: URL(fileURLWithPath: rig.root + "/p.package/d/big.txt"))
         try await rig.start()
         let client = try rig.client()
-        try rig.ok(["cmd": "put-member", "doc": "p.package", "member": "big.txt", "text": "x\n"], on: client)
-        try rig.ok(["cmd": "put-member", "doc": "p.package", "member": "big.txt", "text": "y\n"], on: client)
+        if edits == "edited twice" {
+            try rig.ok(["cmd": "put-member", "doc": "p.package", "member": "d/big.txt", "text": "x\n"], on: client)
+            try rig.ok(["cmd": "put-member", "doc": "p.package", "member": "d/big.txt", "text": "y\n"], on: client)
+        } else {
+            try rig.ok(["cmd": "remove-member", "doc": "p.package", "member": "d/big.txt"], on: client)
+            try rig.ok(["cmd": "put-member", "doc": "p.package", "member": "d", "text": "y\n"], on: client)
+        }
         rig.kill()
         try await rig.start()
         #expect(try rig.status()["journal"]?["last_replay"]?["conflicts"]?.arrayValue ?? [] == [])
-        #expect(try rig.members("p.package") == ["big.txt": "y\n"])
+        #expect(try rig.members("p.package") == [edits == "edited twice" ? "d/big.txt" : "d": "y\n"])
         #expect(rig.stop() == 0)
     }
 
