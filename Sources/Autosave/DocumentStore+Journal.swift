@@ -679,13 +679,13 @@ extension DocumentStore {
         // Whether every entry below `directory` (a member path) is a directory or a file
         // `versions` holds.
         func holdsOnlyMembers(_ directory: String) -> Bool {
-            guard let names = try? FileManager.default.contentsOfDirectory(atPath: package + "/" + directory) else {
-                return false
-            }
-            for name in names {
-                let member = directory + "/" + name
-                guard let status = try? cwd.status(of: package + "/" + member) else { return false }
-                switch status.kind {
+            guard let fd = try? FileDescriptor.open(package + "/" + directory, options: [.directory, .noFollow]),
+                let entries = try? fd.closeAfter({ () throws(Errno) -> [DirectoryEntry] in try fd.directoryEntries() })
+            else { return false }
+            for entry in entries {
+                let member = directory + "/" + entry.name
+                guard let kind = entry.kind ?? (try? cwd.status(of: package + "/" + member))?.kind else { return false }
+                switch kind {
                 case .directory: if !holdsOnlyMembers(member) { return false }
                 case .regular: if versions[PathKey(member)] == nil { return false }
                 default: return false
@@ -1041,10 +1041,7 @@ extension DocumentStore {
         let (held, data) = package.member(at: member)
         guard held else { return MemberBefore(path: member, file: nil) }
         if let data { return MemberBefore(path: member, file: FileIdentity(data)) }
-        let full = root + "/" + path + "/" + member
-        guard let status = try? FileDescriptor.currentWorkingDirectory.status(of: full),
-            status.kind == .regular, status.size <= Self.memberBeforeReadLimit,
-            let bytes = FileContents.read(full)
+        guard let bytes = FileContents.read(root + "/" + path + "/" + member, limit: Self.memberBeforeReadLimit)
         else { return nil }
         return MemberBefore(path: member, file: FileIdentity(bytes))
     }

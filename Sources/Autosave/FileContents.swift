@@ -13,10 +13,11 @@ enum FileContents {
     /// it cannot be opened or read (a directory, a missing file, no permission), or is no
     /// regular file: opened without blocking, so that a FIFO another program put there
     /// does not hold the store's thread until something writes to it.
-    static func read(_ path: String) -> Data? {
+    /// With `limit`, a larger file is not read (`nil`).
+    static func read(_ path: String, limit: Int64 = .max) -> Data? {
         guard let file = try? FileDescriptor.open(path, options: [.nonBlocking]) else { return nil }
         return file.closeAfter { () -> Data? in
-            guard let status = try? file.status(), status.kind == .regular else { return nil }
+            guard let status = try? file.status(), status.kind == .regular, status.size <= limit else { return nil }
             guard let bytes = try? file.readToEnd(sizeHint: Int(status.size)) else { return nil }
             return Data(bytes)
         }
