@@ -92,6 +92,11 @@ struct SaveCommitTests {
         ) {
             $0.journalMode = mode
             $0.journalSyncInterval = .seconds(3600)
+            // Every sync on the journal's own thread, every save on a save thread: the event
+            // loop neither syncs when it is about to sleep nor saves a document a client
+            // waits for itself. A sync `HeldJournalSyncs` holds on the loop would stop the
+            // loop, and with it the save the test waits for, and the test would hang.
+            $0.loopWriteLimit = .zero
         }
         // Unmounted before its directory goes.
         harness.held = [mount as Any, ramfs]
@@ -194,6 +199,8 @@ struct SaveCommitTests {
     @Test("Mode=periodic: a save its document is not edited during renames without waiting for the journal's sync")
     func notEditedDuringTheSave() async throws {
         let syncs = HeldJournalSyncs()
+        // A failed expectation must not leave a sync held.
+        defer { syncs.release() }
         let (harness, gate) = try await Self.harness(syncs)
         gate.open(waiting: 0)
         let store = harness.store
@@ -267,6 +274,8 @@ struct SaveMarkTests {
     @Test("Mode=periodic: a document edited during its save renames without waiting for the journal, its file marked")
     func editedDuringTheSave() async throws {
         let syncs = HeldJournalSyncs()
+        // A failed expectation must not leave a sync held.
+        defer { syncs.release() }
         var marked = false
         let figures = try await SaveCommitTests.renameOfASaveEditedMeanwhile(
             syncs, unmarked: false,
@@ -291,6 +300,8 @@ struct SaveMarkTests {
         arguments: [JournalMode.periodic, .always])
     func editsNotYetDurable(mode: JournalMode) async throws {
         let syncs = HeldJournalSyncs()
+        // A failed expectation must not leave a sync held.
+        defer { syncs.release() }
         let (harness, gate) = try await SaveCommitTests.harness(syncs, mode: mode, unmarked: false)
         gate.open(waiting: 0)
         let store = harness.store
