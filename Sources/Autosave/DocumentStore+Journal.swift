@@ -420,21 +420,41 @@ extension DocumentStore {
             // Every edit after the base's change count, wherever it lies in the chain (those
             // made while a save ran precede the base that save wrote), and only while the
             // change counts run on without a gap: past a gap (records lost to damage) the
-            // edits would apply to a version the journal no longer has.
+            // edits would apply to a version the journal no longer has — until an edit that
+            // gives the whole document (`set`), which makes the version known again, and the
+            // edits from it on are replayed (the ones between the gap and it are superseded
+            // by it: nothing of the document is lost). The list is consecutive but for such
+            // a step into a whole edit, so that applying it one by one stays right.
             var edits: [Int] = []
             var expected = token + 1
+            // The first change count missing, while no whole edit after it has been found.
+            var missing: UInt64?
             for index in members where chains.records[index].isEdit && chains.records[index].token > token {
-                if chains.records[index].token != expected {
-                    summary.unapplied.append(
-                        "\(path): edits from change \(expected) on are missing from the journal; \(edits.count) replayed before them"
-                    )
-                    log.error(
-                        "the journal lacks edit \(expected) of \(path) (damaged or missing records): the edits after it were not replayed",
-                        ["document": path, "message_id": MessageID.journalReplayed])
-                    break
+                let record = chains.records[index]
+                if missing == nil, record.token == expected {
+                    edits.append(index)
+                    expected += 1
+                    continue
                 }
+                let gap = missing ?? expected
+                guard record.command?.replacesWholeDocument == true else {
+                    missing = gap
+                    continue
+                }
+                log.warning(
+                    "the journal lacks edit \(gap) of \(path) (damaged or missing records); the set at change \(record.token) gives the whole document, and the edits from it on were replayed",
+                    ["document": path, "message_id": MessageID.journalReplayed])
+                missing = nil
                 edits.append(index)
-                expected += 1
+                expected = record.token + 1
+            }
+            if let missing {
+                summary.unapplied.append(
+                    "\(path): edits from change \(missing) on are missing from the journal; \(edits.count) replayed before them"
+                )
+                log.error(
+                    "the journal lacks edit \(missing) of \(path) (damaged or missing records): the edits after it were not replayed",
+                    ["document": path, "message_id": MessageID.journalReplayed])
             }
             // A base naming no file (a new document) with the file still absent: the creation itself.
             let creates = current == nil

@@ -1569,6 +1569,41 @@ struct BadJournalTests {
     }
 
     @Test(
+        "A missing segment and a set after it: the set gives the whole document, so it and the edits after it are replayed and nothing is reported lost; a document with no set after its gap still stops there"
+    )
+    func missingSegmentBridgedBySet() async throws {
+        let rig = try JournalRig("[Journal]\nMaxSize=1M\n")
+        try await rig.start()
+        let client = try rig.client()
+        let chunk = String(repeating: "a", count: 4095) + "\n"
+        try rig.ok(["cmd": "set", "doc": "a.txt", "text": ""], on: client)
+        try rig.ok(["cmd": "set", "doc": "c.txt", "text": "c\n"], on: client)
+        // 256 KiB segments (an eighth of MaxSize=): three of them, the middle one removed below.
+        for _ in 0..<75 { try rig.ok(["cmd": "append", "doc": "a.txt", "text": .string(chunk)], on: client) }
+        // In the middle segment.
+        for _ in 0..<2 { try rig.ok(["cmd": "append", "doc": "c.txt", "text": .string(chunk)], on: client) }
+        for _ in 0..<75 { try rig.ok(["cmd": "append", "doc": "a.txt", "text": .string(chunk)], on: client) }
+        try rig.ok(["cmd": "set", "doc": "a.txt", "text": "after the gap\n"], on: client)
+        try rig.ok(["cmd": "append", "doc": "a.txt", "text": "and more\n"], on: client)
+        try rig.ok(["cmd": "append", "doc": "c.txt", "text": "after the gap\n"], on: client)
+        rig.kill()
+        let segments = rig.segments
+        #expect(segments.count == 3, "\(segments)")
+        let lost = try Self.records(rig.journal + "/" + segments[1]).count
+        try FileManager.default.removeItem(atPath: rig.journal + "/" + segments[1])
+        try await rig.start()
+        #expect(try text(rig, "a.txt") == "after the gap\nand more\n", "\(lost) records lost with the segment")
+        let replay = try rig.status()["journal"]?["last_replay"]
+        let unapplied = replay?["unapplied"]?.arrayValue ?? []
+        #expect(!unapplied.contains { $0.stringValue?.hasPrefix("a.txt: ") == true }, "\(unapplied)")
+        // c.txt's appends after its gap have no whole edit before them: not replayed, and named.
+        let c = try text(rig, "c.txt") ?? ""
+        #expect(c.hasPrefix("c\n") && !c.contains("after the gap"), "\(c.utf8.count) bytes")
+        #expect(unapplied.contains { $0.stringValue?.hasPrefix("c.txt: ") == true }, "\(unapplied)")
+        rig.kill()
+    }
+
+    @Test(
         "A record that cannot be decoded after decodable ones of its document: reported, nothing of that document applied, and no record of it left pinning its segment"
     )
     func undecodableAfterDecodable() async throws {
