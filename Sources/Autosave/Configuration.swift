@@ -370,7 +370,11 @@ extension Configuration {
             if value.isEmpty {
                 ignore = []
             } else {
-                let patterns = value[...].configurationWords(commas: false)
+                let patterns: [String]
+                switch value[...].quotedConfigurationWords() {
+                case .success(let words): patterns = words
+                case .failure(let problem): return problem.message
+                }
                 if let bad = patterns.first(where: { IgnorePattern($0, source: "") == nil }) {
                     return "'\(bad)' is not an ignore pattern (a comment, or only a slash)"
                 }
@@ -617,7 +621,7 @@ extension Configuration {
             PackageExtensions=\(packageExtensions.joined(separator: " "))
             IgnoreDefaults=\(ignoreDefaults ? "yes" : "no")
             # In force, in order (later patterns win):\(ignoreRulesRendered)
-            Ignore=\(ignore.joined(separator: " "))
+            Ignore=\(ignore.map(\.quotedConfigurationWord).joined(separator: " "))
             IgnoreFile=\(ignoreFile)
 
             [Autosave]
@@ -742,6 +746,55 @@ extension Substring {
     func configurationWords(commas: Bool) -> [String] {
         unicodeScalars.split(whereSeparator: { $0.isConfigurationWhitespace || (commas && $0 == ",") })
             .map { String(String.UnicodeScalarView($0)) }
+    }
+
+    /// A list setting's words, split at whitespace outside quotes, as systemd reads them:
+    /// `"…"` and `'…'` take everything up to the same quote as it is (whitespace, the
+    /// other quote), and quoted and unquoted parts next to each other make one word
+    /// (`"My Notes"/*.tmp`). Backslashes are not special here: they stay in the word,
+    /// for the word's own syntax (an ignore pattern's `\#`, `\*`).
+    func quotedConfigurationWords() -> Result<[String], ConfigurationWordsProblem> {
+        var words: [String] = []
+        var word = String.UnicodeScalarView()
+        var inWord = false
+        var quote: Unicode.Scalar?
+        for scalar in unicodeScalars {
+            if let open = quote {
+                if scalar == open { quote = nil } else { word.append(scalar) }
+            } else if scalar == "\"" || scalar == "'" {
+                quote = scalar
+                inWord = true
+            } else if scalar.isConfigurationWhitespace {
+                if inWord { words.append(String(word)) }
+                word = String.UnicodeScalarView()
+                inWord = false
+            } else {
+                word.append(scalar)
+                inWord = true
+            }
+        }
+        if let quote { return .failure(.init(message: "a quote (\(quote)) is not closed")) }
+        if inWord { words.append(String(word)) }
+        return .success(words)
+    }
+}
+
+/// Why a setting's value cannot be split into words.
+struct ConfigurationWordsProblem: Error {
+    var message: String
+}
+
+extension String {
+    /// The word as ``Substring/quotedConfigurationWords()`` reads it back: as it is when
+    /// it holds no whitespace and no quote, else in double quotes, each `"` in it written
+    /// `'"'`.
+    var quotedConfigurationWord: String {
+        guard
+            unicodeScalars.contains(where: { $0.isConfigurationWhitespace || $0 == "\"" || $0 == "'" })
+                || isEmpty
+        else { return self }
+        return split(separator: "\"", omittingEmptySubsequences: false).map { "\"" + $0 + "\"" }
+            .joined(separator: "'\"'")
     }
 }
 

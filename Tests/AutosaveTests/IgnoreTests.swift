@@ -166,6 +166,32 @@ struct IgnorePatternTests {
         #expect(configuration.rendered.contains("#   .git  (built-in default"))
         #expect(configuration.rendered.contains("#   x  (Ignore= in the configuration)"))
     }
+
+    @Test(
+        "Ignore= takes a pattern with whitespace or quotes in quotes, as systemd reads a list; --check-config writes it back so"
+    )
+    func quotedPatterns() throws {
+        var configuration = Configuration(environment: [:])
+        let text = #"[Store]"# + "\n" + ##"Ignore="My Notes/" 'say "hi".txt' draft" "v2/*.tmp a\#b"## + "\n"
+        #expect(configuration.apply(text, file: "c").isEmpty)
+        #expect(configuration.ignore == ["My Notes/", #"say "hi".txt"#, "draft v2/*.tmp", ##"a\#b"##])
+        let rules = IgnoreRules(configuration: configuration)
+        #expect(rules.ignoring("My Notes", isDirectory: true) != nil)
+        #expect(rules.ignoring("My Notes/a.txt", isDirectory: false) != nil)
+        #expect(rules.ignoring("Notes/a.txt", isDirectory: false) == nil)
+        #expect(rules.ignoring(#"say "hi".txt"#, isDirectory: false) != nil)
+        #expect(rules.ignoring("draft v2/x.tmp", isDirectory: false) != nil)
+        // The rendering read again gives the same list.
+        var again = Configuration(environment: [:])
+        #expect(again.apply(configuration.rendered, file: "rendered").isEmpty)
+        #expect(again.ignore == configuration.ignore, "\(configuration.rendered)")
+        // A quote left open is named, at its line, and changes nothing.
+        var refused = Configuration(environment: [:])
+        let errors = refused.apply("[Store]\nIgnore=*.log\nIgnore=\"My Notes/\n", file: "c")
+        #expect(errors.map(\.line) == [3])
+        #expect(errors.first?.message.contains("quote") == true, "\(errors)")
+        #expect(refused.ignore == ["*.log"])
+    }
 }
 
 /// Writes `text` to `path`, making its directories first.
