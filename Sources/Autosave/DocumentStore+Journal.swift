@@ -284,7 +284,7 @@ extension DocumentStore {
                     switch entry {
                     case .base(let path, _, _, _), .saving(let path, _, _), .moved(let path):
                         list[at].path = path
-                    case .edit, .memberBefore: break
+                    case .edit, .memberBefore, .skipped: break
                     }
                     list[at].markers.append((records.count, entry))
                     let none = record.payload.startIndex..<record.payload.startIndex
@@ -429,8 +429,19 @@ extension DocumentStore {
             var expected = token + 1
             // The first change count missing, while no whole edit after it has been found.
             var missing: UInt64?
+            // The changes an earlier replay, stopped short at them, left unapplied: reaching
+            // the first of them, this one passes over them to the edits made since.
+            var skipped: [UInt64: UInt64] = [:]
+            for marker in chain.markers {
+                if case .skipped(let from, let through) = marker.entry, from > token { skipped[from] = through }
+            }
             for index in members where chains.records[index].isEdit && chains.records[index].token > token {
                 let record = chains.records[index]
+                if missing == nil {
+                    while let through = skipped[expected], through >= expected { expected = through + 1 }
+                    // An edit that earlier replay left unapplied.
+                    if record.token < expected { continue }
+                }
                 if missing == nil, record.token == expected {
                     edits.append(index)
                     expected += 1
@@ -877,16 +888,25 @@ extension DocumentStore {
 
     /// After a replay that stopped short of the chain's last edit (a gap, a refused edit):
     /// the document's change count moves past every record of the chain, and a base with
-    /// its bytes is journalled at that count. Its next edits then follow this version, not
-    /// the records left unapplied, which a later replay (a crash before the replayed
+    /// its bytes is journalled at that count (for a package, a ``JournalEntry/skipped(from:through:)``
+    /// record naming the changes left unapplied). Its next edits then follow this version,
+    /// not the records left unapplied, which a later replay (a crash before the replayed
     /// document's save is done) would otherwise take for the edits before them.
     private func rebaseIfShort(_ entry: inout Entry, chain: Chain, of chains: borrowing Chains, path: String) {
-        guard let journal, !entry.isPackage else { return }
+        guard let journal else { return }
         var highest: UInt64 = 0
         for index in chain.members where chains.records[index].isEdit {
             highest = max(highest, chains.records[index].token)
         }
         guard highest > entry.changeCount else { return }
+        if entry.isPackage {
+            // A package's version is not bytes a base could carry: the records say which
+            // changes this replay left unapplied, and a later one passes over them.
+            JournalEntry.skipped(from: entry.changeCount + 1, through: highest).encode(into: &journalBuffer)
+            entry.changeCount = highest
+            _ = append(journal, &entry)
+            return
+        }
         entry.changeCount = highest
         guard
             let wrapper = try? entry.document.fileWrapper(

@@ -32,6 +32,12 @@ enum JournalEntry: Equatable {
     /// it a member another program changed while the daemon was down from one the
     /// package's own saves wrote.
     case memberBefore(token: UInt64, member: String, file: FileIdentity?)
+    /// A replay stopped short (a gap, an edit refused): the edits making changes
+    /// `from...through` were not applied, and the edits after `through` follow the version
+    /// at change `from - 1` — the one that replay made. A package's version cannot be
+    /// carried by a base with contents, as a file's is: a later replay, reaching change
+    /// `from - 1` again, passes over the edits left unapplied to the edits made since.
+    case skipped(from: UInt64, through: UInt64)
 
     /// The largest document whose contents a ``base`` carries.
     static let baseContentsLimit = 64 << 10
@@ -42,6 +48,7 @@ enum JournalEntry: Equatable {
         case saving = 3
         case moved = 4
         case memberBefore = 5
+        case skipped = 6
     }
 
     fileprivate enum EditKind: UInt8 {
@@ -97,6 +104,10 @@ enum JournalEntry: Equatable {
             bytes.append(file == nil ? 0 : 1)
             if let file { file.encode(into: &bytes) }
             bytes.appendString(member)
+        case .skipped(let from, let through):
+            bytes.append(Kind.skipped.rawValue)
+            bytes.appendLittleEndian(from)
+            bytes.appendLittleEndian(through)
         }
     }
 
@@ -203,6 +214,13 @@ enum JournalEntry: Equatable {
             }
             let file = flags & 1 != 0 ? try FileIdentity(reading: &reader) : nil
             self = .memberBefore(token: token, member: try reader.string(), file: file)
+        case .skipped:
+            let from = try reader.integer()
+            let through = try reader.integer()
+            guard from > 0, from <= through else {
+                throw DecodingError(description: "bad skipped changes \(from)...\(through)")
+            }
+            self = .skipped(from: from, through: through)
         }
         guard reader.isAtEnd else { throw DecodingError(description: "\(reader.remaining) bytes after the record") }
     }

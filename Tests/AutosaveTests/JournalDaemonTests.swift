@@ -1604,6 +1604,53 @@ struct BadJournalTests {
     }
 
     @Test(
+        "A package whose replay a missing segment cut short, edited, and killed again before it could be saved: the next replay keeps both the edits replayed the first time and the edit made since",
+        .enabled(if: Machine.isRoot, "an immutable root (chattr +i) needs root")
+    )
+    func packageCutShortEditedAndKilledAgain() async throws {
+        let rig = try JournalRig("[Journal]\nMaxSize=1M\n")
+        try await rig.start()
+        var client = try rig.client()
+        let chunk = String(repeating: "a", count: 4095) + "\n"
+        func put(_ member: String) throws {
+            try rig.ok(
+                ["cmd": "put-member", "doc": "p.package", "member": .string(member), "text": .string(member + "\n")],
+                on: client)
+        }
+        try rig.ok(["cmd": "create", "doc": "p.package"], on: client)
+        try put("first.txt")
+        try rig.ok(["cmd": "set", "doc": "a.txt", "text": ""], on: client)
+        // 256 KiB segments (an eighth of MaxSize=): the package's edits in each of three,
+        // the middle one removed below.
+        for _ in 0..<70 { try rig.ok(["cmd": "append", "doc": "a.txt", "text": .string(chunk)], on: client) }
+        try put("lost.txt")
+        for _ in 0..<70 { try rig.ok(["cmd": "append", "doc": "a.txt", "text": .string(chunk)], on: client) }
+        try put("after the gap.txt")
+        rig.kill()
+        let segments = rig.segments
+        #expect(segments.count == 3, "\(segments)")
+        try FileManager.default.removeItem(atPath: rig.journal + "/" + segments[1])
+        // No save can be made (an immutable root): the replayed package lives in memory and
+        // in the journal only when it is edited and the daemon killed again.
+        try FileManager.default.createDirectory(atPath: rig.root, withIntermediateDirectories: true)
+        let immutable = try Machine.run("/usr/bin/chattr", ["+i", rig.root])
+        try #require(immutable.status == 0, "chattr +i: \(immutable.stderr)")
+        defer { _ = try? Machine.run("/usr/bin/chattr", ["-i", rig.root]) }
+        try await rig.start()
+        #expect(try rig.members("p.package") == ["first.txt": "first.txt\n"])
+        client = try rig.client()
+        try put("later.txt")
+        rig.kill()
+        try Machine.run("/usr/bin/chattr", ["-i", rig.root])
+        try await rig.start()
+        #expect(try rig.members("p.package") == ["first.txt": "first.txt\n", "later.txt": "later.txt\n"])
+        let unapplied = try rig.status()["journal"]?["last_replay"]?["unapplied"]?.arrayValue ?? []
+        // The gap is the first run's: this replay finds every edit made since.
+        #expect(!unapplied.contains { $0.stringValue?.hasPrefix("p.package: ") == true }, "\(unapplied)")
+        rig.kill()
+    }
+
+    @Test(
         "A record that cannot be decoded after decodable ones of its document: reported, nothing of that document applied, and no record of it left pinning its segment"
     )
     func undecodableAfterDecodable() async throws {

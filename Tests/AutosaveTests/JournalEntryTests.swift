@@ -57,6 +57,7 @@ struct JournalEntryTests {
                 .memberBefore(token: 3, member: text, file: file), .memberBefore(token: 4, member: text, file: nil),
             ]
         }
+        entries += [.skipped(from: 3, through: 3), .skipped(from: 1, through: .max)]
         for entry in entries {
             var bytes: [UInt8] = []
             entry.encode(into: &bytes)
@@ -71,5 +72,12 @@ struct JournalEntryTests {
         JournalEntry.memberBefore(token: 1, member: "m", file: nil).encode(into: &bytes)
         bytes[9] = 2
         #expect(throws: JournalEntry.DecodingError.self) { try JournalEntry(decoding: bytes[...]) }
+        // Skipped changes run forwards, from change 1 on.
+        for (from, through): (UInt64, UInt64) in [(5, 4), (0, 3)] {
+            JournalEntry.skipped(from: 1, through: 1).encode(into: &bytes)
+            bytes.replaceSubrange(
+                1..<17, with: withUnsafeBytes(of: (from.littleEndian, through.littleEndian), Array.init))
+            #expect(throws: JournalEntry.DecodingError.self) { try JournalEntry(decoding: bytes[...]) }
+        }
     }
 }
