@@ -748,33 +748,54 @@ extension Substring {
             .map { String(String.UnicodeScalarView($0)) }
     }
 
-    /// A list setting's words, split at whitespace outside quotes, as systemd reads them:
-    /// `"…"` and `'…'` take everything up to the same quote as it is (whitespace, the
-    /// other quote), and quoted and unquoted parts next to each other make one word
-    /// (`"My Notes"/*.tmp`). Backslashes are not special here: they stay in the word,
-    /// for the word's own syntax (an ignore pattern's `\#`, `\*`).
+    /// A list setting's words, split at whitespace outside quotes: a word that starts with
+    /// a quote, `"…"` or `'…'`, takes everything up to the same quote as it is (whitespace,
+    /// the other quote), and a quote right after the closing one opens another such part
+    /// (`"a b"'"'` is `a b"`), as systemd reads a list; unquoted text may follow (`"My
+    /// Notes"/*.tmp`). A quote inside an unquoted word is a character like any other
+    /// (`don't.txt`). Backslashes are not special here: they stay in the word, for the
+    /// word's own syntax (an ignore pattern's `\#`, `\*`).
     func quotedConfigurationWords() -> Result<[String], ConfigurationWordsProblem> {
+        enum State {
+            case between
+            case unquoted
+            case quoted(Unicode.Scalar)
+            /// Right after a closing quote: another quote opens another quoted part.
+            case closed
+        }
         var words: [String] = []
         var word = String.UnicodeScalarView()
-        var inWord = false
-        var quote: Unicode.Scalar?
+        var state = State.between
         for scalar in unicodeScalars {
-            if let open = quote {
-                if scalar == open { quote = nil } else { word.append(scalar) }
-            } else if scalar == "\"" || scalar == "'" {
-                quote = scalar
-                inWord = true
-            } else if scalar.isConfigurationWhitespace {
-                if inWord { words.append(String(word)) }
-                word = String.UnicodeScalarView()
-                inWord = false
-            } else {
-                word.append(scalar)
-                inWord = true
+            switch state {
+            case .quoted(let open):
+                if scalar == open { state = .closed } else { word.append(scalar) }
+            case .between, .closed:
+                if scalar == "\"" || scalar == "'" {
+                    state = .quoted(scalar)
+                } else if scalar.isConfigurationWhitespace {
+                    if case .closed = state { words.append(String(word)) }
+                    word = String.UnicodeScalarView()
+                    state = .between
+                } else {
+                    word.append(scalar)
+                    state = .unquoted
+                }
+            case .unquoted:
+                if scalar.isConfigurationWhitespace {
+                    words.append(String(word))
+                    word = String.UnicodeScalarView()
+                    state = .between
+                } else {
+                    word.append(scalar)
+                }
             }
         }
-        if let quote { return .failure(.init(message: "a quote (\(quote)) is not closed")) }
-        if inWord { words.append(String(word)) }
+        switch state {
+        case .quoted(let quote): return .failure(.init(message: "a quote (\(quote)) is not closed"))
+        case .unquoted, .closed: words.append(String(word))
+        case .between: break
+        }
         return .success(words)
     }
 }
@@ -786,12 +807,12 @@ struct ConfigurationWordsProblem: Error {
 
 extension String {
     /// The word as ``Substring/quotedConfigurationWords()`` reads it back: as it is when
-    /// it holds no whitespace and no quote, else in double quotes, each `"` in it written
-    /// `'"'`.
+    /// it holds no whitespace and does not start with a quote, else in double quotes, each
+    /// `"` in it written `'"'`.
     var quotedConfigurationWord: String {
         guard
-            unicodeScalars.contains(where: { $0.isConfigurationWhitespace || $0 == "\"" || $0 == "'" })
-                || isEmpty
+            unicodeScalars.contains(where: \.isConfigurationWhitespace) || isEmpty
+                || unicodeScalars.first == "\"" || unicodeScalars.first == "'"
         else { return self }
         return split(separator: "\"", omittingEmptySubsequences: false).map { "\"" + $0 + "\"" }
             .joined(separator: "'\"'")

@@ -435,12 +435,16 @@ extension DocumentStore {
             for marker in chain.markers {
                 if case .skipped(let from, let through) = marker.entry, from > token { skipped[from] = through }
             }
+            var passedOver: [ClosedRange<UInt64>] = []
             for index in members where chains.records[index].isEdit && chains.records[index].token > token {
                 let record = chains.records[index]
                 if missing == nil {
-                    while let through = skipped[expected], through >= expected { expected = through + 1 }
+                    while let through = skipped[expected], through >= expected {
+                        passedOver.append(expected...through)
+                        expected = through + 1
+                    }
                     // An edit that earlier replay left unapplied.
-                    if record.token < expected { continue }
+                    if record.token < expected, passedOver.contains(where: { $0.contains(record.token) }) { continue }
                 }
                 if missing == nil, record.token == expected {
                     edits.append(index)
@@ -550,7 +554,10 @@ extension DocumentStore {
                 markedSave.encode(into: &journalBuffer)
                 _ = append(journal, &entry)
             }
-            rebaseIfShort(&entry, chain: chain, of: chains, path: path)
+            // The change the edits applied reach (the base's, when none applied: a new
+            // package's entry counts 1 before any edit).
+            let reached = applied > 0 ? entry.changeCount : token
+            rebaseIfShort(&entry, chain: chain, of: chains, path: path, reached: reached)
             let changedMembers = membersChangedOnDisk(path, memberVersions)
             let opened = current == nil
             insert(entry, at: path)
@@ -892,21 +899,25 @@ extension DocumentStore {
     /// record naming the changes left unapplied). Its next edits then follow this version,
     /// not the records left unapplied, which a later replay (a crash before the replayed
     /// document's save is done) would otherwise take for the edits before them.
-    private func rebaseIfShort(_ entry: inout Entry, chain: Chain, of chains: borrowing Chains, path: String) {
+    private func rebaseIfShort(
+        _ entry: inout Entry, chain: Chain, of chains: borrowing Chains, path: String, reached: UInt64? = nil
+    ) {
         guard let journal else { return }
         var highest: UInt64 = 0
         for index in chain.members where chains.records[index].isEdit {
             highest = max(highest, chains.records[index].token)
         }
-        guard highest > entry.changeCount else { return }
         if entry.isPackage {
             // A package's version is not bytes a base could carry: the records say which
             // changes this replay left unapplied, and a later one passes over them.
-            JournalEntry.skipped(from: entry.changeCount + 1, through: highest).encode(into: &journalBuffer)
-            entry.changeCount = highest
+            let from = (reached ?? entry.changeCount) + 1
+            guard highest >= from else { return }
+            JournalEntry.skipped(from: from, through: highest).encode(into: &journalBuffer)
+            entry.changeCount = max(entry.changeCount, highest)
             _ = append(journal, &entry)
             return
         }
+        guard highest > entry.changeCount else { return }
         entry.changeCount = highest
         guard
             let wrapper = try? entry.document.fileWrapper(

@@ -168,20 +168,28 @@ struct IgnorePatternTests {
     }
 
     @Test(
-        "Ignore= takes a pattern with whitespace or quotes in quotes, as systemd reads a list; --check-config writes it back so"
+        "Ignore= takes a pattern with whitespace in quotes, as systemd reads a list, a quote inside a pattern staying a character of it; --check-config writes it back so"
     )
     func quotedPatterns() throws {
         var configuration = Configuration(environment: [:])
-        let text = #"[Store]"# + "\n" + ##"Ignore="My Notes/" 'say "hi".txt' draft" "v2/*.tmp a\#b"## + "\n"
-        #expect(configuration.apply(text, file: "c").isEmpty)
-        #expect(configuration.ignore == ["My Notes/", #"say "hi".txt"#, "draft v2/*.tmp", ##"a\#b"##])
+        let text = #"[Store]"# + "\n" + ##"Ignore="My Notes/" 'say "hi".txt' "draft v2"/*.tmp a\#b x"y"##
+        #expect(configuration.apply(text + "\nIgnore=don't.txt *.log that's.txt\n", file: "c").isEmpty)
+        // A quote inside an unquoted pattern is a character of it, as before quotes were read.
+        #expect(
+            configuration.ignore == [
+                "My Notes/", #"say "hi".txt"#, "draft v2/*.tmp", ##"a\#b"##, #"x"y"#, "don't.txt", "*.log",
+                "that's.txt",
+            ])
         let rules = IgnoreRules(configuration: configuration)
         #expect(rules.ignoring("My Notes", isDirectory: true) != nil)
         #expect(rules.ignoring("My Notes/a.txt", isDirectory: false) != nil)
         #expect(rules.ignoring("Notes/a.txt", isDirectory: false) == nil)
         #expect(rules.ignoring(#"say "hi".txt"#, isDirectory: false) != nil)
         #expect(rules.ignoring("draft v2/x.tmp", isDirectory: false) != nil)
-        // The rendering read again gives the same list.
+        #expect(rules.ignoring("don't.txt", isDirectory: false) != nil)
+        #expect(rules.ignoring("a.log", isDirectory: false) != nil)
+        // The rendering read again gives the same list, patterns starting with a quote too.
+        configuration.ignore += [#""quoted"#, "'a b'", #"both ' and " and space"#]
         var again = Configuration(environment: [:])
         #expect(again.apply(configuration.rendered, file: "rendered").isEmpty)
         #expect(again.ignore == configuration.ignore, "\(configuration.rendered)")

@@ -1,4 +1,3 @@
-import Autosave
 import Control
 import Documents
 import Foundation
@@ -8,6 +7,8 @@ import Logging
 import Posix
 import TestSupport
 import Testing
+
+@testable import Autosave
 
 /// The built daemon with its edit journal: started, edited through the socket, killed,
 /// started again on what it left.
@@ -1646,6 +1647,39 @@ struct BadJournalTests {
         #expect(try rig.members("p.package") == ["first.txt": "first.txt\n", "later.txt": "later.txt\n"])
         let unapplied = try rig.status()["journal"]?["last_replay"]?["unapplied"]?.arrayValue ?? []
         // The gap is the first run's: this replay finds every edit made since.
+        #expect(!unapplied.contains { $0.stringValue?.hasPrefix("p.package: ") == true }, "\(unapplied)")
+        rig.kill()
+    }
+
+    @Test(
+        "A new package whose first edit is lost: its replay applies nothing, and a later replay still passes over the lost changes to the edit made since",
+        .enabled(if: Machine.isRoot, "an immutable root (chattr +i) needs root")
+    )
+    func packageFirstEditLost() async throws {
+        let rig = try JournalRig()
+        try await rig.start()
+        rig.kill()
+        // A new package's base (change 0), its first edit lost, its second journalled.
+        let journal = try Journal(directory: rig.journal)
+        try journal.replay { _ in }
+        var bytes: [UInt8] = []
+        JournalEntry.base(path: "p.package", file: nil, token: 0, contents: nil).encode(into: &bytes)
+        _ = try journal.append(owner: 1, payload: bytes)
+        JournalEntry.edit(token: 2, .putMember("m2.txt", Data("m2\n".utf8))).encode(into: &bytes)
+        _ = try journal.append(owner: 1, payload: bytes)
+        #expect(journal.close() == nil)
+        try FileManager.default.createDirectory(atPath: rig.root, withIntermediateDirectories: true)
+        let immutable = try Machine.run("/usr/bin/chattr", ["+i", rig.root])
+        try #require(immutable.status == 0, "chattr +i: \(immutable.stderr)")
+        defer { _ = try? Machine.run("/usr/bin/chattr", ["-i", rig.root]) }
+        try await rig.start()
+        #expect(try rig.members("p.package") == [:])
+        try rig.ok(["cmd": "put-member", "doc": "p.package", "member": "m3.txt", "text": "m3\n"])
+        rig.kill()
+        try Machine.run("/usr/bin/chattr", ["-i", rig.root])
+        try await rig.start()
+        #expect(try rig.members("p.package") == ["m3.txt": "m3\n"])
+        let unapplied = try rig.status()["journal"]?["last_replay"]?["unapplied"]?.arrayValue ?? []
         #expect(!unapplied.contains { $0.stringValue?.hasPrefix("p.package: ") == true }, "\(unapplied)")
         rig.kill()
     }
