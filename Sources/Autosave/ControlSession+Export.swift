@@ -106,7 +106,9 @@ extension ControlSession {
                         snapshot.document, existing: snapshot.existing, exporter: exporter, name: names[index],
                         confinement: confinement))
             } catch let error as DocumentError {
-                throw RequestError(.ioError, "exporting \(paths[index]) failed: \(error)")
+                throw RequestError(
+                    .ioError,
+                    "exporting \(paths[index]) failed: \(error)\(Self.hint(for: error, directory: confinement))")
             } catch let error as DocumentExportError {
                 throw RequestError(.badRequest, "exporting \(paths[index]) failed: \(error)")
             }
@@ -121,7 +123,9 @@ extension ControlSession {
             // document of the store, not an earlier document of this export whose name
             // came out the same once its type's extension was added.
             do { try export.commitWithoutReplacing() } catch {
-                throw RequestError(.ioError, "putting \(paths[index]) in place failed: \(error)")
+                throw RequestError(
+                    .ioError,
+                    "putting \(paths[index]) in place failed: \(error)\(Self.hint(for: error, directory: confinement))")
             }
             urls += export.urls
             connection.send {
@@ -157,6 +161,13 @@ extension ControlSession {
         try await exporter.prepareExport(
             documents: [ExportableDocument(value: document, existing: existing, confinement: confinement)],
             filenames: [name])
+    }
+
+    /// What an operator does about an export's failure, where the daemon can tell: a
+    /// destination the daemon sees read-only (its unit's sandbox, most often).
+    private static func hint(for error: any Error, directory: String) -> String {
+        guard let error = error as? DocumentError, error.errno == .readOnlyFileSystem else { return "" }
+        return "; the daemon sees that file system read-only (\(WritableDirectories.Problem.readOnlyHint(directory)))"
     }
 
     /// The export directory: a path relative to the store root (no symbolic links), or an

@@ -261,6 +261,7 @@ public enum Daemon {
                 log.error("cannot watch \(configuration.root) for changes by other programs: \(error)")
             }
         }
+        WritableDirectories.warn(configuration: configuration, log: log)
         let reloader = Reloader(
             path: configPath, required: options.configPath != nil, environment: environment, store: store,
             levels: levels, log: log, notifier: notifier)

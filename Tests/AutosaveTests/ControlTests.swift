@@ -988,6 +988,58 @@ struct ControlSocketTests {
     }
 
     @Test(
+        "A directory the daemon cannot write into (ExportDirectories= on a read-only mount, missing, a file; TextfileDirectory= read-only) is named at start-up with why; an export there fails saying what to do, and changes nothing",
+        .enabled(if: Machine.isRoot, "mounting a read-only file system needs root"))
+    func unwritableDirectories() async throws {
+        let holder = TemporaryDirectory("export-unwritable")
+        let readOnly = holder.sub("read-only")
+        let writable = holder.sub("writable")
+        let missing = holder.sub("missing")
+        let file = holder.sub("a-file")
+        for path in [readOnly, writable] {
+            try FileManager.default.createDirectory(atPath: path, withIntermediateDirectories: true)
+        }
+        try Disk.write("not a directory\n", to: file)
+        let mounted = try Machine.run("mount", ["-t", "tmpfs", "-o", "ro,size=1m", "tmpfs", readOnly])
+        try #require(mounted.status == 0, "\(mounted)")
+        defer { _ = try? Machine.run("umount", [readOnly]) }
+
+        let daemon = try await RunningDaemon(
+            "ExportDirectories=\(readOnly) \(writable) \(missing) \(file)\n[Metrics]\nTextfileDirectory=\(readOnly)\n",
+            quiet: "1h")
+        let warnings = daemon.process.output.filter { $0.contains("warn") || $0.hasPrefix("<4>") }
+        func warned(_ text: String) -> Bool { warnings.contains { $0.contains(text) } }
+        #expect(
+            warned(
+                "[Control] ExportDirectories=\(readOnly) is on a file system the daemon sees read-only (under a unit with ProtectSystem=strict, as the shipped one, allow it with ReadWritePaths=\(readOnly) in a drop-in: systemctl edit autosaved): exports there will fail"
+            ), "\(daemon.process.output)")
+        #expect(warned("[Metrics] TextfileDirectory=\(readOnly) is on a file system the daemon sees read-only"))
+        #expect(warned("autosaved.prom cannot be written there"))
+        #expect(warned("[Control] ExportDirectories=\(missing) does not exist: exports there will fail"))
+        #expect(warned("[Control] ExportDirectories=\(file) is not a directory: exports there will fail"))
+        #expect(!warned("ExportDirectories=\(writable) "), "the writable directory is not named")
+        #expect(
+            WritableDirectories.Problem.reason(.noSuchFile, path: "/home/ops/out")
+                == "does not exist, or is hidden from the daemon (ProtectHome=yes, as in the shipped unit, hides /home, /root and /run/user)"
+        )
+        #expect(WritableDirectories.Problem.reason(.noSuchFile, path: "/homes/out") == "does not exist")
+
+        let client = try daemon.client()
+        #expect(try client.call(["cmd": "set", "doc": "a.txt", "text": "A"])["ok"] == true)
+        let failed = try client.call(["cmd": "export", "docs": ["a.txt"], "to": .string(readOnly)])
+        #expect(failed["error"]?["code"] == "io-error", "\(failed)")
+        let message = failed["error"]?["message"]?.stringValue ?? ""
+        #expect(message.contains("EROFS"), "\(message)")
+        #expect(message.contains("the daemon sees that file system read-only"), "\(message)")
+        let resolved = URL(fileURLWithPath: readOnly).standardizedFileURL.path
+        #expect(message.contains("ReadWritePaths=\(resolved) in a drop-in"), "\(message)")
+        #expect(try client.call(["cmd": "get", "doc": "a.txt"])["text"] == "A")
+        #expect(try client.call(["cmd": "export", "docs": ["a.txt"], "to": .string(writable)])["ok"] == true)
+        #expect(try Disk.bytes(writable + "/a.txt") == Data("A".utf8))
+        #expect(await daemon.stop() == 0)
+    }
+
+    @Test(
         "An export refused for one of its documents, or into a package document, changes nothing: the documents before it are not opened, nothing is written, no event comes; one that succeeds reads documents not open from their files and leaves them unopened; \"durable\": true on an export waits for the journal's sync"
     )
     func refusedExportChangesNothing() async throws {
