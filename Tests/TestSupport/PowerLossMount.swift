@@ -110,9 +110,12 @@ public final class PowerLossMount {
     ///     entries once it is fsynced) or `ordered` (an idealised ext4 `data=ordered`).
     ///   - cutAtUnmount: whether unmounting is a power cut too (else the live tree stays).
     ///   - failures: operations that fail with EIO and do nothing (the `count`-th of `kind`).
+    ///   - tornSeed: given, what was written and not made durable may reach the disk in part
+    ///     at the cut: each file whose bytes differ from its durable state gets a random mix
+    ///     of the two, page by page, drawn from this seed (`--torn`).
     public init(
         backing: String, at path: String, crash: CrashPoint? = nil, ordering: String = "strict",
-        cutAtUnmount: Bool = true, failing failures: [CrashPoint] = []
+        cutAtUnmount: Bool = true, failing failures: [CrashPoint] = [], tornSeed: UInt64? = nil
     ) throws {
         self.backing = backing
         self.path = path
@@ -124,6 +127,7 @@ public final class PowerLossMount {
         ]
         if let crash { arguments += ["--crash-after", crash.description] }
         for failure in failures { arguments += ["--fail", failure.description] }
+        if let tornSeed { arguments += ["--torn", String(tornSeed)] }
         process.arguments = arguments
         let out = Pipe()
         let err = Pipe()
@@ -150,6 +154,14 @@ public final class PowerLossMount {
     /// Waits up to `timeout` for the cut.
     public func waitForCrash(within timeout: Duration) -> Bool {
         lines.first(containing: "crashed ", within: timeout) != nil
+    }
+
+    /// With `tornSeed`, after the cut's unmount: the files given a mix of their durable and
+    /// live bytes, and the pages of those mixes taken from the live bytes.
+    public var torn: (files: Int, pages: Int)? {
+        guard let line = lines.all.last(where: { $0.hasPrefix("torn ") }) else { return nil }
+        let numbers = line.split(separator: " ").dropFirst().compactMap { Int($0.split(separator: "=").last ?? "") }
+        return numbers.count == 2 ? (numbers[0], numbers[1]) : nil
     }
 
     /// Cuts the power at the next operation.

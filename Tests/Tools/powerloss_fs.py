@@ -16,6 +16,14 @@ file system keeps a model of what a disk would hold after a power cut:
       carries with it the data written before it (data before the metadata that
       exposes it).
 
+  --torn SEED: what was written and not made durable may still have reached the disk,
+      in part. At the cut each file whose bytes differ from its durable model gets a mix:
+      its length is the live one (three times in four) or the durable one, and each 4 KiB
+      page where the two differ is taken from either, chosen at random (seeded; where
+      two or more differ, some of each), a page past the chosen version's end reading as
+      zeros, as when a file's size reached the disk before its data. What was made durable is always kept; only what was not can come out torn,
+      reordered, or in part, as LazyFS's torn writes do on a real disk.
+
 At mount time everything in BACKING counts as durable.
 
 Extended attributes (setxattr, getxattr, listxattr, removexattr) are passed through too,
@@ -43,6 +51,7 @@ Lines on standard output (flushed at once):
     crashed KIND K op N                    the cut happened (after op N of the run)
     failed KIND K with ERRNO               an injected error was returned
     counts write=… fsync=… …               operations of the run, at exit
+    torn files=F pages=P                   --torn: files given a mix, pages of it taken live
     rebuilt files=F directories=D  BACKING holds the durable model
 Other options: --fsname NAME (default powerlossfs).
 """
@@ -51,6 +60,7 @@ import argparse
 import collections
 import errno
 import os
+import random
 import shutil
 import signal
 import stat
@@ -86,9 +96,12 @@ class Node:
 class PowerLossFS(Operations):
     use_ns = True
 
-    def __init__(self, backing, ordering, crash_after, failures=()):
+    PAGE = 4096
+
+    def __init__(self, backing, ordering, crash_after, failures=(), torn=None):
         self.backing = os.path.realpath(backing)
         self.ordering = ordering
+        self.torn = random.Random(torn) if torn is not None else None
         self.crash_kind, self.crash_count = crash_after if crash_after else (None, None)
         self.failures = {(kind, count): code for kind, count, code in failures}
         self.mutex = threading.RLock()
@@ -264,8 +277,51 @@ class PowerLossFS(Operations):
         for name, value in xattrs.items():
             os.setxattr(path, name, value, follow_symlinks=False)
 
+    def _live_files(self):
+        """The bytes every regular file of BACKING holds now, by node (--torn)."""
+        live = {}
+        for directory, _, names in os.walk(self.backing):
+            for name in names:
+                path = os.path.join(directory, name)
+                st = os.lstat(path)
+                node_id = self.by_inode.get(st.st_ino)
+                if node_id is not None and stat.S_ISREG(st.st_mode):
+                    with open(path, "rb") as f:
+                        live[node_id] = f.read()
+        return live
+
+    def _tear(self, durable, live):
+        """A mix of a file's durable and live bytes a cut could leave (--torn); the number
+        of pages taken from the live bytes beside it. The length is the live one three
+        times in four; of the pages where the two differ, each is taken live or not at
+        random, and where two or more differ, at least one of each: a cut that kept all of
+        them, or none, is what the strict model plays already."""
+        length = len(live) if self.torn.random() < 0.75 else len(durable)
+        differing = [
+            start for start in range(0, length, self.PAGE)
+            if durable[start:start + self.PAGE] != live[start:start + self.PAGE]
+        ]
+        taken = {start for start in differing if self.torn.random() < 0.5}
+        if len(differing) >= 2 and len(taken) in (0, len(differing)):
+            taken ^= {self.torn.choice(differing)}
+        out = bytearray()
+        for start in range(0, length, self.PAGE):
+            end = min(start + self.PAGE, length)
+            page = live[start:end] if start in taken else durable[start:end]
+            out += page.ljust(end - start, b"\0")
+        return bytes(out), len(taken)
+
     def rebuild(self):
         """Replaces BACKING's contents with the durable model."""
+        if self.torn is not None:
+            torn_files = torn_pages = 0
+            for node_id, live in sorted(self._live_files().items()):
+                node = self.nodes[node_id]
+                if node.kind == "file" and live != node.data:
+                    node.data, taken = self._tear(node.data, live)
+                    torn_files += 1
+                    torn_pages += taken
+            say("torn files=%d pages=%d" % (torn_files, torn_pages))
         for name in os.listdir(self.backing):
             path = os.path.join(self.backing, name)
             if os.path.isdir(path) and not os.path.islink(path):
@@ -540,6 +596,7 @@ def main():
     parser.add_argument("--on-exit", choices=("cut", "keep"), default="cut")
     parser.add_argument("--fail", metavar="KIND:K[:ERRNO]", action="append", default=[])
     parser.add_argument("--fsname", default="powerlossfs")
+    parser.add_argument("--torn", metavar="SEED", type=int)
     args = parser.parse_args()
     crash_after = None
     if args.crash_after:
@@ -556,12 +613,15 @@ def main():
         code = int(parts[2]) if len(parts) == 3 else errno.EIO
         failures.append((parts[0], int(parts[1]), code))
 
-    fs = PowerLossFS(args.backing, args.ordering, crash_after, failures)
+    fs = PowerLossFS(args.backing, args.ordering, crash_after, failures, torn=args.torn)
 
     def on_signal(number, frame):
         fs.signalled = True
 
     signal.signal(signal.SIGUSR1, on_signal)
+    # A parent that blocks the signal (a process that takes its signals through signalfd or a
+    # dispatch source does) passes the mask on: unblocked here, or the cut would never come.
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGUSR1})
     FUSE(
         fs, args.mountpoint, raw_fi=True, foreground=True, nothreads=True, fsname=args.fsname,
         attr_timeout=0, entry_timeout=0, negative_timeout=0, use_ino=True, hard_remove=True, big_writes=True,
