@@ -61,6 +61,12 @@ public struct DurableWriter: Sendable {
     /// where tests stand in for another program that replaces the file or the directory
     /// in that moment.
     var afterRename: (@Sendable (String) -> Void)?
+    /// Called with a package's path right before the writer puts its directory in place:
+    /// once a new tree is built, before the look that precedes the exchange, or before the
+    /// directory found there is opened to be updated in place (and with a package
+    /// directory's path once its own new tree is built): where tests stand in for another
+    /// program that replaces the package in that moment.
+    var beforePlacing: (@Sendable (String) -> Void)?
     /// Whether a directory beneath ``confinement`` may be opened by its whole path in one
     /// lookup: shared by this writer's copies, and given up for good once a symbolic link
     /// is found above the root (see `WriteSession.openDirectory(_:relativeTo:)`).
@@ -115,8 +121,11 @@ public struct DurableWriter: Sendable {
     ///   - originalContentsPath: Where unchanged children of a package can be
     ///     hard-linked from; defaults to `path`.
     ///   - expected: What must be at `path` when it is replaced (see ``ExpectedDestination``);
-    ///     `nil`: whatever is there. Given one, a package updated in place also expects each
-    ///     member it replaces or removes to be as the wrapper last read or wrote it.
+    ///     `nil`: whatever is there. It is compared right before the rename of a regular file
+    ///     or a symbolic link (an expectation made from a link's own status is that link), and
+    ///     of a package swapped in whole, once its new tree is built; a package updated in
+    ///     place must be, once opened, the directory looked at, and each member it replaces
+    ///     or removes must be as the wrapper last read or wrote it.
     ///   - beforeReplacing: For a regular file, called with the written file's device, inode,
     ///     size and modification time once it is written and synced, right before the rename
     ///     that puts it in place (the rename keeps all four): how a caller records which
@@ -147,6 +156,7 @@ public struct DurableWriter: Sendable {
     ) throws -> Report {
         var session = WriteSession(policy: symlinkPolicy, swap: packageSwap, keepsContents: keepsWrittenContents)
         session.afterRename = afterRename
+        session.beforePlacing = beforePlacing
         session.wholePathLookup = wholePathLookup
         // A caller that says what it expects at the destination expects a package's members too.
         session.checksMembers = expected != nil
@@ -177,11 +187,12 @@ public struct DurableWriter: Sendable {
                 wrapper, at: location, syncDirectory: true, expecting: expected, reportingPlaced: true,
                 beforeReplacing: beforeReplacing, whileSyncing: whileSyncing)
         case .symbolicLink(let destination):
-            try session.writeSymbolicLink(wrapper, destination: destination, at: location, syncDirectory: true)
+            try session.writeSymbolicLink(
+                wrapper, destination: destination, at: location, syncDirectory: true, expecting: expected)
         case .directory:
             let tree = try session.writeDirectory(
                 wrapper, at: location, atomic: options.contains(.atomic),
-                linkBase: originalContentsPath ?? location.path, syncParent: true)
+                linkBase: originalContentsPath ?? location.path, syncParent: true, expecting: expected)
             session.report.placed = try? tree.status()
         }
         session.commit(updatingNames: options.contains(.withNameUpdating))
@@ -256,6 +267,8 @@ struct WriteSession {
     var checksMembers = false
     /// See ``DurableWriter/afterRename``.
     var afterRename: (@Sendable (String) -> Void)?
+    /// See ``DurableWriter/beforePlacing``.
+    var beforePlacing: (@Sendable (String) -> Void)?
 
     init(policy: DurableWriter.SymlinkPolicy, swap: DurableWriter.PackageSwap, keepsContents: Bool = true) {
         self.policy = policy
@@ -736,13 +749,36 @@ struct WriteSession {
         }
     }
 
+    /// Writes a symbolic link: made under a temporary name beside the destination, then
+    /// renamed over it. Given `expected`, the destination is looked at right before the
+    /// rename, as a regular file's is; where nothing is expected, the rename replaces
+    /// nothing either (what appeared since the look is refused).
     mutating func writeSymbolicLink(
-        _ wrapper: FileWrapper, destination: String, at location: Location, syncDirectory: Bool
+        _ wrapper: FileWrapper, destination: String, at location: Location, syncDirectory: Bool,
+        expecting expected: ExpectedDestination? = nil
     )
         throws
     {
         let staged = try stageSymbolicLink(wrapper, destination: destination, at: location)
-        do { try commit(staged, syncDirectory: syncDirectory) } catch {
+        do {
+            if let expected {
+                let found = try stat(location.name, in: location.directory, path: location.path)
+                // An expectation made from a link's own status reads as a file's
+                // (``ExpectedDestination/init(_:)``): a link found is compared as that file,
+                // which only the same link (device, inode, times) can match.
+                var compared = found
+                if compared?.kind == .symbolicLink { compared?.kind = .regular }
+                if !expected.matches(compared) {
+                    if found?.kind == .directory {
+                        throw DocumentError(
+                            operation: .rename, path: location.path, errno: .isDirectory,
+                            detail: "a directory is in the way of a symbolic link")
+                    }
+                    throw DestinationChanged(path: location.path, expected: expected, found: found)
+                }
+            }
+            try commit(staged, syncDirectory: syncDirectory, replacing: expected != .absent)
+        } catch {
             discard(staged)
             throw error
         }
@@ -751,11 +787,20 @@ struct WriteSession {
     /// Writes a directory: in place when one is there and `atomic` is not asked for, else
     /// as a new tree swapped in. Returns the descriptor of the directory now at the
     /// destination (the session closes it).
+    ///
+    /// Given `expected` (which the caller compared with `location.existing`), a directory
+    /// updated in place must be the one looked at: it is opened again by name, and POSIX
+    /// has no compare-and-open, so the opened directory's device and inode are compared
+    /// with the look's, and another program's directory put there in between is refused
+    /// (``DestinationChanged``) before anything in it is written. A new tree is compared
+    /// once built (``replaceTree(_:at:linkBase:syncParent:expecting:)``).
     @discardableResult
     mutating func writeDirectory(
-        _ wrapper: FileWrapper, at location: Location, atomic: Bool, linkBase: String?, syncParent: Bool
+        _ wrapper: FileWrapper, at location: Location, atomic: Bool, linkBase: String?, syncParent: Bool,
+        expecting expected: ExpectedDestination? = nil
     ) throws -> FileDescriptor {
         if !atomic, let existing = location.existing, existing.kind == .directory {
+            beforePlacing?(location.path)
             let directory: FileDescriptor
             do throws(Errno) {
                 directory = try FileDescriptor.open(
@@ -764,23 +809,48 @@ struct WriteSession {
                 throw DocumentError(operation: .openDirectory, path: location.path, errno: error)
             }
             opened.append(directory)
+            if let expected {
+                let found: FileStatus
+                do throws(Errno) { found = try directory.status() } catch {
+                    throw DocumentError(operation: .stat, path: location.path, errno: error)
+                }
+                if found.device != existing.device || found.inode != existing.inode {
+                    throw DestinationChanged(path: location.path, expected: expected, found: found)
+                }
+            }
             try updateInPlace(wrapper, directory: directory, path: location.path)
             afterRename?(location.path)
             return directory
         }
-        let tree = try replaceTree(wrapper, at: location, linkBase: linkBase, syncParent: syncParent)
+        let tree = try replaceTree(
+            wrapper, at: location, linkBase: linkBase, syncParent: syncParent, expecting: expected)
         afterRename?(location.path)
         return tree
     }
 
     /// Stages `wrapper` as a new tree and swaps it in; returns the new tree's descriptor
     /// (the session closes it).
+    ///
+    /// Given `expected`, the destination is looked at again once the tree is built and
+    /// synced, right before the exchange or rename: building it took time, and another
+    /// program's package put there meanwhile is not swapped out (``DestinationChanged``,
+    /// the new tree removed). A change between that look and the exchange is not caught.
     @discardableResult
     private mutating func replaceTree(
-        _ wrapper: FileWrapper, at location: Location, linkBase: String?, syncParent: Bool
+        _ wrapper: FileWrapper, at location: Location, linkBase: String?, syncParent: Bool,
+        expecting expected: ExpectedDestination? = nil
     ) throws -> FileDescriptor {
         let staged = try stageTree(wrapper, at: location, linkBase: linkBase)
-        do { try commit(staged, syncDirectory: syncParent) } catch {
+        do {
+            beforePlacing?(location.path)
+            if let expected {
+                let found = try stat(location.name, in: location.directory, path: location.path)
+                if !expected.matches(found) {
+                    throw DestinationChanged(path: location.path, expected: expected, found: found)
+                }
+            }
+            try commit(staged, syncDirectory: syncParent)
+        } catch {
             discard(staged)
             throw error
         }
@@ -1103,7 +1173,8 @@ struct WriteSession {
             report.filesUnchanged += children.count - candidates.count
             for key in changedKeys where checksMembers {
                 let childPath = join(path, key)
-                // The same wrapper put back: nothing of it is written.
+                // The same wrapper put back: nothing of it is written (a directory is looked
+                // at below, as one kept is).
                 if let child = children[key], child.syncRecord?.path == childPath { continue }
                 let found = try stat(key, in: directory, path: childPath)
                 let expected = replaced[key] ?? .absent
@@ -1112,9 +1183,10 @@ struct WriteSession {
                 }
                 looked[key] = .some(found)
             }
-            // The directories kept since the last sync are still directories: one another
-            // program replaced by a file or a link is not swapped out for ours.
-            for key in directoryKeys where checksMembers && !changedKeys.contains(key) {
+            // The directories kept since the last sync, or removed and put back, are still
+            // directories: one another program replaced by a file or a link is not swapped
+            // out for ours.
+            for key in directoryKeys where checksMembers && !looked.keys.contains(key) {
                 let childPath = join(path, key)
                 guard let synced = children[key]?.syncRecord, synced.path == childPath else { continue }
                 let found = try stat(key, in: directory, path: childPath)
