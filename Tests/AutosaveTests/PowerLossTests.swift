@@ -163,11 +163,16 @@ final class PowerLossRig {
     var temporariesAfterCut = 0
     /// Whether the restart's recovery was cut too.
     var recoveryWasCut = false
+    /// With `tornSeed`: the pages of unsynced bytes the run's cut kept.
+    var tornPages = 0
     /// The power-loss model: `strict` (POSIX) or `ordered` (ext4 data=ordered-like).
     let ordering: String
+    /// Given, the cut of the run tears what was not synced (the file system's `--torn`).
+    let tornSeed: UInt64?
 
-    init(ordering: String = "strict") throws {
+    init(ordering: String = "strict", tornSeed: UInt64? = nil) throws {
         self.ordering = ordering
+        self.tornSeed = tornSeed
 
         for name in ["backing", "mnt", "run"] {
             try FileManager.default.createDirectory(atPath: directory.sub(name), withIntermediateDirectories: false)
@@ -237,7 +242,8 @@ final class PowerLossRig {
     func cutRun(_ workload: Workload, at crash: PowerLossMount.CrashPoint?) async throws -> (
         Acknowledged, String?, [String: Int]
     ) {
-        let mount = try PowerLossMount(backing: backing, at: mountPoint, crash: crash, ordering: ordering)
+        let mount = try PowerLossMount(
+            backing: backing, at: mountPoint, crash: crash, ordering: ordering, tornSeed: tornSeed)
         var acks = Acknowledged()
         do {
             if let daemon = try await startDaemon(on: mount) {
@@ -253,6 +259,7 @@ final class PowerLossRig {
             }
         }
         try mount.unmount()
+        tornPages = mount.torn?.pages ?? 0
         let line = mount.lines.all.first { $0.hasPrefix("crashed ") }
         return (acks, line, mount.counts)
     }
@@ -368,14 +375,16 @@ struct PowerLossTests {
         /// Whether the workload ran to its end before the cut, and the conflict copies announced.
         var completed: Bool
         var conflictCopies: Int
+        /// With a torn cut: the pages of unsynced bytes it kept.
+        var tornPages = 0
     }
 
     /// One cut: the workload to the cut, a restart (its recovery cut too, if asked), the checks.
     func cut(
         _ workload: Workload, at crash: PowerLossMount.CrashPoint?, recoveryCut: PowerLossMount.CrashPoint? = nil,
-        ordering: String = "strict"
+        ordering: String = "strict", tornSeed: UInt64? = nil
     ) async throws -> Outcome {
-        let rig = try PowerLossRig(ordering: ordering)
+        let rig = try PowerLossRig(ordering: ordering, tornSeed: tornSeed)
         let (acks, line, counts) = try await rig.cutRun(workload, at: crash)
         let problems = try await rig.restartAndCheck(acks, recoveryCut: recoveryCut)
         var described = problems.map {
@@ -387,7 +396,8 @@ struct PowerLossTests {
         }
         return Outcome(
             problems: described, crashed: line != nil, counts: counts, temporaries: rig.temporariesAfterCut,
-            recoveryWasCut: rig.recoveryWasCut, completed: acks.completed, conflictCopies: acks.conflictCopies.count)
+            recoveryWasCut: rig.recoveryWasCut, completed: acks.completed, conflictCopies: acks.conflictCopies.count,
+            tornPages: rig.tornPages)
     }
 
     static func environment(_ name: String) -> Int? { ProcessInfo.processInfo.environment[name].flatMap { Int($0) } }
@@ -440,6 +450,7 @@ struct PowerLossTests {
         var generator = SeededGenerator(state: seed)
         var crashed = 0
         var failed = 0
+        var torn = (cuts: 0, pages: 0)
         for _ in 0..<cuts {
             let workload = Workload.allCases.randomElement(using: &generator)!
             let point =
@@ -447,12 +458,20 @@ struct PowerLossTests {
                 ? PowerLossMount.CrashPoint("write", Int.random(in: 1...24, using: &generator))
                 : PowerLossMount.CrashPoint("op", Int.random(in: 1...900, using: &generator))
             let ordering = Bool.random(using: &generator) ? "strict" : "ordered"
-            let outcome = try await cut(workload, at: point, ordering: ordering)
-            #expect(outcome.problems.isEmpty, "seed \(seed): \(outcome.problems.joined(separator: "\n"))")
+            // Half the cuts tear what was written and not synced (LazyFS's torn writes).
+            let tearing =
+                Bool.random(using: &generator) ? UInt64.random(in: 1...UInt64(UInt32.max), using: &generator) : nil
+            let outcome = try await cut(workload, at: point, ordering: ordering, tornSeed: tearing)
+            #expect(
+                outcome.problems.isEmpty,
+                "seed \(seed)\(tearing.map { ", torn \($0)" } ?? ""): \(outcome.problems.joined(separator: "\n"))")
             if outcome.crashed { crashed += 1 }
+            if tearing != nil { torn = (torn.cuts + 1, torn.pages + outcome.tornPages) }
             if !outcome.problems.isEmpty { failed += 1 }
         }
-        print("power loss, random: seed \(seed), \(cuts) cuts, \(crashed) inside the run, \(failed) failed")
+        print(
+            "power loss, random: seed \(seed), \(cuts) cuts, \(crashed) inside the run, \(failed) failed, \(torn.cuts) torn (\(torn.pages) pages of unsynced bytes kept)"
+        )
     }
 
     /// One `.atomic` package run of the documents probe (a first save, then `versions`
