@@ -1424,15 +1424,17 @@ struct JournalPowerLossTests {
         defer { withExtendedLifetime(directory) {} }
         let (backing, mountPoint) = (made[0], made[1])
         // Synced only for a durable request: what is not durable is what the cut tears.
+        // MaxSize=1M: segments of 256 KiB, so that runs roll over to new segments and
+        // delete released ones.
         let rig = try JournalRig(
-            "[Journal]\nSyncInterval=1h\n[Autosave]\nQuietPeriod=300ms\n", root: mountPoint + "/root",
+            "[Journal]\nSyncInterval=1h\nMaxSize=1M\n[Autosave]\nQuietPeriod=300ms\n", root: mountPoint + "/root",
             journal: mountPoint + "/journal")
         var survived = ""  // the document after the cuts so far
         var tornPages = 0
         defer { #expect(tornPages > 0, "seed \(seed): the cuts tore nothing") }
         for round in 0...2 {
             // The cut: right after a write of the journal's, amid the appends (or at the end).
-            let cut = PowerLossMount.CrashPoint("write", 60 + Int((seed * 37 + UInt64(round) * 53) % 200))
+            let cut = PowerLossMount.CrashPoint("write", 60 + Int((seed * 137 + UInt64(round) * 53) % 500))
             let mount = try PowerLossMount(
                 backing: backing, at: mountPoint, crash: round < 2 ? cut : nil,
                 tornSeed: round < 2 ? seed * 10 + UInt64(round) : nil)
@@ -1451,7 +1453,7 @@ struct JournalPowerLossTests {
             }
             var acknowledged: [String] = []
             var durable = 0  // how many of them a durable reply covers
-            for index in 0..<300 {
+            for index in 0..<600 {
                 let line = Self.tornLine(round, index)
                 let asDurable = index % 25 == 24
                 let request: JSONValue = [
