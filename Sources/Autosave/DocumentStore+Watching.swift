@@ -17,8 +17,10 @@ extension DocumentStore {
         // most (no task in between); a batch read after the watcher stopped is dropped.
         let generation = watchGeneration + 1
         watchGeneration = generation
+        let registry = registry
         watcher = try FileWatcher(
             root: root, pollInterval: configuration.pollInterval, mode: configuration.watchMode, ignore: ignore,
+            isPackageName: { registry.isPackage($0) },
             log: { message, isError in
                 if isError {
                     log.error(message, ["message_id": MessageID.watchLimit])

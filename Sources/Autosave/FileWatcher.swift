@@ -35,8 +35,11 @@ final class FileWatcher: @unchecked Sendable {
     private let root: String
     private let pollInterval: Duration
     private let mode: WatchMode
-    /// Directories the rules ignore get no watch and are not polled.
+    /// Directories the rules ignore get no watch and are not polled — except inside a
+    /// package document's directory, all of whose directories hold members.
     private let ignore: SharedIgnoreRules
+    /// Whether a directory's name makes it a package document (the store's types).
+    private let isPackageName: @Sendable (String) -> Bool
     private let deliver: @Sendable ([WatchEvent]) -> Void
     /// The watch limit's messages: `true` for the limit reached (an error), `false` for
     /// every directory watched again.
@@ -141,6 +144,7 @@ final class FileWatcher: @unchecked Sendable {
 
     init(
         root: String, pollInterval: Duration = .seconds(2), mode: WatchMode = .auto, ignore: SharedIgnoreRules,
+        isPackageName: @escaping @Sendable (String) -> Bool = { _ in false },
         log: @escaping @Sendable (String, _ isError: Bool) -> Void, deliver: @escaping @Sendable ([WatchEvent]) -> Void
     ) throws {
         let kicks = try FileDescriptor.eventFD()
@@ -154,6 +158,7 @@ final class FileWatcher: @unchecked Sendable {
         self.pollInterval = pollInterval
         self.mode = mode
         self.ignore = ignore
+        self.isPackageName = isPackageName
         self.deliver = deliver
         self.log = log
         let found = watchTree("")
@@ -245,7 +250,7 @@ final class FileWatcher: @unchecked Sendable {
         var overLimit: [String] = []
         defer { if !overLimit.isEmpty { reportLimit(overLimit) } }
         while let directory = pending.popLast() {
-            if !directory.isEmpty, ignore.ignoring(directory, isDirectory: true) != nil { continue }
+            if isIgnoredDirectory(directory) { continue }
             let full = absolute(directory)
             if directory.isEmpty,
                 let status = try? FileDescriptor.currentWorkingDirectory.status(of: full, followSymlinks: true)
@@ -313,11 +318,20 @@ final class FileWatcher: @unchecked Sendable {
     func ignoreRulesChanged() {
         let watched = state.withLock { $0.directories.values.filter { !$0.isEmpty } }
         let polledNow = polled.withLock { $0.keys.map(\.path) }
-        for directory in Set((watched + polledNow).map { PathKey($0) })
-        where ignore.ignoring(directory.path, isDirectory: true) != nil {
+        for directory in Set((watched + polledNow).map { PathKey($0) }) where isIgnoredDirectory(directory.path) {
             forgetTree(directory.path, removingWatches: true)
         }
         watchTree("")
+    }
+
+    /// Whether the ignore rules keep `directory` unwatched: one they match, unless a
+    /// directory above it is a package document's, where every directory holds members
+    /// (a member is the package's whatever the rules say: `book.package/.git/` or
+    /// `book.package/build/` is watched, so that another program's change below it is
+    /// seen as any member's is).
+    private func isIgnoredDirectory(_ directory: String) -> Bool {
+        guard !directory.isEmpty, ignore.ignoring(directory, isDirectory: true) != nil else { return false }
+        return !PathName.components(directory).dropLast().contains(where: isPackageName)
     }
 
     /// File systems whose other hosts' (or other mounts') changes inotify never reports:

@@ -506,6 +506,42 @@ struct IgnoreTests {
     }
 
     @Test(
+        "A directory inside a package that an ignore pattern matches (.git by default, build/ by Ignore=) holds members: it is watched, so another program's change below it reloads the member; outside a package the same directories stay unwatched"
+    )
+    func ignoredDirectoryInsideAPackage() async throws {
+        let harness = try await harness { $0.ignore = ["build/"] }
+        try write("config\n", to: harness.file("p.package/.git/config"))
+        try write("out\n", to: harness.file("p.package/build/deep/out.txt"))
+        try write("outside\n", to: harness.file("build/x.txt"))
+        await harness.store.openAll()
+        try await harness.store.startWatching()
+        let watcher = try #require(await harness.store.watcher)
+        #expect(watcher.isWatching("p.package/.git"))
+        #expect(watcher.isWatching("p.package/build") && watcher.isWatching("p.package/build/deep"))
+        #expect(!watcher.isWatching("build"), "outside a package, an ignored directory gets no watch")
+
+        func changesSeen() async -> Int {
+            await harness.log.events.filter { $0 == .changedOnDisk(document: "p.package") }.count
+        }
+        try write("config changed\n", to: harness.file("p.package/.git/config"))
+        await harness.store.sync()
+        #expect(await changesSeen() == 1, "the change below .git/ was seen as the package's")
+        try write("out changed\n", to: harness.file("p.package/build/deep/out.txt"))
+        await harness.store.sync()
+        #expect(await changesSeen() == 2, "the change below build/ was seen as the package's")
+        #expect(
+            try await harness.store.read("p.package", .member(".git/config")) == .data(Data("config changed\n".utf8)))
+        #expect(
+            try await harness.store.read("p.package", .member("build/deep/out.txt"))
+                == .data(Data("out changed\n".utf8)))
+
+        // A rules change keeps them: they are the package's.
+        watcher.ignoreRulesChanged()
+        #expect(watcher.isWatching("p.package/.git") && watcher.isWatching("p.package/build/deep"))
+        await harness.store.stopWatching()
+    }
+
+    @Test(
         "A document that becomes ignored and is edited while the save before its close runs is saved again, then closed"
     )
     func ignoredWhileEditedDuringItsSave() async throws {
