@@ -1167,15 +1167,33 @@ struct WriteSession {
         let candidates: [String]
         let tracked = changedKeys != nil && previous?.path == path
         var looked: [String: FileStatus?] = [:]
+        // Children whose sync record says they are at their place, and which are not:
+        // removed by an earlier write and put back since (the same wrapper, its record
+        // from before), they are written again as new ones.
+        var gone: Set<String> = []
+        if tracked, let changedKeys {
+            for key in changedKeys {
+                guard let child = children[key], let sync = child.syncRecord, sync.path == join(path, key) else {
+                    continue
+                }
+                // The disk held this very child at the last sync only if its removal since
+                // recorded it there (``FileWrapper/removeFileWrapper(_:)``).
+                let identity = sync.identity
+                let held = ExpectedDestination.member(
+                    device: identity.device, inode: identity.inode, size: identity.size,
+                    modified: identity.modified, isDirectory: child.isDirectory)
+                if replaced[key] != held { gone.insert(key) }
+            }
+        }
         if tracked, let changedKeys {
             removals = changedKeys.filter { children[$0] == nil }
             candidates = Array(changedKeys.filter { children[$0] != nil }.union(directoryKeys))
             report.filesUnchanged += children.count - candidates.count
             for key in changedKeys where checksMembers {
                 let childPath = join(path, key)
-                // The same wrapper put back: nothing of it is written (a directory is looked
-                // at below, as one kept is).
-                if let child = children[key], child.syncRecord?.path == childPath { continue }
+                // The same wrapper put back where the disk still holds it: nothing of it is
+                // written (a directory is looked at below, as one kept is).
+                if let child = children[key], child.syncRecord?.path == childPath, !gone.contains(key) { continue }
                 let found = try stat(key, in: directory, path: childPath)
                 let expected = replaced[key] ?? .absent
                 guard expected.matches(found) else {
@@ -1208,6 +1226,8 @@ struct WriteSession {
             }
             removals = onDisk.map(\.name).filter { !TemporaryName.isTemporary($0) && children[$0] == nil }
             candidates = Array(children.keys)
+            let present = Set(onDisk.map(\.name))
+            gone = Set(children.keys.filter { !present.contains($0) })
         }
 
         // Changes a failed attempt made here are synced by this one, even where it finds
@@ -1236,7 +1256,7 @@ struct WriteSession {
                 let childPath = join(path, key)
                 let node = child.node
                 if case .directory = node {
-                } else if child.syncRecord?.path == childPath {
+                } else if child.syncRecord?.path == childPath, !gone.contains(key) {
                     report.filesUnchanged += 1
                     continue
                 }

@@ -186,3 +186,42 @@ struct WriterExpectationTests {
         #expect(try Disk.bytes(path + "/sub/c.txt") == Data("c1".utf8))
     }
 }
+
+@Suite("DurableWriter: a member removed by a write and the same wrapper put back is written again")
+struct PutBackAfterRemovalTests {
+    let directory = TemporaryDirectory("put-back")
+
+    @Test(
+        "A file or a directory removed from a package, the package written, the same wrapper put back and written: it is on disk again, with and without an expectation",
+        arguments: ["a.txt", "sub"], [true, false])
+    func putBackAfterItsRemovalWasWritten(member: String, expecting: Bool) throws {
+        let path = directory.sub("p-\(member)-\(expecting).package")
+        try DurableWriter().write(
+            FileWrapper(directoryWithFileWrappers: [
+                "a.txt": FileWrapper(regularFileWithContents: Data("a1".utf8)),
+                "sub": FileWrapper(directoryWithFileWrappers: [
+                    "c.txt": FileWrapper(regularFileWithContents: Data("c1".utf8))
+                ]),
+            ]), to: path)
+        let wrapper = try FileWrapper(url: URL(fileURLWithPath: path), options: .immediate)
+        let writer = DurableWriter(symlinkPolicy: .refuse)
+        func write() throws {
+            try writer.write(wrapper, to: path, expecting: expecting ? ExpectedDestination(try Disk.status(path)) : nil)
+        }
+        let child = try #require(wrapper.fileWrappers?[member])
+        wrapper.removeFileWrapper(child)
+        try write()
+        #expect(try Disk.names(in: path) == ["a.txt", "sub"].filter { $0 != member })
+        wrapper.addFileWrapper(child)
+        try write()
+        #expect(try Disk.names(in: path) == ["a.txt", "sub"], "the member put back is on disk")
+        if member == "sub" {
+            #expect(try Disk.bytes(path + "/sub/c.txt") == Data("c1".utf8))
+        } else {
+            #expect(try Disk.bytes(path + "/a.txt") == Data("a1".utf8))
+        }
+        // Written once more with nothing changed: nothing to do, nothing refused.
+        try write()
+        #expect(try Disk.names(in: path) == ["a.txt", "sub"])
+    }
+}
