@@ -19,23 +19,24 @@ enum WritableDirectories {
         var description: String {
             let what =
                 key == "[Metrics] TextfileDirectory="
-                ? "autosaved.prom cannot be written there" : "exports there will fail"
+                ? "autosaved.prom cannot be written there" : "exports into it will fail"
             return "\(key)\(path) \(Self.reason(errno, path: path)): \(what)"
         }
 
         /// Why `path` cannot be written into, for an operator.
         static func reason(_ errno: Errno, path: String) -> String {
+            let underHome = ["/home", "/root", "/run/user"].contains { PathName.isWithin(path, $0) }
             switch errno {
             case .readOnlyFileSystem:
-                "is on a file system the daemon sees read-only (\(Self.readOnlyHint(path)))"
-            case .noSuchFile:
-                ["/home", "/root", "/run/user"].contains { PathName.isWithin(path, $0) }
-                    ? "does not exist, or is hidden from the daemon (ProtectHome=yes, as in the shipped unit, hides /home, /root and /run/user)"
-                    : "does not exist"
-            case .notDirectory: "is not a directory"
+                return "is on a file system the daemon sees read-only (\(Self.readOnlyHint(path)))"
+            case .noSuchFile where underHome, .permissionDenied where underHome:
+                return
+                    "does not exist or cannot be reached by the daemon (\(errno)): a unit with ProtectHome=yes, as the shipped one, makes /home, /root and /run/user inaccessible, and ReadWritePaths= cannot open a path below them; set ProtectHome=read-only and ReadWritePaths=\(path) in a drop-in, or use a directory elsewhere"
+            case .noSuchFile: return "does not exist"
+            case .notDirectory: return "is not a directory"
             case .permissionDenied:
-                "is not writable by the daemon's user (uid \(geteuid()), gid \(getegid()))"
-            default: "cannot be written into (\(errno))"
+                return "is not writable by the daemon's user (uid \(geteuid()), gid \(getegid()))"
+            default: return "cannot be written into (\(errno))"
             }
         }
 

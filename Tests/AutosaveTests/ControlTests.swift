@@ -1011,17 +1011,19 @@ struct ControlSocketTests {
         func warned(_ text: String) -> Bool { warnings.contains { $0.contains(text) } }
         #expect(
             warned(
-                "[Control] ExportDirectories=\(readOnly) is on a file system the daemon sees read-only (under a unit with ProtectSystem=strict, as the shipped one, allow it with ReadWritePaths=\(readOnly) in a drop-in: systemctl edit autosaved): exports there will fail"
+                "[Control] ExportDirectories=\(readOnly) is on a file system the daemon sees read-only (under a unit with ProtectSystem=strict, as the shipped one, allow it with ReadWritePaths=\(readOnly) in a drop-in: systemctl edit autosaved): exports into it will fail"
             ), "\(daemon.process.output)")
         #expect(warned("[Metrics] TextfileDirectory=\(readOnly) is on a file system the daemon sees read-only"))
         #expect(warned("autosaved.prom cannot be written there"))
-        #expect(warned("[Control] ExportDirectories=\(missing) does not exist: exports there will fail"))
-        #expect(warned("[Control] ExportDirectories=\(file) is not a directory: exports there will fail"))
+        #expect(warned("[Control] ExportDirectories=\(missing) does not exist: exports into it will fail"))
+        #expect(warned("[Control] ExportDirectories=\(file) is not a directory: exports into it will fail"))
         #expect(!warned("ExportDirectories=\(writable) "), "the writable directory is not named")
-        #expect(
-            WritableDirectories.Problem.reason(.noSuchFile, path: "/home/ops/out")
-                == "does not exist, or is hidden from the daemon (ProtectHome=yes, as in the shipped unit, hides /home, /root and /run/user)"
-        )
+        for errno in [Errno.noSuchFile, .permissionDenied] {
+            #expect(
+                WritableDirectories.Problem.reason(errno, path: "/home/ops/out")
+                    == "does not exist or cannot be reached by the daemon (\(errno)): a unit with ProtectHome=yes, as the shipped one, makes /home, /root and /run/user inaccessible, and ReadWritePaths= cannot open a path below them; set ProtectHome=read-only and ReadWritePaths=/home/ops/out in a drop-in, or use a directory elsewhere"
+            )
+        }
         #expect(WritableDirectories.Problem.reason(.noSuchFile, path: "/homes/out") == "does not exist")
 
         let client = try daemon.client()
