@@ -21,8 +21,10 @@ file system keeps a model of what a disk would hold after a power cut:
       its length is the live one (three times in four) or the durable one, and each 4 KiB
       page where the two differ is taken from either, chosen at random (seeded; where
       two or more differ, some of each), a page past the chosen version's end reading as
-      zeros, as when a file's size reached the disk before its data. What was made durable is always kept; only what was not can come out torn,
-      reordered, or in part, as LazyFS's torn writes do on a real disk.
+      zeros, as when a file's size reached the disk before its data. Only pages written
+      after the last sync differ: what was made durable is kept unless a later change
+      not synced (an overwrite, a truncation) reached the disk in its place, in part, as
+      LazyFS's torn writes do on a real disk.
 
 At mount time everything in BACKING counts as durable.
 
@@ -51,7 +53,8 @@ Lines on standard output (flushed at once):
     crashed KIND K op N                    the cut happened (after op N of the run)
     failed KIND K with ERRNO               an injected error was returned
     counts write=… fsync=… …               operations of the run, at exit
-    torn files=F pages=P                   --torn: files given a mix, pages of it taken live
+    torn files=F pages=P                   --torn: files the rebuilt tree holds that were given
+                                           a mix, and the pages of it taken live
     rebuilt files=F directories=D  BACKING holds the durable model
 Other options: --fsname NAME (default powerlossfs).
 """
@@ -163,14 +166,17 @@ class PowerLossFS(Operations):
                 self.nodes[node_id].target = os.readlink(real)
         return node_id
 
-    def _forget_if_last(self, real):
-        """Called before `real` is unlinked or replaced: once its inode's last name goes,
-        the backing file system may reuse the inode number for a new file."""
+    def _forgetting(self, real, action):
+        """Runs `action`, which unlinks or replaces `real`: once its inode's last name goes,
+        the backing file system may reuse the inode number for a new file, so the number
+        stops naming the node — only once the action succeeded (an rmdir refused with
+        ENOTEMPTY leaves the directory, and its node, where they were)."""
         try:
             st = os.lstat(real)
         except FileNotFoundError:
-            return
-        if stat.S_ISDIR(st.st_mode) or st.st_nlink <= 1:
+            st = None
+        action()
+        if st is not None and (stat.S_ISDIR(st.st_mode) or st.st_nlink <= 1):
             # A handle still open on it keeps its node (an fsync through it still counts).
             self.by_inode.pop(st.st_ino, None)
 
@@ -313,15 +319,12 @@ class PowerLossFS(Operations):
 
     def rebuild(self):
         """Replaces BACKING's contents with the durable model."""
+        torn = {}  # node id -> pages taken live (--torn)
         if self.torn is not None:
-            torn_files = torn_pages = 0
             for node_id, live in sorted(self._live_files().items()):
                 node = self.nodes[node_id]
                 if node.kind == "file" and live != node.data:
-                    node.data, taken = self._tear(node.data, live)
-                    torn_files += 1
-                    torn_pages += taken
-            say("torn files=%d pages=%d" % (torn_files, torn_pages))
+                    node.data, torn[node_id] = self._tear(node.data, live)
         for name in os.listdir(self.backing):
             path = os.path.join(self.backing, name)
             if os.path.isdir(path) and not os.path.islink(path):
@@ -364,6 +367,10 @@ class PowerLossFS(Operations):
             os.chmod(path, node.mode)
 
         build(self.root_id, self.backing, frozenset())
+        if self.torn is not None:
+            # Only files the rebuilt tree holds: a torn file no durable name reaches is gone.
+            kept = [pages for node_id, pages in torn.items() if node_id in made]
+            say("torn files=%d pages=%d" % (len(kept), sum(kept)))
         for anomaly in anomalies:
             say("anomaly " + anomaly)
         say("rebuilt files=%d directories=%d" % (counts["file"], counts["dir"] - 1))
@@ -443,15 +450,13 @@ class PowerLossFS(Operations):
 
     def rmdir(self, path):
         def body():
-            self._forget_if_last(self._real(path))
-            os.rmdir(self._real(path))
+            self._forgetting(self._real(path), lambda: os.rmdir(self._real(path)))
 
         return self._op("rmdir", body)
 
     def unlink(self, path):
         def body():
-            self._forget_if_last(self._real(path))
-            os.unlink(self._real(path))
+            self._forgetting(self._real(path), lambda: os.unlink(self._real(path)))
 
         return self._op("unlink", body)
 
@@ -477,12 +482,13 @@ class PowerLossFS(Operations):
             except FileNotFoundError:
                 new_st = None
             if new_st is not None and (new_st.st_dev, new_st.st_ino) != (old_st.st_dev, old_st.st_ino):
-                # What is about to be replaced loses its last name (rename fails for a
-                # non-empty directory, before anything changes).
+                # What is replaced loses its last name (rename fails for a non-empty
+                # directory, before anything changes).
                 if stat.S_ISDIR(new_st.st_mode) and os.listdir(real_new):
                     raise FuseOSError(errno.ENOTEMPTY)
-                self._forget_if_last(real_new)
-            os.rename(real_old, real_new)
+                self._forgetting(real_new, lambda: os.rename(real_old, real_new))
+            else:
+                os.rename(real_old, real_new)
 
         return self._op("rename", body)
 
