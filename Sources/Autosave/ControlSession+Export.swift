@@ -123,9 +123,13 @@ extension ControlSession {
             // document of the store, not an earlier document of this export whose name
             // came out the same once its type's extension was added.
             do { try export.commitWithoutReplacing() } catch {
+                // All or nothing: the documents put in place before this one are taken back.
+                for earlier in prepared[..<index].reversed() { earlier.takeBack() }
+                let undone = index > 0 ? "; the documents put in place before it were taken back" : ""
                 throw RequestError(
                     .ioError,
-                    "putting \(paths[index]) in place failed: \(error)\(Self.hint(for: error, directory: confinement))")
+                    "putting \(paths[index]) in place failed: \(error)\(Self.hint(for: error, directory: confinement))\(undone)"
+                )
             }
             urls += export.urls
             connection.send {

@@ -204,6 +204,8 @@ public final class PreparedExport {
     /// One destination per document, in order.
     public internal(set) var urls: [URL] = []
     var writes: [PreparedWrite] = []
+    /// The writes put in place by ``commitWithoutReplacing(progress:)``, for ``takeBack()``.
+    private var committed: [PreparedWrite] = []
 
     init() {}
 
@@ -221,18 +223,39 @@ public final class PreparedExport {
     /// Renames every document into place, in order, replacing nothing: a name something
     /// is at already (another file, or an earlier document of the export given the same
     /// name) gets " 2", " 3", … before its extension. ``urls`` says where each went.
+    ///
+    /// All or nothing: when one cannot be put in place, those put before it are taken
+    /// back (``takeBack()``; the names were free, so the directory is as it was) and the
+    /// rest discarded, then the error is thrown.
     @MainActor
     public func commitWithoutReplacing(progress: (@MainActor (DocumentExporter.Progress) -> Void)? = nil) throws {
         for (index, write) in writes.enumerated() {
             let (base, ext) = PathName.splitExtension(urls[index].lastPathComponent)
-            let path = try write.commitWithoutReplacing { counter in
-                ext.isEmpty ? "\(base) \(counter)" : "\(base) \(counter).\(ext)"
+            do {
+                let path = try write.commitWithoutReplacing { counter in
+                    ext.isEmpty ? "\(base) \(counter)" : "\(base) \(counter).\(ext)"
+                }
+                urls[index] = URL(fileURLWithPath: path)
+            } catch {
+                committed = Array(writes[..<index])
+                takeBack()
+                discard()
+                throw error
             }
-            urls[index] = URL(fileURLWithPath: path)
             progress?(.init(phase: .committing, completed: index + 1, total: writes.count, url: urls[index]))
         }
+        committed = writes
         writes = []
         progress?(.init(phase: .finished, completed: urls.count, total: urls.count, url: nil))
+    }
+
+    /// Takes back what ``commitWithoutReplacing(progress:)`` put in place, last first:
+    /// each document still there as it was put is removed (its name was free before), so
+    /// that a batch of exports whose later one failed leaves nothing behind. What cannot
+    /// be taken back (changed or removed since, or a removal that fails) is left.
+    public func takeBack() {
+        for write in committed.reversed() { _ = try? write.takeBack() }
+        committed = []
     }
 
     /// Removes every temporary document; no destination is touched.

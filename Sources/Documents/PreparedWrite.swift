@@ -9,6 +9,9 @@ public final class PreparedWrite {
     private var session: WriteSession
     private var staged: WriteSession.Staged?
     private let updatingNames: Bool
+    /// What ``commitWithoutReplacing(alternative:)`` put in place, at a name that was free:
+    /// its directory, name and identity, for ``takeBack()``.
+    private var placed: (directoryPath: String, name: String, status: FileStatus)?
 
     init(session: WriteSession, staged: WriteSession.Staged, updatingNames: Bool) {
         self.session = session
@@ -47,6 +50,8 @@ public final class PreparedWrite {
     /// file system refuses the flag), and syncs the directory. Returns the path used.
     public func commitWithoutReplacing(alternative: (Int) -> String) throws -> String {
         guard var staged else { return session.report.path }
+        // The node the renames below move: what takeBack() may remove again.
+        let moved = try? staged.location.directory.status(of: staged.temporary)
         var attempt = 1
         while true {
             let name = attempt == 1 ? staged.location.name : alternative(attempt)
@@ -62,6 +67,7 @@ public final class PreparedWrite {
                     operation: .rename, path: join(staged.location.directoryPath, name), errno: error)
             }
         }
+        if let moved { placed = (staged.location.directoryPath, staged.location.name, moved) }
         try? staged.file?.close()
         staged.file = nil
         self.staged = nil
@@ -69,6 +75,35 @@ public final class PreparedWrite {
         session.report.path = staged.location.path
         session.closeAll()
         return staged.location.path
+    }
+
+    /// Takes back what ``commitWithoutReplacing(alternative:)`` put in place — at a name
+    /// that was free, so removing it leaves the directory as it was — when it is still
+    /// there as put (the same device, inode, size and modification time; anything else
+    /// there is another program's and stays): removed, and its directory synced. How a batch whose later member
+    /// could not be put in place undoes the earlier ones. Returns whether it was removed.
+    @discardableResult
+    public func takeBack() throws -> Bool {
+        guard let placed else { return false }
+        let path = join(placed.directoryPath, placed.name)
+        do throws(Errno) {
+            let directory = try FileDescriptor.open(placed.directoryPath, options: [.directory])
+            return try directory.closeAfter { () throws(Errno) -> Bool in
+                // Device and inode, and size and modification time, which a rename keeps: an
+                // inode number freed and given to another program's new file is not taken
+                // for the export's.
+                let put = placed.status
+                guard let found = try? directory.status(of: placed.name), found.device == put.device,
+                    found.inode == put.inode, found.size == put.size, found.modified == put.modified
+                else { return false }
+                try TreeRemover.removeOrThrow(placed.name, in: directory)
+                try directory.sync()
+                self.placed = nil
+                return true
+            }
+        } catch {
+            throw DocumentError(operation: .unlink, path: path, errno: error)
+        }
     }
 
     /// Removes the temporary node; the destination is untouched.

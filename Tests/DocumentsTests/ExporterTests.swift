@@ -78,6 +78,32 @@ struct ExporterTests {
         }
     }
 
+    @Test(
+        "All or nothing at commit: when a later document cannot be put in place, those put before it are taken back, the rest discarded; a name another program took meanwhile is not removed"
+    )
+    func commitFailureTakesBack() async throws {
+        let documents = (1...3).map { RecordDocument("r\($0)") }
+        let names = ["one", "two", "three"]
+        let exporter = DocumentExporter(destination: directory.url)
+        let prepared = try await exporter.prepareExport(documents: documents, filenames: names)
+        // The third's temporary is gone before the commit (its rename fails, ENOENT).
+        let third = try #require(Disk.temporaries(under: directory.path).first { $0.contains(".three.json.") })
+        #expect(unlink(directory.path + "/" + third) == 0)
+        #expect(throws: DocumentError.self) { try prepared.commitWithoutReplacing() }
+        let left = try Disk.names(in: directory.path)
+        #expect(left.isEmpty, "nothing of the export is left, placed or temporary: \(left)")
+
+        // Taken back only while still what was put there.
+        let again = try await exporter.prepareExport(documents: documents, filenames: names)
+        try again.commitWithoutReplacing()
+        #expect(try Disk.names(in: directory.path) == ["one.json", "three.json", "two.json"])
+        #expect(unlink(directory.path + "/two.json") == 0)
+        try Disk.write("theirs", to: directory.path + "/two.json")
+        again.takeBack()
+        #expect(try Disk.names(in: directory.path) == ["two.json"], "another program's file at a taken-back name stays")
+        #expect(try Disk.bytes(directory.path + "/two.json") == Data("theirs".utf8))
+    }
+
     @Test("A requested type the document can write is used")
     func requestedType() async throws {
         let exporter = DocumentExporter(destination: directory.url, contentTypes: [.utf8PlainText])
