@@ -1417,9 +1417,9 @@ struct JournalPowerLossTests {
     /// tell a record whose page never arrived from the records after it that did, and
     /// stop there.
     @Test(
-        "Torn writes at a power cut (unsynced pages reach the disk in part, at random): with Mode=periodic and every 25th append durable, each restart holds exactly a prefix of the acknowledged appends, no shorter than the last durable one, nothing out of order or half-applied; edits go on after the first restart and a second cut keeps that too",
-        arguments: [1, 2, 3, 4] as [UInt64])
-    func tornWrites(seed: UInt64) async throws {
+        "Torn writes at a power cut (unsynced pages reach the disk in part, at random): with Mode=periodic and every 25th append durable, each restart holds exactly a prefix of the acknowledged appends, no shorter than the last durable one (with Mode=always, every one), nothing out of order or half-applied; edits go on after the first restart and a second cut keeps that too",
+        arguments: ["periodic", "always"], [1, 2, 3, 4] as [UInt64])
+    func tornWrites(mode: String, seed: UInt64) async throws {
         let (directory, made) = try Self.scratch("backing", "mnt")
         defer { withExtendedLifetime(directory) {} }
         let (backing, mountPoint) = (made[0], made[1])
@@ -1427,11 +1427,12 @@ struct JournalPowerLossTests {
         // MaxSize=1M: segments of 256 KiB, so that runs roll over to new segments and
         // delete released ones.
         let rig = try JournalRig(
-            "[Journal]\nSyncInterval=1h\nMaxSize=1M\n[Autosave]\nQuietPeriod=300ms\n", root: mountPoint + "/root",
+            "[Journal]\nMode=\(mode)\nSyncInterval=1h\nMaxSize=1M\n[Autosave]\nQuietPeriod=300ms\n",
+            root: mountPoint + "/root",
             journal: mountPoint + "/journal")
         var survived = ""  // the document after the cuts so far
         var tornPages = 0
-        defer { #expect(tornPages > 0, "seed \(seed): the cuts tore nothing") }
+        defer { #expect(tornPages > 0, "\(mode) seed \(seed): the cuts tore nothing") }
         for round in 0...2 {
             // The cut: right after a write of the journal's, amid the appends (or at the end).
             let cut = PowerLossMount.CrashPoint("write", 60 + Int((seed * 137 + UInt64(round) * 53) % 500))
@@ -1461,7 +1462,7 @@ struct JournalPowerLossTests {
                 ]
                 guard (try? client.call(request))?["ok"] == true else { break }
                 acknowledged.append(line)
-                if asDurable { durable = acknowledged.count }
+                if asDurable || mode == "always" { durable = acknowledged.count }
             }
             rig.kill()
             try mount.unmount()
@@ -1476,16 +1477,17 @@ struct JournalPowerLossTests {
             let found = try rig.text("log.txt") ?? ""
             #expect(rig.stop() == 0)
             try check.unmount(within: .seconds(120))
-            try #require(found.hasPrefix(survived), "seed \(seed) round \(round): the earlier rounds' text was lost")
+            try #require(
+                found.hasPrefix(survived), "\(mode) seed \(seed) round \(round): the earlier rounds' text was lost")
             let added = found.dropFirst(survived.count).split(separator: "\n", omittingEmptySubsequences: false)
             let lines = added.dropLast().map { String($0) + "\n" }
-            #expect(added.last == "", "seed \(seed) round \(round): a line cut in half")
+            #expect(added.last == "", "\(mode) seed \(seed) round \(round): a line cut in half")
             #expect(
                 lines.elementsEqual((acknowledged + [last]).prefix(lines.count)),
-                "seed \(seed) round \(round): not a prefix of the acknowledged appends")
+                "\(mode) seed \(seed) round \(round): not a prefix of the acknowledged appends")
             #expect(
                 lines.count >= durable,
-                "seed \(seed) round \(round): \(lines.count) lines, \(durable) acknowledged as durable")
+                "\(mode) seed \(seed) round \(round): \(lines.count) lines, \(durable) acknowledged as durable")
             survived = found
         }
     }
