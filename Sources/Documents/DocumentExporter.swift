@@ -237,7 +237,9 @@ public final class PreparedExport {
                 }
                 urls[index] = URL(fileURLWithPath: path)
             } catch {
-                committed = Array(writes[..<index])
+                // This one too: its rename may have been made before what failed (the
+                // directory's sync).
+                committed = Array(writes[...index])
                 takeBack()
                 discard()
                 throw error

@@ -80,8 +80,9 @@ public final class PreparedWrite {
     /// Takes back what ``commitWithoutReplacing(alternative:)`` put in place — at a name
     /// that was free, so removing it leaves the directory as it was — when it is still
     /// there as put (the same device, inode, size and modification time; anything else
-    /// there is another program's and stays): removed, and its directory synced. How a batch whose later member
-    /// could not be put in place undoes the earlier ones. Returns whether it was removed.
+    /// there is another program's and stays): removed, and its directory synced. How a
+    /// batch whose later member could not be put in place undoes the earlier ones.
+    /// Returns whether it was removed.
     @discardableResult
     public func takeBack() throws -> Bool {
         guard let placed else { return false }
