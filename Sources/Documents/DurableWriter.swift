@@ -1178,14 +1178,8 @@ struct WriteSession {
                 }
                 // The disk held this very child at the last sync only if its removal since
                 // recorded it there (``FileWrapper/removeFileWrapper(_:)``).
-                let identity = sync.identity
-                let held = ExpectedDestination.member(
-                    device: identity.device, inode: identity.inode, size: identity.size,
-                    modified: identity.modified, isDirectory: child.isDirectory)
-                if replaced[key] != held { gone.insert(key) }
+                if replaced[key] != sync.identity.member(isDirectory: child.isDirectory) { gone.insert(key) }
             }
-        }
-        if tracked, let changedKeys {
             removals = changedKeys.filter { children[$0] == nil }
             candidates = Array(changedKeys.filter { children[$0] != nil }.union(directoryKeys))
             report.filesUnchanged += children.count - candidates.count
@@ -1209,13 +1203,8 @@ struct WriteSession {
                 guard let synced = children[key]?.syncRecord, synced.path == childPath else { continue }
                 let found = try stat(key, in: directory, path: childPath)
                 if found?.kind != .directory {
-                    let identity = synced.identity
                     throw DestinationChanged(
-                        path: childPath,
-                        expected: .member(
-                            device: identity.device, inode: identity.inode, size: identity.size,
-                            modified: identity.modified, isDirectory: true),
-                        found: found)
+                        path: childPath, expected: synced.identity.member(isDirectory: true), found: found)
                 }
                 looked[key] = .some(found)
             }
@@ -1318,10 +1307,7 @@ struct WriteSession {
     /// What this write put on disk for `child`, as a package member's expected state.
     private func placed(_ child: FileWrapper) -> ExpectedDestination? {
         guard let entry = pending.last(where: { $0.wrapper === child }) else { return nil }
-        let identity = entry.record.identity
-        return .member(
-            device: identity.device, inode: identity.inode, size: identity.size, modified: identity.modified,
-            isDirectory: child.isDirectory)
+        return entry.record.identity.member(isDirectory: child.isDirectory)
     }
 
     // MARK: Helpers

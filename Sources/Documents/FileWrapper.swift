@@ -427,10 +427,7 @@ public final class FileWrapper: @unchecked Sendable {
             if state.changedKeys != nil, state.replacedOnDisk[key] == nil, let directory = state.sync?.path,
                 let childSync, childSync.path == join(directory, key)
             {
-                let identity = childSync.identity
-                state.replacedOnDisk[key] = .member(
-                    device: identity.device, inode: identity.inode, size: identity.size, modified: identity.modified,
-                    isDirectory: childIsDirectory)
+                state.replacedOnDisk[key] = childSync.identity.member(isDirectory: childIsDirectory)
             }
             state.changedKeys?.insert(key)
             state.directoryKeys.remove(key)
@@ -485,6 +482,11 @@ struct DiskIdentity: Hashable, Sendable {
         inode = status.inode
         size = status.size
         modified = status.modified
+    }
+
+    /// This identity as a package member's expected state.
+    func member(isDirectory: Bool) -> ExpectedDestination {
+        .member(device: device, inode: inode, size: size, modified: modified, isDirectory: isDirectory)
     }
 }
 
