@@ -815,6 +815,8 @@ final class ControlSession: Sendable {
         writer.number((Double(last.duration.microseconds) / 1000 * 10).rounded() / 10)
         writer.key("conflicts")
         write(last.conflicts, into: &writer)
+        writer.key("recreated")
+        write(last.recreated, into: &writer)
         writer.key("unapplied")
         write(last.unapplied, into: &writer)
         writer.key("problems")

@@ -16,6 +16,10 @@ public struct JournalReplaySummary: Sendable, Equatable {
     /// Documents whose file another program changed while the daemon was down: their
     /// edits went to a conflict copy (or, by `[Conflicts] Keep=memory`, the file's version did).
     public var conflicts: [String] = []
+    /// Documents whose file (or package directory) another program removed while the
+    /// daemon was down, written again from their journalled edits by `[Conflicts]
+    /// WhenRemoved=` (with `close`, their edits are discarded: named in ``unapplied``).
+    public var recreated: [String] = []
     /// Documents whose journalled edits could not be applied, each with why.
     public var unapplied: [String] = []
     /// What the journal itself found: torn tails cut off, damaged records, missing segments.
@@ -32,6 +36,9 @@ public struct JournalReplaySummary: Sendable, Equatable {
             "replayed \(edits) edit\(edits == 1 ? "" : "s") to \(documents) document\(documents == 1 ? "" : "s") from the journal in \(String(format: "%.1f", ms)) ms"
         if !conflicts.isEmpty {
             text += "; \(conflicts.count) changed while the daemon was down (conflict copies kept)"
+        }
+        if !recreated.isEmpty {
+            text += "; \(recreated.count) removed while the daemon was down (written again from the journal)"
         }
         if !unapplied.isEmpty { text += "; \(unapplied.count) could not be replayed" }
         if !problems.isEmpty { text += "; journal problems: \(problems.joined(separator: "; "))" }
@@ -388,12 +395,15 @@ extension DocumentStore {
         // The bytes the base gives, if any: the version the edits after it apply to, even
         // where the file it names is not that version or is gone.
         var baseContents: Data?
+        // A package's base: whether its directory was on disk then.
+        var packageWasOnDisk = false
         for marker in chain.markers.reversed() {
             switch marker.entry {
             case .base(_, let file, let token, let contents):
                 if isPackage || file == onDisk {
                     baseToken = token
                     baseContents = isPackage ? nil : contents
+                    packageWasOnDisk = isPackage && file == .packageOnDisk
                 }
             case .saving(_, let token, let file):
                 if !isPackage, file == onDisk { baseToken = token }
@@ -473,6 +483,17 @@ extension DocumentStore {
             }
             // A base naming no file (a new document) with the file still absent: the creation itself.
             let creates = current == nil
+            // A package whose directory was on disk, gone now: another program removed it.
+            let removed = creates && packageWasOnDisk
+            if removed {
+                guard !edits.isEmpty else {
+                    log.info(
+                        "\(path) was removed by another program while the daemon was down; the journal held no edit of it that was not saved",
+                        ["document": path, "message_id": MessageID.externalChange])
+                    return drop(nil)
+                }
+                if configuration.whenRemoved == .close { return drop(Self.removedAndClosed(edits: edits.count)) }
+            }
             guard !edits.isEmpty || creates else { return drop(nil) }
             let memberVersions =
                 isPackage && current != nil ? Self.memberVersions(chain, of: chains, after: token) : [:]
@@ -560,10 +581,19 @@ extension DocumentStore {
             rebaseIfShort(&entry, chain: chain, of: chains, path: path, reached: reached)
             let changedMembers = membersChangedOnDisk(path, memberVersions)
             let opened = current == nil
+            let members = removed ? (entry.document as? PackageDocument)?.memberPaths ?? [] : []
             insert(entry, at: path)
             if opened { emit(.opened(document: path)) }
             summary.edits += replayed
             summary.documents += 1
+            if removed {
+                summary.recreated.append(path)
+                let named =
+                    members.prefix(20).map { "'\($0)'" }.joined(separator: ", ") + (members.count > 20 ? ", …" : "")
+                log.warning(
+                    "\(path) was removed by another program while the daemon was down; writing it again from its \(replayed) journalled edit(s) (WhenRemoved=\(configuration.whenRemoved.rawValue)): it holds only the \(members.count) member(s) they put\(members.isEmpty ? "" : " (\(named))"); the members no edit touched were removed with it",
+                    ["document": path, "message_id": MessageID.externalChange])
+            }
             guard changedMembers.isEmpty else {
                 // Another program changed members the edits put or remove: both versions
                 // are kept, as with a file changed while the daemon was down.
@@ -594,7 +624,9 @@ extension DocumentStore {
                 ["document": path, "message_id": MessageID.journalReplayed])
         }
         guard var entry = current else {
-            // Removed while down: the edits' version is saved under the name again.
+            // Removed while down: by `WhenRemoved=`, the edits' version is saved under the
+            // name again, or the edits are discarded.
+            if configuration.whenRemoved == .close { return drop(Self.removedAndClosed(edits: rebuilt.edits)) }
             var fresh: Entry
             do { fresh = try newEntry(path) } catch { return drop("\(error)") }
             fresh.document = rebuilt.document
@@ -605,6 +637,10 @@ extension DocumentStore {
             emit(.opened(document: path))
             summary.edits += rebuilt.edits
             summary.documents += 1
+            summary.recreated.append(path)
+            log.warning(
+                "\(path) was removed by another program while the daemon was down; writing it again from its journalled edits (WhenRemoved=\(configuration.whenRemoved.rawValue))",
+                ["document": path, "message_id": MessageID.externalChange])
             saveReplayed(path)
             return
         }
@@ -628,6 +664,13 @@ extension DocumentStore {
         summary.documents += 1
         summary.conflicts.append(path)
         resolveReplayedConflict(path)
+    }
+
+    /// Why the journalled edits of a document another program removed while the daemon
+    /// was down are not replayed under `WhenRemoved=close`: it is closed, as it would have
+    /// been had the daemon seen the removal.
+    private static func removedAndClosed(edits: Int) -> String {
+        "another program removed it while the daemon was down, and WhenRemoved=close discarded its \(edits) journalled edit(s)"
     }
 
     /// Keeps both versions of a document replay found changed on disk (``resolveConflict(_:)``)
@@ -986,9 +1029,10 @@ extension DocumentStore {
         noteEditDuringSave(entry)
         giveJournalOwner(&entry, path: path)
         if !entry.journalHasBase {
-            let file = entry.isPackage ? nil : entry.fingerprint.flatMap(FileIdentity.init)
-            JournalEntry.base(path: path, file: file, token: entry.changeCount - 1, contents: baseContents)
-                .encode(into: &journalBuffer)
+            JournalEntry.base(
+                path: path, file: journalBaseFile(entry), token: entry.changeCount - 1, contents: baseContents
+            )
+            .encode(into: &journalBuffer)
             guard append(journal, &entry) else { return }
             entry.journalHasBase = true
         }
@@ -1007,6 +1051,14 @@ extension DocumentStore {
         } catch {
             tooLargeForJournal(error, &entry)
         }
+    }
+
+    /// What a base names as the version on disk its edits apply to: the file's identity,
+    /// or for a package whether its directory is on disk (``FileIdentity/packageOnDisk``).
+    @inline(__always)
+    private func journalBaseFile(_ entry: borrowing Entry) -> FileIdentity? {
+        if entry.isPackage { return entry.fingerprint == nil ? nil : .packageOnDisk }
+        return entry.fingerprint.flatMap(FileIdentity.init)
     }
 
     /// Journals a new, empty document (`create`): a base naming no file.
@@ -1359,8 +1411,7 @@ extension DocumentStore {
             entry.journalBroken = false
         }
         if entry.isDirty {
-            let file = entry.isPackage ? nil : entry.fingerprint.flatMap(FileIdentity.init)
-            JournalEntry.base(path: path, file: file, token: entry.savedChangeCount, contents: nil)
+            JournalEntry.base(path: path, file: journalBaseFile(entry), token: entry.savedChangeCount, contents: nil)
                 .encode(into: &journalBuffer)
             if append(journal, &entry) {
                 journal.release(owner: owner, through: LSN(entry.savingLSN), log: &entry.journalLog)

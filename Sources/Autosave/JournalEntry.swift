@@ -16,7 +16,8 @@ import Posix
 /// Encoding: one kind byte, then the fields, integers little-endian, strings and bytes
 /// as a `u32` length and the bytes.
 enum JournalEntry: Equatable {
-    /// The version on disk the edits that follow apply to (`nil`: no file, a new document),
+    /// The version on disk the edits that follow apply to (`nil`: no file, a new document;
+    /// for a package, ``FileIdentity/packageOnDisk`` or `nil`),
     /// the change count it holds, and — when the first edit does not replace the whole
     /// document and the document is small — its contents, so that the edits' version can
     /// be rebuilt even if another program replaces the file.
@@ -329,6 +330,13 @@ struct FileIdentity: Hashable, Sendable, CustomStringConvertible {
         self.size = size
         self.hash = hash
     }
+
+    /// What a package's ``JournalEntry/base(path:file:token:contents:)`` names instead of
+    /// a file's identity when the package's directory is on disk (read from it, or saved
+    /// to it): replay tells by it a package another program removed while the daemon was
+    /// down (its edits apply to members that are gone) from a new one not saved yet.
+    /// Every package version on disk is this one: its members are looked at one by one.
+    static let packageOnDisk = FileIdentity(size: -1, hash: 0)
 
     /// The identity of `data`, a file's bytes.
     init(_ data: Data) {

@@ -265,8 +265,13 @@ final class Session {
                 }
                 say(line)
                 if let replay = journal["last_replay"], !replay.isNull {
+                    let conflicts = replay["conflicts"]?.arrayValue?.count ?? 0
+                    let recreated = replay["recreated"]?.arrayValue?.count ?? 0
                     say(
                         "last start-up replayed \(replay["edits"]?.intValue ?? 0) edits to \(replay["documents"]?.intValue ?? 0) documents"
+                            + (conflicts == 0
+                                ? "" : "; \(conflicts) changed while the daemon was down (conflict copies kept)")
+                            + (recreated == 0 ? "" : "; \(recreated) removed while the daemon was down (written again)")
                             + ((replay["unapplied"]?.arrayValue?.isEmpty ?? true)
                                 ? "" : "; some could not be replayed (autosavectl --json status lists them)"))
                 }

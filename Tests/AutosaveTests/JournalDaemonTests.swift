@@ -540,6 +540,116 @@ struct JournalDaemonTests {
     }
 
     @Test(
+        "A package removed by another program while the daemon was down, with journalled edits: by WhenRemoved=, written again holding the members the edits put, and said so — or closed, the edits discarded and named",
+        arguments: ["recreate-unsaved", "recreate", "close"])
+    func packageRemovedWhileDown(policy: String) async throws {
+        let rig = try JournalRig("[Conflicts]\nWhenRemoved=\(policy)\n")
+        try await rig.start()
+        let client = try rig.client()
+        try rig.ok(["cmd": "create", "doc": "p.package"], on: client)
+        for (member, text) in [("kept.txt", "saved\n"), ("edited.txt", "saved\n")] {
+            try rig.ok(
+                ["cmd": "put-member", "doc": "p.package", "member": .string(member), "text": .string(text)], on: client)
+        }
+        try rig.ok(["cmd": "save", "doc": "p.package", "wait": true], on: client)
+        try rig.ok(["cmd": "put-member", "doc": "p.package", "member": "edited.txt", "text": "mine\n"], on: client)
+        try rig.ok(["cmd": "put-member", "doc": "p.package", "member": "d/new.txt", "text": "new\n"], on: client)
+        rig.kill()
+        try FileManager.default.removeItem(atPath: rig.root + "/p.package")
+
+        let daemon = try await rig.start()
+        let replay = try rig.status()["journal"]?["last_replay"]
+        let missing = try rig.client().call(["cmd": "get", "doc": "p.package"])
+        if policy == "close" {
+            #expect(missing["error"]?["code"] == "not-found", "\(missing)")
+            #expect(replay?["recreated"] == [], "\(String(describing: replay))")
+            let unapplied = replay?["unapplied"]?.arrayValue?.compactMap(\.stringValue) ?? []
+            #expect(unapplied.count == 1 && unapplied[0].hasPrefix("p.package: "), "\(unapplied)")
+            #expect(unapplied.first?.contains("WhenRemoved=close discarded its 2 journalled edit(s)") == true)
+            #expect(rig.stop() == 0)
+            #expect(!FileManager.default.fileExists(atPath: rig.root + "/p.package"), "not written again")
+            // Nothing of it is left to replay at the next start.
+            try await rig.start()
+            #expect(try rig.status()["journal"]?["last_replay"]?["unapplied"] == [])
+            #expect(rig.stop() == 0)
+            #expect(!FileManager.default.fileExists(atPath: rig.root + "/p.package"))
+            return
+        }
+        // Written again with what the journal has: the members the edits put, not the one
+        // only the removed directory held.
+        let mine = ["edited.txt": "mine\n", "d/new.txt": "new\n"]
+        #expect(try rig.members("p.package") == mine)
+        #expect(replay?["recreated"] == ["p.package"], "\(String(describing: replay))")
+        #expect(replay?["conflicts"] == [] && replay?["unapplied"] == [], "\(String(describing: replay))")
+        #expect(
+            daemon.output.contains {
+                $0.contains(
+                    "p.package was removed by another program while the daemon was down; writing it again from its 2 journalled edit(s) (WhenRemoved=\(policy)): it holds only the 2 member(s) they put ('d/new.txt', 'edited.txt'); the members no edit touched were removed with it"
+                )
+            })
+        #expect(
+            daemon.output.contains {
+                $0.contains("1 removed while the daemon was down (written again from the journal)")
+            })
+        #expect(rig.stop() == 0)
+        #expect(try Disk.bytes(rig.root + "/p.package/edited.txt") == Data("mine\n".utf8))
+        #expect(try Disk.bytes(rig.root + "/p.package/d/new.txt") == Data("new\n".utf8))
+        #expect(!FileManager.default.fileExists(atPath: rig.root + "/p.package/kept.txt"))
+    }
+
+    @Test(
+        "A new package never saved, killed: the next start makes it, with no word of a removal",
+    )
+    func newPackageIsNoRemoval() async throws {
+        let rig = try JournalRig()
+        try await rig.start()
+        let client = try rig.client()
+        try rig.ok(["cmd": "create", "doc": "p.package"], on: client)
+        try rig.ok(["cmd": "put-member", "doc": "p.package", "member": "m.txt", "text": "one\n"], on: client)
+        rig.kill()
+        #expect(!FileManager.default.fileExists(atPath: rig.root + "/p.package"))
+        let daemon = try await rig.start()
+        #expect(try rig.members("p.package") == ["m.txt": "one\n"])
+        #expect(try rig.status()["journal"]?["last_replay"]?["recreated"] == [])
+        #expect(!daemon.output.contains { $0.contains("removed by another program") })
+        #expect(rig.stop() == 0)
+        #expect(try Disk.bytes(rig.root + "/p.package/m.txt") == Data("one\n".utf8))
+    }
+
+    @Test(
+        "A file removed by another program while the daemon was down, with journalled edits: by WhenRemoved=, written again and said so, or closed with the edits discarded and named",
+        arguments: ["recreate-unsaved", "close"])
+    func fileRemovedWhileDown(policy: String) async throws {
+        let rig = try JournalRig("[Conflicts]\nWhenRemoved=\(policy)\n")
+        try await rig.start()
+        try rig.ok(["cmd": "set", "doc": "a.txt", "text": "hello\n"])
+        try rig.ok(["cmd": "save", "doc": "a.txt", "wait": true])
+        try rig.ok(["cmd": "append", "doc": "a.txt", "text": "x\n"])
+        rig.kill()
+        #expect(unlink(rig.root + "/a.txt") == 0)
+        let daemon = try await rig.start()
+        let replay = try rig.status()["journal"]?["last_replay"]
+        if policy == "close" {
+            #expect(try rig.client().call(["cmd": "get", "doc": "a.txt"])["error"]?["code"] == "not-found")
+            let unapplied = replay?["unapplied"]?.arrayValue?.compactMap(\.stringValue) ?? []
+            #expect(unapplied.count == 1 && unapplied[0].contains("WhenRemoved=close discarded its"), "\(unapplied)")
+            #expect(rig.stop() == 0)
+            #expect(!FileManager.default.fileExists(atPath: rig.root + "/a.txt"))
+            return
+        }
+        #expect(try rig.text("a.txt") == "hello\nx\n")
+        #expect(replay?["recreated"] == ["a.txt"], "\(String(describing: replay))")
+        #expect(
+            daemon.output.contains {
+                $0.contains(
+                    "a.txt was removed by another program while the daemon was down; writing it again from its journalled edits (WhenRemoved=recreate-unsaved)"
+                )
+            })
+        #expect(rig.stop() == 0)
+        #expect(try Disk.bytes(rig.root + "/a.txt") == Data("hello\nx\n".utf8))
+    }
+
+    @Test(
         "A package saved, edited again and killed, its member on disk any version its own saves can leave (the saved one, one a save cut short or whose record was lost wrote, none after a removal): replayed, no conflict; a version none of its edits made: the conflict",
         arguments: [("one\n", false), ("two\n", false), ("three\n", false), (nil, false), ("five\n", true)]
             as [(String?, Bool)])
