@@ -32,6 +32,20 @@ enum DiskReader {
         }
     }
 
+    /// `name` with every scalar outside ASCII spelled `\u{…}`: two names that print alike
+    /// told apart.
+    static func scalars(_ name: String) -> String {
+        var text = ""
+        for scalar in name.unicodeScalars {
+            if scalar.isASCII {
+                text.unicodeScalars.append(scalar)
+            } else {
+                text += "\\u{\(String(scalar.value, radix: 16, uppercase: true))}"
+            }
+        }
+        return text
+    }
+
     static func readNode(name: String, in parent: FileDescriptor, path: String, immediate: Bool) throws -> ReadNode {
         let status: FileStatus
         do throws(Errno) { status = try parent.status(of: name) } catch {
@@ -77,6 +91,17 @@ enum DiskReader {
                         throw DocumentError(
                             operation: .listDirectory, path: childPath, errno: .illegalByteSequence,
                             detail: "the name is not UTF-8")
+                    }
+                    if let twin = children[entry.name] {
+                        // Two names whose bytes differ but whose Strings are equal (canonically
+                        // equivalent: `é` precomposed and decomposed): the children are keyed by
+                        // String, so one would be read under the other's name and one lost.
+                        let other = twin.state.withLock { $0.filename } ?? entry.name
+                        throw DocumentError(
+                            operation: .listDirectory, path: childPath, errno: .fileExists,
+                            detail:
+                                "its name, '\(Self.scalars(entry.name))', and '\(Self.scalars(other))' differ only in Unicode normalization, and a file wrapper's children are told apart by name: rename one of them"
+                        )
                     }
                     let read = try readNode(name: entry.name, in: directory, path: childPath, immediate: immediate)
                     let child = FileWrapper(node: read.node, preferredFilename: entry.name)

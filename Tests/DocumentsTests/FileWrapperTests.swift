@@ -1,5 +1,6 @@
 import Documents
 import Foundation
+@preconcurrency import Glibc
 import Posix
 import TestSupport
 import Testing
@@ -192,6 +193,32 @@ struct FileWrapperTests {
         #expect(mine.regularFileContents == Data("mine".utf8))
         let tree = try FileWrapper(url: URL(fileURLWithPath: root + "/d"), beneath: root)
         #expect(tree.fileWrappers?["mine.txt"]?.regularFileContents == Data("mine".utf8))
+    }
+
+    @Test(
+        "Two names in a directory that differ only in Unicode normalization are refused, naming both, not read as one file under the other's name",
+        arguments: [true, false])
+    func normalizationTwins(immediate: Bool) throws {
+        let package = directory.sub("twins-\(immediate).package")
+        try FileManager.default.createDirectory(atPath: package + "/d", withIntermediateDirectories: true)
+        // "café.txt" precomposed (U+00E9) and decomposed (e, U+0301): equal Strings, two files.
+        try Disk.write("composed", to: package + "/d/caf\u{E9}.txt")
+        try Disk.write("decomposed", to: package + "/d/cafe\u{301}.txt")
+        #expect(try Disk.names(in: package + "/d").count == 2)
+        #expect {
+            try FileWrapper(url: URL(fileURLWithPath: package), options: immediate ? [.immediate] : [])
+        } throws: { error in
+            let message = "\(error)"
+            return (error as? DocumentError)?.operation == .listDirectory
+                && message.contains("caf\\u{E9}.txt") && message.contains("cafe\\u{301}.txt")
+                && message.contains("differ only in Unicode normalization")
+        }
+        // One of them renamed: both read, each under its own name.
+        #expect(rename(package + "/d/cafe\u{301}.txt", package + "/d/cafe2.txt") == 0)
+        let tree = try FileWrapper(url: URL(fileURLWithPath: package), options: [.immediate])
+        let d = tree.fileWrappers?["d"]?.fileWrappers
+        #expect(d?["caf\u{E9}.txt"]?.regularFileContents == Data("composed".utf8))
+        #expect(d?["cafe2.txt"]?.regularFileContents == Data("decomposed".utf8))
     }
 }
 
