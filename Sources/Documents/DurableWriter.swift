@@ -624,8 +624,8 @@ struct WriteSession {
     }
 
     /// Renames a staged node over its destination (exchanging trees), then syncs the
-    /// directory. A regular file not `replacing` refuses to replace anything that is there
-    /// (``DestinationChanged``: nothing was expected).
+    /// directory. A regular file not `replacing`, and a new tree, refuse to replace
+    /// anything that is there (``DestinationChanged``: nothing was expected).
     mutating func commit(_ staged: Staged, syncDirectory: Bool, replacing: Bool = true) throws {
         let location = staged.location
         let parent = location.directory
@@ -666,7 +666,9 @@ struct WriteSession {
                         }
                         report.temporaryName = staged.temporary
                     }
-                } catch .fileExists where !staged.isTree && !replacing {
+                } catch .fileExists where staged.isTree || !replacing {
+                    // Nothing was there at the look (a tree reaches this rename only then):
+                    // another program took the name since.
                     let found = try stat(location.name, in: parent, path: location.path)
                     throw DestinationChanged(path: location.path, expected: .absent, found: found)
                 } catch {

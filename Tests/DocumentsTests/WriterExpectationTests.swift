@@ -185,6 +185,32 @@ struct WriterExpectationTests {
         #expect(try Disk.inode(path + "/sub") == inode)
         #expect(try Disk.bytes(path + "/sub/c.txt") == Data("c1".utf8))
     }
+
+    @Test(
+        "A new package whose name another program takes right before it is put in place: theirs stays, and the error is DestinationChanged (a conflict, as for a new file), not a failed rename"
+    )
+    func newPackageNameTakenBeforePlacing() throws {
+        let path = directory.sub("taken.package")
+        let theirs = try theirDirectory("theirs-taken")
+        let inode = try Disk.inode(theirs)
+        var writer = DurableWriter(symlinkPolicy: .refuse)
+        writer.beforePlacing = { destination in
+            guard destination == path else { return }
+            _ = rename(theirs, path)
+        }
+        let wrapper = FileWrapper(directoryWithFileWrappers: [
+            "a.txt": FileWrapper(regularFileWithContents: Data("mine".utf8))
+        ])
+        do {
+            try writer.write(wrapper, to: path)
+            Issue.record("written over another program's directory")
+        } catch let error as DestinationChanged {
+            #expect(error.path == path, "\(error)")
+            #expect(error.expected == .absent, "\(error)")
+        }
+        #expect(try isTheirs(path, inode: inode))
+        #expect(Disk.temporaries(under: directory.path).isEmpty, "the new tree is removed")
+    }
 }
 
 @Suite("DurableWriter: a member removed by a write and the same wrapper put back is written again")
@@ -224,4 +250,5 @@ struct PutBackAfterRemovalTests {
         try write()
         #expect(try Disk.names(in: path) == ["a.txt", "sub"])
     }
+
 }
