@@ -5,10 +5,12 @@ Usage:
     /usr/bin/python3 soak.py --daemon PATH [--minutes M] [options]
     /usr/bin/python3 soak.py outside ROOT STATE STOP   (the outside editor, started by the soak)
 
-One daemon on a fresh root in a temporary directory. CLIENTS connections edit
+One daemon on a fresh root in a temporary directory (its edit journal in the mode
+JOURNAL, the default configuration's unless given). CLIENTS connections edit
 DOCUMENTS documents over the control socket (text documents by `append`, `replace` and
-`set`, JSON documents by `patch`; a few shared documents get `append`s from every
-client), pipelining WINDOW requests each, while the daemon saves (a short quiet period,
+`set`, JSON documents by `patch`, package documents — one in a hundred, made on disk
+before the daemon starts — by `put-member` and `remove-member`; a few shared documents
+get `append`s from every client), pipelining WINDOW requests each, while the daemon saves (a short quiet period,
 so saves run all the time), clients ask for `save` and `save-all` with `wait`, and `get`
 their documents back; three subscribers listen to every event; the configuration is
 rewritten and reloaded (SIGHUP and the `reload` command in turn); and another program
@@ -22,7 +24,8 @@ document: the model is what the replies said was applied. A shared document's mo
 the set of acknowledged appends, in any order. Checks, afterwards:
 
   - every reply was ok, and every `get` during the run returned the model;
-  - after `sync` and `save-all` with `wait`: `get` of every document returns the model;
+  - after `sync` and `save-all` with `wait`: `get` of every document returns the model
+    (a package: its member list, and each member's text);
   - the outside program's files: `list` has every one under its current name and none
     under a name it renamed or removed, and `get` returns what the file holds;
   - the subscribers stayed connected, saw saves, saw the outside program's changes
@@ -40,8 +43,8 @@ the set of acknowledged appends, in any order. Checks, afterwards:
     to a quarter higher), which a trimmer that stopped trimming fails;
   - the daemon's descriptors (/proc/PID/fd) after every client disconnected are as many
     as before the soak (after the documents were created);
-  - SIGTERM: the daemon exits 0, and every document's file holds the model; no temporary
-    file is left.
+  - SIGTERM: the daemon exits 0, and every document's file holds the model (a package's
+    directory: exactly the model's members, each with its text); no temporary file is left.
 
 Prints every figure; exits 1 when a check fails, 2 when the run could not be set up.
 """
@@ -192,6 +195,26 @@ def json_edit(rnd, value, client, serial):
     return {"cmd": "patch", "patch": patch}, new
 
 
+class PackageModel(dict):
+    """A package document's model: member path -> text."""
+
+
+PACKAGE_MEMBERS = ["m%d.txt" % i for i in range(4)] + ["sub/n%d.txt" % i for i in range(3)]
+
+
+def package_edit(rnd, members, client, serial):
+    """A `put-member` or `remove-member` request for a package and the members it leaves."""
+    new = PackageModel(members)
+    if members and rnd.random() < 0.25:
+        member = rnd.choice(sorted(members))
+        del new[member]
+        return {"cmd": "remove-member", "member": member}, new
+    member = rnd.choice(PACKAGE_MEMBERS)
+    text = ("c%d.%d;" % (client, serial)) * rnd.randrange(1, 6) + "\n"
+    new[member] = text
+    return {"cmd": "put-member", "member": member, "text": text}, new
+
+
 class Soak:
     def __init__(self, options):
         self.o = options
@@ -203,12 +226,13 @@ class Soak:
         self.config = os.path.join(self.work, "autosaved.conf")
         self.daemon_log = os.path.join(self.work, "autosaved.log")
         os.makedirs(self.root)
-        # The documents: DOCUMENTS in 100 directories, one in ten JSON, SHARED of them shared.
+        # The documents: DOCUMENTS in 100 directories, one in ten JSON, one in a hundred a
+        # package, SHARED of them shared.
         self.shared = ["shared/s%02d.txt" % i for i in range(options.shared)]
         own = options.documents - options.shared
         self.docs = []
         for k in range(own):
-            extension = "json" if k % 10 == 9 else "txt"
+            extension = "json" if k % 10 == 9 else "package" if k % 100 == 50 else "txt"
             self.docs.append("d%02d/doc%05d.%s" % (k % 100, k, extension))
         self.model = {}  # doc -> acknowledged text (str) or value (dict)
         self.shared_model = {doc: collections.Counter() for doc in self.shared}
@@ -227,6 +251,16 @@ class Soak:
         self.text_samples = []  # (seconds since the soak began, text_bytes) beside each VmRSS sample
         self.stop = False
         self.quiet_periods = ["200ms", "500ms"]
+        # The packages, made on disk before the daemon starts: it opens them as it finds them.
+        for doc in self.docs:
+            if doc.endswith(".package"):
+                self.model[doc] = self.first_package(doc)
+                os.makedirs(os.path.join(self.root, doc))
+                for member, text in self.model[doc].items():
+                    path = os.path.join(self.root, doc, member)
+                    os.makedirs(os.path.dirname(path), exist_ok=True)
+                    with open(path, "w") as f:
+                        f.write(text)
 
     # -- the daemon
 
@@ -237,6 +271,8 @@ class Soak:
                 "[Watch]\nEnabled=yes\n[Control]\nSocket=%s\nMaxConnections=1024\n[Log]\nLevel=notice\n"
                 % (self.root, quiet, self.socket)
             )
+            if self.o.journal:
+                f.write("[Journal]\nMode=%s\n" % self.o.journal)
         os.rename(self.config + ".tmp", self.config)
 
     def start_daemon(self):
@@ -328,6 +364,15 @@ class Soak:
             value = json_edit(rnd, value, -1, serial)[1]
         return value
 
+    def first_package(self, doc):
+        """A package's first members: what `package_edit` leaves after a number of edits
+        drawn from its own random stream."""
+        rnd = random.Random("%d %s package" % (self.o.seed, doc))
+        members = PackageModel({"m0.txt": doc + "\n"})
+        for serial in range(rnd.randrange(5, 30)):
+            members = package_edit(rnd, members, -1, serial)[1]
+        return members
+
     def first_text(self, doc):
         """A text document's first text: what `text_edit` leaves after a number of edits
         drawn from its own random stream. Edits grow a text until it is set anew, so
@@ -343,7 +388,7 @@ class Soak:
         conns = [await self.connect() for _ in range(8)]
         jobs = []
         for i, conn in enumerate(conns):
-            docs = self.docs[i :: len(conns)] + self.shared[i :: len(conns)]
+            docs = [d for d in self.docs[i :: len(conns)] if not d.endswith(".package")] + self.shared[i :: len(conns)]
             requests = []
             for doc in docs:
                 if doc.endswith(".json"):
@@ -391,12 +436,16 @@ class Soak:
                 return {"cmd": "status"}, ("status",)
             doc = rnd.choice(mine)
             if roll < 0.012:
+                if isinstance(predicted[doc], PackageModel):
+                    return {"cmd": "get", "doc": doc, "members": True}, ("get", doc, sorted(predicted[doc]))
                 return {"cmd": "get", "doc": doc}, ("get", doc, predicted[doc])
             if roll < 0.017:
                 return {"cmd": "save", "doc": doc, "wait": True}, ("save", doc)
             if roll < 0.01702:
                 return {"cmd": "save-all", "wait": True}, ("save-all",)
-            if doc.endswith(".json"):
+            if isinstance(predicted[doc], PackageModel):
+                request, new = package_edit(rnd, predicted[doc], index, serial)
+            elif doc.endswith(".json"):
                 request, new = json_edit(rnd, predicted[doc], index, serial)
             else:
                 request, new = text_edit(rnd, predicted[doc], index, serial)
@@ -445,7 +494,7 @@ class Soak:
                 self.text_bytes += len(expectation[2]) + 1
             elif kind == "get":
                 self.gets_checked += 1
-                got = reply.get("text", reply.get("value"))
+                got = reply.get("members", reply.get("text", reply.get("value")))
                 if isinstance(expectation[2], dict) and isinstance(got, str):
                     got = json.loads(got)
                 if got != expectation[2]:
@@ -633,10 +682,17 @@ class Soak:
             self.failures.add("save-all", str(reply))
         # Every client document, in memory.
         docs = [d for d in self.docs + self.shared if d not in self.uncertain]
-        replies = await self.pipeline(conn, [{"cmd": "get", "doc": d} for d in docs])
+        replies = await self.pipeline(
+            conn, [dict({"cmd": "get", "doc": d}, **({"members": True} if d.endswith(".package") else {})) for d in docs])
+        # A package: each listed member's text.
+        for i, (doc, reply) in enumerate(zip(docs, replies)):
+            if doc.endswith(".package") and reply.get("ok"):
+                members = reply.get("members", [])
+                texts = await self.pipeline(conn, [{"cmd": "get", "doc": doc, "member": m} for m in members])
+                replies[i] = {"ok": True, "members": {m: t.get("text", t) for m, t in zip(members, texts)}}
         self.memory_mismatched = 0
         for doc, reply in zip(docs, replies):
-            if not self.matches(doc, reply.get("text", reply.get("value")) if reply.get("ok") else reply):
+            if not self.matches(doc, reply.get("members", reply.get("text", reply.get("value"))) if reply.get("ok") else reply):
                 self.memory_mismatched += 1
                 if self.memory_mismatched <= 10:
                     self.failures.add("documents in memory", "%s: %s" % (doc, self.describe(doc, reply)))
@@ -652,6 +708,8 @@ class Soak:
                 return False
             return collections.Counter(line for line in got.split("\n") if line) == self.shared_model[doc]
         expected = self.model[doc]
+        if isinstance(expected, PackageModel):
+            return isinstance(got, dict) and dict(got) == dict(expected)
         if isinstance(expected, dict):
             if isinstance(got, str):
                 try:
@@ -671,8 +729,16 @@ class Soak:
             if doc in self.uncertain:
                 continue
             try:
-                with open(os.path.join(self.root, doc)) as f:
-                    text = f.read()
+                if doc.endswith(".package"):
+                    text = {}
+                    top = os.path.join(self.root, doc)
+                    for directory, _, files in os.walk(top):
+                        for name in files:
+                            with open(os.path.join(directory, name)) as f:
+                                text[os.path.relpath(os.path.join(directory, name), top)] = f.read()
+                else:
+                    with open(os.path.join(self.root, doc)) as f:
+                        text = f.read()
             except OSError as error:
                 text = error
             if not self.matches(doc, text):
@@ -688,8 +754,10 @@ class Soak:
 
     async def run(self):
         o = self.o
-        print("soak: %s, %s min, %d clients (window %d), %d documents (%d shared), work directory %s"
-              % (o.daemon, o.minutes, o.clients, o.window, o.documents, o.shared, self.work), flush=True)
+        packages = sum(1 for d in self.docs if d.endswith(".package"))
+        print("soak: %s, %s min, %d clients (window %d), %d documents (%d shared, %d packages), journal %s, work directory %s"
+              % (o.daemon, o.minutes, o.clients, o.window, o.documents, o.shared, packages,
+                 o.journal or "in its default mode", self.work), flush=True)
         self.start_daemon()
         print("soak: autosaved pid %d, %d descriptors at start" % (self.process.pid, len(self.descriptors())), flush=True)
         t = time.monotonic()
@@ -720,12 +788,12 @@ class Soak:
                exit_status, disk_mismatched, temporaries, check_seconds):
         o = self.o
         c = self.counts
-        edits = sum(c[k] for k in ("append", "replace", "set", "patch"))
+        edits = sum(c[k] for k in ("append", "replace", "set", "patch", "put-member", "remove-member"))
         print("--- load (%.1f s)" % elapsed)
-        print("requests answered: %d (%.0f/s); edits %d (%.0f/s): append %d, replace %d, set %d, patch %d; "
-              "get %d, save --wait %d, save-all --wait %d; errors %d"
+        print("requests answered: %d (%.0f/s); edits %d (%.0f/s): append %d, replace %d, set %d, patch %d, "
+              "put-member %d, remove-member %d; get %d, save --wait %d, save-all --wait %d; errors %d"
               % (c["replies"], c["replies"] / elapsed, edits, edits / elapsed, c["append"], c["replace"], c["set"],
-                 c["patch"], c["get"], c["save"], c["save-all"], c["errors"]))
+                 c["patch"], c["put-member"], c["remove-member"], c["get"], c["save"], c["save-all"], c["errors"]))
         saves = status_after.get("saves", 0) - status_before.get("saves", 0)
         print("saves during the soak: %d (%.0f/s); documents edited: %d of %d; shared appends: %d"
               % (saves, saves / elapsed, len(self.edited), len(self.docs),
@@ -862,6 +930,7 @@ def main():
     p.add_argument("--sample", type=float, default=2.0, help="seconds between VmRSS samples")
     p.add_argument("--reload-every", type=float, default=10.0, help="seconds")
     p.add_argument("--seed", type=int, default=1)
+    p.add_argument("--journal", choices=["periodic", "always", "off"], help="[Journal] Mode= (default: the default configuration's)")
     p.add_argument("--keep", action="store_true", help="keep the work directory")
     options = p.parse_args()
     return asyncio.run(Soak(options).run())
