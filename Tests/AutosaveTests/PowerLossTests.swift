@@ -165,14 +165,22 @@ final class PowerLossRig {
     var recoveryWasCut = false
     /// With `tornSeed`: the pages of unsynced bytes the run's cut kept.
     var tornPages = 0
+    /// With `reorderSeed`: the directory changes not synced the run's cut kept and dropped,
+    /// and each one's fate (`kept rename /a -> /b`, …).
+    var reordered = (kept: 0, dropped: 0)
+    var reorderDecisions: [String] = []
     /// The power-loss model: `strict` (POSIX) or `ordered` (ext4 data=ordered-like).
     let ordering: String
     /// Given, the cut of the run tears what was not synced (the file system's `--torn`).
     let tornSeed: UInt64?
+    /// Given, the cut of the run keeps a random subset of the directory changes not synced
+    /// (the file system's `--reorder`; strict model only).
+    let reorderSeed: UInt64?
 
-    init(ordering: String = "strict", tornSeed: UInt64? = nil) throws {
+    init(ordering: String = "strict", tornSeed: UInt64? = nil, reorderSeed: UInt64? = nil) throws {
         self.ordering = ordering
         self.tornSeed = tornSeed
+        self.reorderSeed = reorderSeed
 
         for name in ["backing", "mnt", "run"] {
             try FileManager.default.createDirectory(atPath: directory.sub(name), withIntermediateDirectories: false)
@@ -243,7 +251,8 @@ final class PowerLossRig {
         Acknowledged, String?, [String: Int]
     ) {
         let mount = try PowerLossMount(
-            backing: backing, at: mountPoint, crash: crash, ordering: ordering, tornSeed: tornSeed)
+            backing: backing, at: mountPoint, crash: crash, ordering: ordering, tornSeed: tornSeed,
+            reorderSeed: reorderSeed)
         var acks = Acknowledged()
         do {
             if let daemon = try await startDaemon(on: mount) {
@@ -260,6 +269,8 @@ final class PowerLossRig {
         }
         try mount.unmount()
         tornPages = mount.torn?.pages ?? 0
+        reordered = mount.reordered.map { ($0.kept, $0.dropped) } ?? (0, 0)
+        reorderDecisions = mount.reorderDecisions
         let line = mount.lines.all.first { $0.hasPrefix("crashed ") }
         return (acks, line, mount.counts)
     }
@@ -377,14 +388,16 @@ struct PowerLossTests {
         var conflictCopies: Int
         /// With a torn cut: the pages of unsynced bytes it kept.
         var tornPages = 0
+        /// With a reordered cut: the directory changes not synced it kept and dropped.
+        var reordered = (kept: 0, dropped: 0)
     }
 
     /// One cut: the workload to the cut, a restart (its recovery cut too, if asked), the checks.
     func cut(
         _ workload: Workload, at crash: PowerLossMount.CrashPoint?, recoveryCut: PowerLossMount.CrashPoint? = nil,
-        ordering: String = "strict", tornSeed: UInt64? = nil
+        ordering: String = "strict", tornSeed: UInt64? = nil, reorderSeed: UInt64? = nil
     ) async throws -> Outcome {
-        let rig = try PowerLossRig(ordering: ordering, tornSeed: tornSeed)
+        let rig = try PowerLossRig(ordering: ordering, tornSeed: tornSeed, reorderSeed: reorderSeed)
         let (acks, line, counts) = try await rig.cutRun(workload, at: crash)
         let problems = try await rig.restartAndCheck(acks, recoveryCut: recoveryCut)
         var described = problems.map {
@@ -393,11 +406,14 @@ struct PowerLossTests {
         if !problems.isEmpty {
             described.append("acknowledged: \(acks.versions.sorted { $0.key < $1.key }), \(acks.saves) saves")
             described.append("the daemon before the cut:\n" + rig.log.suffix(20).joined(separator: "\n"))
+            if reorderSeed != nil {
+                described.append("directory changes not synced:\n" + rig.reorderDecisions.joined(separator: "\n"))
+            }
         }
         return Outcome(
             problems: described, crashed: line != nil, counts: counts, temporaries: rig.temporariesAfterCut,
             recoveryWasCut: rig.recoveryWasCut, completed: acks.completed, conflictCopies: acks.conflictCopies.count,
-            tornPages: rig.tornPages)
+            tornPages: rig.tornPages, reordered: rig.reordered)
     }
 
     static func environment(_ name: String) -> Int? { ProcessInfo.processInfo.environment[name].flatMap { Int($0) } }
@@ -472,6 +488,31 @@ struct PowerLossTests {
         print(
             "power loss, random: seed \(seed), \(cuts) cuts, \(crashed) inside the run, \(failed) failed, \(torn.cuts) torn (\(torn.pages) pages of unsynced bytes kept)"
         )
+    }
+
+    @Test(
+        "Reordered cuts (a random subset of the directory changes not synced reaches the disk; the strict model, half torn too): each workload cut at the end and after a random operation, every acknowledged save there, complete",
+        arguments: [1, 2, 3, 4] as [UInt64])
+    func reorderedCuts(seed: UInt64) async throws {
+        var generator = SeededGenerator(state: seed)
+        var dropped = 0
+        var cuts = 0
+        for workload in Workload.allCases {
+            let points: [PowerLossMount.CrashPoint?] = [
+                nil, PowerLossMount.CrashPoint("op", Int.random(in: 1...900, using: &generator)),
+            ]
+            for point in points {
+                let tearing = Bool.random(using: &generator) ? seed * 100 + UInt64(cuts) : nil
+                let reordering = seed * 1000 + UInt64(cuts)
+                let outcome = try await cut(workload, at: point, tornSeed: tearing, reorderSeed: reordering)
+                let seeds = "seed \(seed), reorder \(reordering)" + (tearing.map { ", torn \($0)" } ?? "")
+                #expect(outcome.problems.isEmpty, "\(seeds): \(outcome.problems.joined(separator: "\n"))")
+                dropped += outcome.reordered.dropped
+                cuts += 1
+            }
+        }
+        print("power loss, reordered: seed \(seed), \(cuts) cuts, \(dropped) directory changes not synced dropped")
+        #expect(dropped > 0, "seed \(seed): the cuts dropped no directory change")
     }
 
     /// One `.atomic` package run of the documents probe (a first save, then `versions`

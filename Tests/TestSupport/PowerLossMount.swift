@@ -113,9 +113,13 @@ public final class PowerLossMount {
     ///   - tornSeed: given, what was written and not made durable may reach the disk in part
     ///     at the cut: each file whose bytes differ from its durable state gets a random mix
     ///     of the two, page by page, drawn from this seed (`--torn`).
+    ///   - reorderSeed: given (with `strict` only), the directory changes not made durable by
+    ///     an fsync of their directory reach the disk or not at the cut, each at random, drawn
+    ///     from this seed: a later rename may be there without an earlier one (`--reorder`).
     public init(
         backing: String, at path: String, crash: CrashPoint? = nil, ordering: String = "strict",
-        cutAtUnmount: Bool = true, failing failures: [CrashPoint] = [], tornSeed: UInt64? = nil
+        cutAtUnmount: Bool = true, failing failures: [CrashPoint] = [], tornSeed: UInt64? = nil,
+        reorderSeed: UInt64? = nil
     ) throws {
         self.backing = backing
         self.path = path
@@ -128,6 +132,7 @@ public final class PowerLossMount {
         if let crash { arguments += ["--crash-after", crash.description] }
         for failure in failures { arguments += ["--fail", failure.description] }
         if let tornSeed { arguments += ["--torn", String(tornSeed)] }
+        if let reorderSeed { arguments += ["--reorder", String(reorderSeed)] }
         process.arguments = arguments
         let out = Pipe()
         let err = Pipe()
@@ -162,6 +167,21 @@ public final class PowerLossMount {
         guard let line = lines.all.last(where: { $0.hasPrefix("torn ") }) else { return nil }
         let numbers = line.split(separator: " ").dropFirst().compactMap { Int($0.split(separator: "=").last ?? "") }
         return numbers.count == 2 ? (numbers[0], numbers[1]) : nil
+    }
+
+    /// With `reorderSeed`, after the cut's unmount: the directories that had changes not
+    /// synced, and of those changes the ones the cut kept and dropped.
+    public var reordered: (directories: Int, kept: Int, dropped: Int)? {
+        guard let line = lines.all.last(where: { $0.hasPrefix("reordered ") }) else { return nil }
+        let numbers = line.split(separator: " ").dropFirst().compactMap { Int($0.split(separator: "=").last ?? "") }
+        return numbers.count == 3 ? (numbers[0], numbers[1], numbers[2]) : nil
+    }
+
+    /// With `reorderSeed`, after the cut's unmount: each directory change not synced, in the
+    /// order made, as `kept OP PATH`, `dropped OP PATH` or `dropped-needed OP PATH` (chosen,
+    /// but what it needs was dropped).
+    public var reorderDecisions: [String] {
+        lines.all.filter { $0.hasPrefix("reorder ") }.map { String($0.dropFirst("reorder ".count)) }
     }
 
     /// Cuts the power at the next operation.

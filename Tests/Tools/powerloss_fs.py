@@ -26,6 +26,34 @@ file system keeps a model of what a disk would hold after a power cut:
       not synced (an overwrite, a truncation) reached the disk in its place, in part, as
       LazyFS's torn writes do on a real disk.
 
+  --reorder SEED (with the strict model; a journal commits its changes in order): the
+      changes made to a directory since its last fsync (create, mkdir, symlink, link,
+      rename, unlink, rmdir) need not reach the disk all or none, nor in order. At the cut
+      each reaches it or not, at random (seeded), independently of the others, applied in
+      the order they were made to the directory's durable entries: a later rename can be
+      there without an earlier one in the same directory. A directory fsynced after its
+      changes has none pending: it is never reordered. This is ALICE's abstract
+      persistence model (Pillai et al., OSDI 2014: a call split into the directory
+      updates it makes, any subset of those not ordered by an fsync reaching the disk),
+      not LazyFS's reorder fault (that one keeps a subset of a file's unsynced writes,
+      which --torn plays page by page). Kept together or apart as a real file system can:
+        - a rename within one directory is one change, there whole or not at all (the
+          new name, the old name gone, whatever it replaced gone with it);
+        - a rename across two directories is a change on each: for a file they are
+          decided apart, so both names or neither can survive, as on a file system
+          without a journal (fsck's lost+found aside); for a directory together (a
+          directory never gets two parents, nor loses both);
+        - a name needs its inode on the disk: an entry that names an inode made by a
+          create, mkdir or symlink the cut dropped, and never synced since (by its own
+          fsync, or by an fsync of a directory naming it), is dropped too (the file
+          system's check would clear it); the inode of a kept creation is there, with the
+          data its last fsync gave (empty if none), as under the strict model;
+        - a directory leaves the disk only empty: an rmdir (or a rename over a directory)
+          whose directory still has entries at the cut, because their removals were
+          dropped, is dropped too.
+      A file's durable data follows its inode whatever name reaches it. With --torn too,
+      the bytes are torn first, by inode, and the names chosen after.
+
 At mount time everything in BACKING counts as durable.
 
 Extended attributes (setxattr, getxattr, listxattr, removexattr) are passed through too,
@@ -55,6 +83,13 @@ Lines on standard output (flushed at once):
     counts write=… fsync=… …               operations of the run, at exit
     torn files=F pages=P                   --torn: files the rebuilt tree holds that were given
                                            a mix, and the pages of it taken live
+    reorder kept|dropped|dropped-needed OP PATH
+                                           --reorder: each directory change not synced, in the
+                                           order made, and whether the cut kept it (dropped-needed:
+                                           chosen, but what it needs was dropped)
+    reordered dirs=D kept=K dropped=X      --reorder: directories with changes not synced, and
+                                           of those changes (a rename across two directories
+                                           counts twice) the ones kept and dropped
     rebuilt files=F directories=D  BACKING holds the durable model
 Other options: --fsname NAME (default powerlossfs).
 """
@@ -83,7 +118,7 @@ def say(line):
 class Node:
     """One inode of the model: what a disk would hold for it after a cut."""
 
-    __slots__ = ("kind", "data", "mode", "uid", "gid", "xattrs", "entries", "target")
+    __slots__ = ("kind", "data", "mode", "uid", "gid", "xattrs", "entries", "target", "on_disk")
 
     def __init__(self, kind, mode, uid, gid):
         self.kind = kind  # "file", "dir", "symlink"
@@ -94,6 +129,10 @@ class Node:
         self.xattrs = {}  # files and directories: name -> value, as of the last fsync
         self.entries = {}  # directories: name -> node id, as of the last fsync of the directory
         self.target = None  # symbolic links
+        # Whether the inode itself is on the disk whatever happens to the entries not
+        # synced: there at mount, synced (its fsync, or its directory's naming it), or
+        # (--reorder) made by a creation the cut keeps.
+        self.on_disk = False
 
 
 class PowerLossFS(Operations):
@@ -101,10 +140,15 @@ class PowerLossFS(Operations):
 
     PAGE = 4096
 
-    def __init__(self, backing, ordering, crash_after, failures=(), torn=None):
+    def __init__(self, backing, ordering, crash_after, failures=(), torn=None, reorder=None):
         self.backing = os.path.realpath(backing)
         self.ordering = ordering
         self.torn = random.Random(torn) if torn is not None else None
+        self.reorder = random.Random(reorder) if reorder is not None else None
+        # --reorder: directory node id -> the changes made to it since its last fsync, in
+        # order; each change is a dict (see _record). A change's `unit` is decided as one.
+        self.pending = collections.defaultdict(list)
+        self.next_change = 0
         self.crash_kind, self.crash_count = crash_after if crash_after else (None, None)
         self.failures = {(kind, count): code for kind, count, code in failures}
         self.mutex = threading.RLock()
@@ -142,6 +186,7 @@ class PowerLossFS(Operations):
             st = os.lstat(path)
             node_id = self._new_node(self._kind(st), st)
             node = self.nodes[node_id]
+            node.on_disk = True
             if node.kind != "symlink":
                 node.xattrs = self._read_xattrs(path)
             if node.kind == "dir":
@@ -193,6 +238,7 @@ class PowerLossFS(Operations):
         node.data = os.pread(fd, st.st_size, 0) if st.st_size else b""
         node.mode, node.uid, node.gid = stat.S_IMODE(st.st_mode), st.st_uid, st.st_gid
         node.xattrs = self._read_xattrs(fd)
+        node.on_disk = True
 
     def _sync_directory(self, real):
         node_id = self._id_of(real)
@@ -201,6 +247,102 @@ class PowerLossFS(Operations):
         node.mode, node.uid, node.gid = stat.S_IMODE(st.st_mode), st.st_uid, st.st_gid
         node.xattrs = self._read_xattrs(real)
         node.entries = {name: self._id_of(os.path.join(real, name)) for name in os.listdir(real)}
+        node.on_disk = True
+        for child in node.entries.values():
+            self.nodes[child].on_disk = True
+        # Every change made to it so far is durable now (a rename's half in another
+        # directory stays pending there).
+        self.pending.pop(node_id, None)
+
+    # --- --reorder: directory changes not synced -------------------------------------
+
+    def _parent_id(self, real):
+        return self._id_of(os.path.dirname(real))
+
+    def _record(self, op, path, halves, unit=None, creates=None, adds=None, removes_dir=None):
+        """Notes one directory change for --reorder: `halves` is a list of (directory node
+        id, mutations), each mutation ("set", name, node id) or ("del", name), one half a
+        change pending on that directory. A change's halves share its unit (decided as one)
+        unless `unit` is given as a list of units, one per half. `creates`: the node the
+        change makes (its inode is on the disk if the change is kept); `adds`: a node
+        already made that the change gives a name; `removes_dir`: the directory it removes
+        (rmdir, or a rename over an empty directory)."""
+        if self.reorder is None:
+            return
+        units = unit if unit is not None else [self.next_change] * len(halves)
+        for (directory, mutations), half_unit in zip(halves, units):
+            self.pending[directory].append({
+                "seq": self.next_change, "op": op, "path": path, "dir": directory, "mutations": mutations,
+                "unit": half_unit, "creates": creates,
+                "adds": adds if any(m[0] == "set" for m in mutations) else None, "removes_dir": removes_dir,
+            })
+            self.next_change += 1
+
+    def _reorder_entries(self):
+        """--reorder, at the cut: each change not synced reaches the disk or not, at
+        random; returns the lines saying which did. See the module's docstring for what
+        stays together."""
+        changes = sorted((c for log in self.pending.values() for c in log), key=lambda c: c["seq"])
+        if not changes:
+            return ["reordered dirs=0 kept=0 dropped=0"]
+        units = collections.OrderedDict()
+        for change in changes:
+            units.setdefault(change["unit"], []).append(change)
+        kept = {}
+        forced = set()
+        on_disk = {node_id for node_id, node in self.nodes.items() if node.on_disk}
+        for unit, members in units.items():
+            keep = self.reorder.random() < 0.5
+            made = {c["creates"] for c in members if c["creates"] is not None}
+            if keep and any(c["adds"] is not None and c["adds"] not in on_disk | made for c in members):
+                # A name for an inode that never reached the disk: its creation was dropped
+                # and it was never synced.
+                keep = False
+                forced.add(unit)
+            if keep:
+                on_disk |= made
+            kept[unit] = keep
+
+        def entries_at_cut():
+            result = {}
+            for directory, log in self.pending.items():
+                entries = dict(self.nodes[directory].entries)
+                for change in log:
+                    if not kept[change["unit"]]:
+                        continue
+                    for mutation in change["mutations"]:
+                        if mutation[0] == "set":
+                            entries[mutation[1]] = mutation[2]
+                        else:
+                            entries.pop(mutation[1], None)
+                result[directory] = entries
+            return result
+
+        while True:
+            result = entries_at_cut()
+            # A directory leaves the disk only empty: a removal whose directory still holds
+            # entries at the cut (their removals dropped) is dropped too.
+            refused = [
+                unit for unit, members in units.items() if kept[unit] and any(
+                    c["removes_dir"] is not None and result.get(c["removes_dir"], self.nodes[c["removes_dir"]].entries)
+                    for c in members)
+            ]
+            if not refused:
+                break
+            for unit in refused:
+                kept[unit] = False
+                forced.add(unit)
+        for directory, entries in result.items():
+            self.nodes[directory].entries = entries
+        lines = [
+            "reorder %s %s %s" % (
+                "kept" if kept[c["unit"]] else ("dropped-needed" if c["unit"] in forced else "dropped"),
+                c["op"], c["path"])
+            for c in changes
+        ]
+        held = sum(1 for c in changes if kept[c["unit"]])
+        lines.append("reordered dirs=%d kept=%d dropped=%d" % (len(self.pending), held, len(changes) - held))
+        return lines
 
     def _commit_everything(self):
         """ordered: the journal commits every directory change so far, with the data
@@ -325,6 +467,7 @@ class PowerLossFS(Operations):
                 node = self.nodes[node_id]
                 if node.kind == "file" and live != node.data:
                     node.data, torn[node_id] = self._tear(node.data, live)
+        reordered = self._reorder_entries() if self.reorder is not None else []
         for name in os.listdir(self.backing):
             path = os.path.join(self.backing, name)
             if os.path.isdir(path) and not os.path.islink(path):
@@ -371,6 +514,8 @@ class PowerLossFS(Operations):
             # Only files the rebuilt tree holds: a torn file no durable name reaches is gone.
             kept = [pages for node_id, pages in torn.items() if node_id in made]
             say("torn files=%d pages=%d" % (len(kept), sum(kept)))
+        for line in reordered:
+            say(line)
         for anomaly in anomalies:
             say("anomaly " + anomaly)
         say("rebuilt files=%d directories=%d" % (counts["file"], counts["dir"] - 1))
@@ -443,33 +588,47 @@ class PowerLossFS(Operations):
 
     def mkdir(self, path, mode):
         def body():
-            os.mkdir(self._real(path), mode)
-            self._id_of(self._real(path))
+            real = self._real(path)
+            os.mkdir(real, mode)
+            node = self._id_of(real)
+            self._record("mkdir", path, [(self._parent_id(real), [("set", os.path.basename(real), node)])], creates=node)
 
         return self._op("mkdir", body)
 
     def rmdir(self, path):
         def body():
-            self._forgetting(self._real(path), lambda: os.rmdir(self._real(path)))
+            real = self._real(path)
+            node, parent = self._id_of(real), self._parent_id(real)
+            self._forgetting(real, lambda: os.rmdir(real))
+            self._record("rmdir", path, [(parent, [("del", os.path.basename(real))])], removes_dir=node)
 
         return self._op("rmdir", body)
 
     def unlink(self, path):
         def body():
-            self._forgetting(self._real(path), lambda: os.unlink(self._real(path)))
+            real = self._real(path)
+            parent = self._parent_id(real)
+            self._forgetting(real, lambda: os.unlink(real))
+            self._record("unlink", path, [(parent, [("del", os.path.basename(real))])])
 
         return self._op("unlink", body)
 
     def symlink(self, target, source):
         def body():
-            os.symlink(source, self._real(target))
-            self._id_of(self._real(target))
+            real = self._real(target)
+            os.symlink(source, real)
+            node = self._id_of(real)
+            self._record(
+                "symlink", target, [(self._parent_id(real), [("set", os.path.basename(real), node)])], creates=node)
 
         return self._op("symlink", body)
 
     def link(self, target, source):
         def body():
-            os.link(self._real(source), self._real(target))
+            real = self._real(target)
+            os.link(self._real(source), real)
+            node = self._id_of(real)
+            self._record("link", target, [(self._parent_id(real), [("set", os.path.basename(real), node)])], adds=node)
 
         return self._op("link", body)
 
@@ -481,14 +640,38 @@ class PowerLossFS(Operations):
                 new_st = os.lstat(real_new)
             except FileNotFoundError:
                 new_st = None
+            node = self._id_of(real_old)
+            from_dir, to_dir = self._parent_id(real_old), self._parent_id(real_new)
+            replaced_dir = None
             if new_st is not None and (new_st.st_dev, new_st.st_ino) != (old_st.st_dev, old_st.st_ino):
                 # What is replaced loses its last name (rename fails for a non-empty
                 # directory, before anything changes).
                 if stat.S_ISDIR(new_st.st_mode) and os.listdir(real_new):
                     raise FuseOSError(errno.ENOTEMPTY)
+                if stat.S_ISDIR(new_st.st_mode):
+                    replaced_dir = self._id_of(real_new)
                 self._forgetting(real_new, lambda: os.rename(real_old, real_new))
+            elif new_st is not None:
+                # Two names of one inode: rename does nothing.
+                os.rename(real_old, real_new)
+                return
             else:
                 os.rename(real_old, real_new)
+            drop = ("del", os.path.basename(real_old))
+            put = ("set", os.path.basename(real_new), node)
+            if from_dir == to_dir:
+                # One directory: one change, whole or not at all.
+                self._record("rename", "%s -> %s" % (old, new), [(to_dir, [drop, put])], adds=node,
+                             removes_dir=replaced_dir)
+            else:
+                # Two directories: each half pending on its own, decided apart for a file
+                # (both names or neither, as on a file system without a journal), together
+                # for a directory (never two parents).
+                units = None
+                if not stat.S_ISDIR(old_st.st_mode):
+                    units = [self.next_change, self.next_change + 1]
+                self._record("rename", "%s -> %s" % (old, new), [(to_dir, [put]), (from_dir, [drop])], unit=units,
+                             adds=node, removes_dir=replaced_dir)
 
         return self._op("rename", body)
 
@@ -517,8 +700,13 @@ class PowerLossFS(Operations):
     def create(self, path, mode, fi):
         def body():
             real = self._real(path)
+            existed = os.path.lexists(real)
             fd = os.open(real, self._backing_flags(fi.flags) | os.O_CREAT, mode)
             self.handles[fd] = self._id_of(real)
+            if not existed:
+                node = self.handles[fd]
+                self._record(
+                    "create", path, [(self._parent_id(real), [("set", os.path.basename(real), node)])], creates=node)
             fi.fh = fd
             fi.direct_io = 1
             return 0
@@ -603,7 +791,10 @@ def main():
     parser.add_argument("--fail", metavar="KIND:K[:ERRNO]", action="append", default=[])
     parser.add_argument("--fsname", default="powerlossfs")
     parser.add_argument("--torn", metavar="SEED", type=int)
+    parser.add_argument("--reorder", metavar="SEED", type=int)
     args = parser.parse_args()
+    if args.reorder is not None and args.ordering != "strict":
+        parser.error("--reorder goes with the strict model (a journal commits its changes in order)")
     crash_after = None
     if args.crash_after:
         kind, _, count = args.crash_after.partition(":")
@@ -619,7 +810,7 @@ def main():
         code = int(parts[2]) if len(parts) == 3 else errno.EIO
         failures.append((parts[0], int(parts[1]), code))
 
-    fs = PowerLossFS(args.backing, args.ordering, crash_after, failures, torn=args.torn)
+    fs = PowerLossFS(args.backing, args.ordering, crash_after, failures, torn=args.torn, reorder=args.reorder)
 
     def on_signal(number, frame):
         fs.signalled = True
