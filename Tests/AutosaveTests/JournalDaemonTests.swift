@@ -51,6 +51,25 @@ final class JournalRig {
         return process
     }
 
+    /// Starts the daemon on `mount` and waits until it is ready; `false` when the power was
+    /// cut before it was (the start's own renames and unlinks can be where the cut comes):
+    /// it is killed then. Throws when it exits, or is not ready within a minute, uncut.
+    func start(unlessCut mount: PowerLossMount) throws -> Bool {
+        var environment = ProcessInfo.processInfo.environment
+        environment["NOTIFY_SOCKET"] = nil
+        let process = try DaemonProcess(Machine.product("autosaved"), ["--config", config], environment: environment)
+        daemon = process
+        let deadline = ContinuousClock.now + .seconds(60)
+        func ready() -> Bool { process.output.contains { $0.contains("started:") } }
+        while !ready(), process.process.isRunning, !mount.crashed, ContinuousClock.now < deadline { usleep(5000) }
+        if ready() { return true }
+        kill()
+        guard mount.crashed else {
+            throw Failure("the daemon did not start: " + process.output.suffix(8).joined(separator: " | "))
+        }
+        return false
+    }
+
     func kill() {
         guard let daemon else { return }
         daemon.signal(SIGKILL)
@@ -1530,6 +1549,30 @@ struct JournalPowerLossTests {
         "Torn writes at a power cut (unsynced pages reach the disk in part, at random): with Mode=periodic and every 25th append durable, each restart holds exactly a prefix of the acknowledged appends, no shorter than the last durable one (with Mode=always, every one), nothing out of order or half-applied; edits go on after the first restart and a second cut keeps that too",
         arguments: ["periodic", "always"], [1, 2, 3, 4] as [UInt64])
     func tornWrites(mode: String, seed: UInt64) async throws {
+        let (tornPages, _) = try await cutRounds(mode: mode, seed: seed, reordered: false)
+        #expect(tornPages > 0, "\(mode) seed \(seed): the cuts tore nothing")
+    }
+
+    /// ``tornWrites(mode:seed:)`` on the file system's reordering model too: at each cut the
+    /// directory changes the journal made and did not sync yet (a segment renamed into
+    /// place or recycled from a spare, released segments deleted or renamed to spares)
+    /// reach the disk each on its own, at random, and the cut comes right after such a change
+    /// (in a start too: the cut may leave nothing acknowledged in a round).
+    @Test(
+        "Reordered directory changes at a power cut (each change not synced reaches the disk or not, at random; unsynced pages torn too), four seeds: the same checks as the torn writes — exactly a prefix of the acknowledged appends, no shorter than the last durable one, nothing out of order or half-applied, across two cuts",
+        arguments: ["periodic", "always"])
+    func reorderedWrites(mode: String) async throws {
+        var dropped = 0
+        for seed in 1...4 as ClosedRange<UInt64> {
+            dropped += try await cutRounds(mode: mode, seed: seed, reordered: true).dropped
+        }
+        #expect(dropped > 0, "\(mode): the cuts dropped no directory change")
+    }
+
+    /// Two cuts in a row, then a clean start (see ``tornWrites(mode:seed:)``); `reordered`:
+    /// the cuts come right after the journal's renames and unlinks, on the reordering model.
+    /// Returns the pages the cuts tore and the directory changes they dropped.
+    func cutRounds(mode: String, seed: UInt64, reordered: Bool) async throws -> (tornPages: Int, dropped: Int) {
         let (directory, made) = try Self.scratch("backing", "mnt")
         defer { withExtendedLifetime(directory) {} }
         let (backing, mountPoint) = (made[0], made[1])
@@ -1542,20 +1585,44 @@ struct JournalPowerLossTests {
             journal: mountPoint + "/journal")
         var survived = ""  // the document after the cuts so far
         var tornPages = 0
-        defer { #expect(tornPages > 0, "\(mode) seed \(seed): the cuts tore nothing") }
+        var dropped = 0  // directory changes not synced the cuts dropped (reordered)
         for round in 0...2 {
-            // The cut: right after a write of the journal's, amid the appends (or at the end).
-            let cut = PowerLossMount.CrashPoint("write", 60 + Int((seed * 137 + UInt64(round) * 53) % 500))
+            // The cut: right after a write of the journal's, amid the appends (or at the end);
+            // reordered, right after one of its renames (the label's, a segment's) or, in
+            // the second round of odd seeds, unlinks (a start's, housekeeping's).
+            let cut =
+                reordered
+                ? PowerLossMount.CrashPoint(
+                    round == 0 || seed % 2 == 0 ? "rename" : "unlink", 1 + Int((seed + UInt64(round)) % 3))
+                : PowerLossMount.CrashPoint("write", 60 + Int((seed * 137 + UInt64(round) * 53) % 500))
             let mount = try PowerLossMount(
                 backing: backing, at: mountPoint, crash: round < 2 ? cut : nil,
-                tornSeed: round < 2 ? seed * 10 + UInt64(round) : nil)
-            try await rig.start()
-            let client = try rig.client()
-            PowerLossRig.setReceiveTimeout(client, milliseconds: 1500)
-            if round > 0 {
-                #expect(try rig.text("log.txt") == survived, "round \(round): the document changed across a restart")
-            } else {
-                try rig.ok(["cmd": "set", "doc": "log.txt", "text": "", "durable": true], on: client)
+                tornSeed: round < 2 ? seed * 10 + UInt64(round) : nil,
+                reorderSeed: round < 2 && reordered ? seed * 10 + UInt64(round) : nil)
+            // Reordered, the cut may come inside the start: nothing is acknowledged in the round then.
+            var started = true
+            if reordered && round < 2 { started = try rig.start(unlessCut: mount) } else { try await rig.start() }
+            let client = started ? try rig.client() : nil
+            if let client {
+                PowerLossRig.setReceiveTimeout(client, milliseconds: 1500)
+                if reordered {
+                    // A cut inside the first start may have left no document (then it is made
+                    // here); a cut may have come already (then these fail, and the check after
+                    // the cut sees the document).
+                    let reply = try? client.call(["cmd": "get", "doc": "log.txt"])
+                    if reply?["ok"] == true {
+                        #expect(reply?["text"]?.stringValue == survived, "round \(round): changed across a restart")
+                    } else if reply?["error"]?["code"] == "not-found" {
+                        #expect(survived == "", "round \(round): the document is gone")
+                        _ = try? client.call(["cmd": "set", "doc": "log.txt", "text": "", "durable": true])
+                    }
+                } else if round > 0 {
+                    #expect(
+                        try rig.text("log.txt") ?? "" == survived,
+                        "round \(round): the document changed across a restart")
+                } else {
+                    try rig.ok(["cmd": "set", "doc": "log.txt", "text": "", "durable": true], on: client)
+                }
             }
             if round == 2 {
                 #expect(rig.stop() == 0)
@@ -1565,6 +1632,7 @@ struct JournalPowerLossTests {
             var acknowledged: [String] = []
             var durable = 0  // how many of them a durable reply covers
             for index in 0..<600 {
+                guard let client else { break }
                 let line = Self.tornLine(round, index)
                 let asDurable = index % 25 == 24
                 let request: JSONValue = [
@@ -1576,30 +1644,42 @@ struct JournalPowerLossTests {
             }
             rig.kill()
             try mount.unmount()
-            #expect(mount.crashed, "round \(round): the cut after \(cut) came amid the appends")
+            // (Reordered, a cut counted from the start may not come: the unmount is the cut then.)
+            #expect(reordered || mount.crashed, "round \(round): the cut after \(cut) came amid the appends")
             tornPages += mount.torn?.pages ?? 0
+            dropped += mount.reordered?.dropped ?? 0
+            // In a failure message: the cut, and with reordering what it kept of the directory changes.
+            let at =
+                "\(mode) seed \(seed) round \(round), cut after \(cut)"
+                + (reordered ? " (\(mount.reorderDecisions.joined(separator: "; ")))" : "")
+            if reordered { print("power loss, reordered journal: \(at)") }
             // The append in flight at the cut may be there, whole.
             let last = Self.tornLine(round, acknowledged.count)
 
             // Power back: what is there is the earlier rounds' text and a prefix of this one's.
             let check = try PowerLossMount(backing: backing, at: mountPoint)
             try await rig.start()
-            let found = try rig.text("log.txt") ?? ""
+            // Reordered, a cut inside the first start may leave no document at all.
+            let found =
+                reordered
+                ? (try rig.client().call(["cmd": "get", "doc": "log.txt"]))["text"]?.stringValue ?? ""
+                : try rig.text("log.txt") ?? ""
             #expect(rig.stop() == 0)
             try check.unmount(within: .seconds(120))
             try #require(
-                found.hasPrefix(survived), "\(mode) seed \(seed) round \(round): the earlier rounds' text was lost")
+                found.hasPrefix(survived), "\(at): the earlier rounds' text was lost")
             let added = found.dropFirst(survived.count).split(separator: "\n", omittingEmptySubsequences: false)
             let lines = added.dropLast().map { String($0) + "\n" }
-            #expect(added.last == "", "\(mode) seed \(seed) round \(round): a line cut in half")
+            #expect(added.last == "", "\(at): a line cut in half")
             #expect(
                 lines.elementsEqual((acknowledged + [last]).prefix(lines.count)),
-                "\(mode) seed \(seed) round \(round): not a prefix of the acknowledged appends")
+                "\(at): not a prefix of the acknowledged appends")
             #expect(
                 lines.count >= durable,
-                "\(mode) seed \(seed) round \(round): \(lines.count) lines, \(durable) acknowledged as durable")
+                "\(at): \(lines.count) lines, \(durable) acknowledged as durable")
             survived = found
         }
+        return (tornPages, dropped)
     }
 
     @Test(

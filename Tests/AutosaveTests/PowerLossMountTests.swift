@@ -93,7 +93,9 @@ struct PowerLossMountTests {
                 break
             }
         }
-        print("PowerLossMountTests: the later rename kept without the earlier one with seed \(found.map(String.init) ?? "none")")
+        print(
+            "PowerLossMountTests: the later rename kept without the earlier one with seed \(found.map(String.init) ?? "none")"
+        )
         #expect(found != nil, "no seed of 64 kept the later rename and dropped the earlier one")
     }
 }

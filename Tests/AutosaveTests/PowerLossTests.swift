@@ -491,15 +491,17 @@ struct PowerLossTests {
     }
 
     @Test(
-        "Reordered cuts (a random subset of the directory changes not synced reaches the disk; the strict model, half torn too): each workload cut at the end and after a random operation, every acknowledged save there, complete",
+        "Reordered cuts (a random subset of the directory changes not synced reaches the disk; the strict model, half torn too): each workload cut after a random rename and after a random operation, every acknowledged save there, complete",
         arguments: [1, 2, 3, 4] as [UInt64])
     func reorderedCuts(seed: UInt64) async throws {
         var generator = SeededGenerator(state: seed)
         var dropped = 0
         var cuts = 0
         for workload in Workload.allCases {
-            let points: [PowerLossMount.CrashPoint?] = [
-                nil, PowerLossMount.CrashPoint("op", Int.random(in: 1...900, using: &generator)),
+            // Right after a rename (its directory not synced yet), and after any operation.
+            let points = [
+                PowerLossMount.CrashPoint("rename", Int.random(in: 1...6, using: &generator)),
+                PowerLossMount.CrashPoint("op", Int.random(in: 1...900, using: &generator)),
             ]
             for point in points {
                 let tearing = Bool.random(using: &generator) ? seed * 100 + UInt64(cuts) : nil
