@@ -1040,7 +1040,11 @@ struct WriteSession {
     /// The fallback where `RENAME_EXCHANGE` is refused: the old tree is renamed to
     /// `.<name>.autosave-old-XXXXXX`, the new one to the destination. A crash between the
     /// two renames is finished by ``DurableWriter/recover(at:recursive:)``: the new tree
-    /// was complete and synced before the first rename.
+    /// was complete and synced before the first rename. The old tree's removal is synced
+    /// too: a file system that keeps a later change to the directory without an earlier
+    /// one could otherwise keep the next save's first rename and not this removal, and
+    /// leave two old trees and no destination, with nothing to tell recovery which is the
+    /// newer.
     private mutating func swapByRenamingAside(temporary: String, at location: Location) throws {
         let parent = location.directory
         let old = TemporaryName.make(for: location.name, old: true)
@@ -1053,6 +1057,8 @@ struct WriteSession {
         }
         try sync(parent, path: location.directoryPath)
         TreeRemover.remove(old, in: parent)
+        // The save is done: a failure here leaves the removal to the next sync.
+        try? parent.sync()
     }
 
     /// Fills a fresh directory with `wrapper`'s children: unchanged files hard-linked from

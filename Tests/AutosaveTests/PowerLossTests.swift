@@ -520,16 +520,18 @@ struct PowerLossTests {
     /// One `.atomic` package run of the documents probe (a first save, then `versions`
     /// whole trees swapped in), cut at `crash`; then recovery and the checks on what a
     /// disk would hold. Returns the problems and the run's operation counts.
-    func atomicRun(swap: String, crash: PowerLossMount.CrashPoint?, versions: Int = 4) throws -> (
-        problems: [String], counts: [String: Int], crashed: Bool
-    ) {
+    func atomicRun(
+        swap: String, crash: PowerLossMount.CrashPoint?, versions: Int = 4, reorderSeed: UInt64? = nil,
+        reorderDropping: [String] = []
+    ) throws -> (problems: [String], counts: [String: Int], crashed: Bool, dropped: Int, oldTrees: Int) {
         let directory = TemporaryDirectory("powerloss-atomic")
         let backing = directory.sub("backing")
         let mountPoint = directory.sub("mnt")
         for path in [backing, mountPoint] {
             try FileManager.default.createDirectory(atPath: path, withIntermediateDirectories: false)
         }
-        let mount = try PowerLossMount(backing: backing, at: mountPoint, crash: crash)
+        let mount = try PowerLossMount(
+            backing: backing, at: mountPoint, crash: crash, reorderSeed: reorderSeed, reorderDropping: reorderDropping)
         let run = try Machine.run(
             Machine.probe,
             ["loop-package", mountPoint + "/p.pkg", "--atomic", swap, "--members", "4", "--versions", "\(versions)"])
@@ -539,6 +541,8 @@ struct PowerLossTests {
         }.max()
         var problems: [String] = []
         if crash == nil, run.status != 0 { problems.append("the run failed: \(run)") }
+        // Old trees renamed aside that the cut left.
+        let oldTrees = ((try? Disk.names(in: backing)) ?? []).filter { $0.hasPrefix(".p.pkg.autosave-old-") }.count
         // The restart: recovery on what the cut left, itself followed by a cut at unmount.
         let again = try PowerLossMount(backing: backing, at: mountPoint)
         let recovery = try Machine.run(Machine.probe, ["recover", mountPoint])
@@ -563,8 +567,10 @@ struct PowerLossTests {
         }
         let names = (try? Disk.names(in: backing)) ?? []
         if !names.allSatisfy({ $0 == "p.pkg" }) { problems.append("unexpected entries: \(names)") }
+        let decisions = mount.reorderDecisions.isEmpty ? "" : " (reordered: \(mount.reorderDecisions))"
         return (
-            problems.map { "\(swap) cut at \(crash?.description ?? "the end"): \($0)" }, mount.counts, mount.crashed
+            problems.map { "\(swap) cut at \(crash?.description ?? "the end")\(decisions): \($0)" }, mount.counts,
+            mount.crashed, mount.reordered?.dropped ?? 0, oldTrees
         )
     }
 
@@ -572,7 +578,7 @@ struct PowerLossTests {
         ".atomic package saves (the exchange refused here, so renamed aside): a cut after every rename and directory fsync",
         arguments: ["--exchange", "--rename-aside"])
     func atomicPackageCuts(swap: String) throws {
-        let (problems, counts, _) = try atomicRun(swap: swap, crash: nil)
+        let (problems, counts, _, _, _) = try atomicRun(swap: swap, crash: nil)
         #expect(problems.isEmpty, "\(problems.joined(separator: "\n"))")
         var points: [PowerLossMount.CrashPoint] = []
         for kind in ["rename", "fsyncdir"] {
@@ -589,6 +595,38 @@ struct PowerLossTests {
             "power loss, .atomic package \(swap): \(points.count) crash points (\(counts["rename"] ?? 0) rename, "
                 + "\(counts["fsyncdir"] ?? 0) directory fsync), \(crashed) reached")
         #expect(crashed == points.count)
+    }
+
+    @Test(
+        ".atomic package saves on the reordering model (a random subset of the directory changes not synced reaches the disk): cut right after a rename, four seeds, the package one complete version, never older than acknowledged",
+        arguments: ["--exchange", "--rename-aside"])
+    func reorderedAtomicCuts(swap: String) throws {
+        var dropped = 0
+        var crashed = 0
+        for seed in 1...4 as ClosedRange<UInt64> {
+            // The whole-tree saves rename several times each: cuts spread over the run.
+            let outcome = try atomicRun(
+                swap: swap, crash: PowerLossMount.CrashPoint("rename", Int(seed) * 2), reorderSeed: seed)
+            #expect(outcome.problems.isEmpty, "\(outcome.problems.joined(separator: "\n"))")
+            dropped += outcome.dropped
+            if outcome.crashed { crashed += 1 }
+        }
+        print("power loss, .atomic package \(swap), reordered: 4 cuts, \(crashed) reached, \(dropped) changes dropped")
+        #expect(crashed == 4 && dropped > 0, "\(crashed) cuts reached, \(dropped) directory changes dropped")
+    }
+
+    @Test(
+        ".atomic rename-aside: the old tree's removal is durable before the next save renames the package aside: a cut keeping that rename and dropping the earlier removal (and the new tree) leaves one old tree, which recovery puts back whole",
+        arguments: ["--exchange", "--rename-aside"])
+    func reorderedRemovalOfTheOldTree(swap: String) throws {
+        // Two swaps: the 1st save, then p.pkg renamed aside (rename 2), the new tree in place
+        // (3), the old tree removed; the 2nd swap renames p.pkg aside again (4): the cut.
+        let outcome = try atomicRun(
+            swap: swap, crash: PowerLossMount.CrashPoint("rename", 4), versions: 2,
+            reorderDropping: ["rmdir /.p.pkg.autosave-old-", "mkdir /.p.pkg.autosave-"])
+        #expect(outcome.crashed)
+        #expect(outcome.oldTrees == 1, "old trees left by the cut: \(outcome.oldTrees)")
+        #expect(outcome.problems.isEmpty, "\(outcome.problems.joined(separator: "\n"))")
     }
 
     @Test(

@@ -116,10 +116,12 @@ public final class PowerLossMount {
     ///   - reorderSeed: given (with `strict` only), the directory changes not made durable by
     ///     an fsync of their directory reach the disk or not at the cut, each at random, drawn
     ///     from this seed: a later rename may be there without an earlier one (`--reorder`).
+    ///   - reorderDropping: given, the same model without chance: the changes whose
+    ///     `OP PATH` contains one of these texts are dropped, the others kept (`--reorder-drop`).
     public init(
         backing: String, at path: String, crash: CrashPoint? = nil, ordering: String = "strict",
         cutAtUnmount: Bool = true, failing failures: [CrashPoint] = [], tornSeed: UInt64? = nil,
-        reorderSeed: UInt64? = nil
+        reorderSeed: UInt64? = nil, reorderDropping: [String] = []
     ) throws {
         self.backing = backing
         self.path = path
@@ -133,6 +135,7 @@ public final class PowerLossMount {
         for failure in failures { arguments += ["--fail", failure.description] }
         if let tornSeed { arguments += ["--torn", String(tornSeed)] }
         if let reorderSeed { arguments += ["--reorder", String(reorderSeed)] }
+        for text in reorderDropping { arguments += ["--reorder-drop", text] }
         process.arguments = arguments
         let out = Pipe()
         let err = Pipe()

@@ -50,9 +50,15 @@ file system keeps a model of what a disk would hold after a power cut:
           data its last fsync gave (empty if none), as under the strict model;
         - a directory leaves the disk only empty: an rmdir (or a rename over a directory)
           whose directory still has entries at the cut, because their removals were
-          dropped, is dropped too.
+          dropped, is dropped too; so is a change that would put a name over a directory
+          it did not replace when made (a rename into the place of a directory that an
+          earlier rename, dropped, had moved away). A name put over a file that an earlier
+          change, dropped, had moved away replaces it, as a rename does.
       A file's durable data follows its inode whatever name reaches it. With --torn too,
       the bytes are torn first, by inode, and the names chosen after.
+  --reorder-drop TEXT (repeatable; implies --reorder): no chance: the changes whose
+      "OP PATH" (as printed below) contains one of the TEXTs are dropped, every other one
+      kept (what the rules above need dropped too is), for a cut a test chooses exactly.
 
 At mount time everything in BACKING counts as durable.
 
@@ -140,11 +146,12 @@ class PowerLossFS(Operations):
 
     PAGE = 4096
 
-    def __init__(self, backing, ordering, crash_after, failures=(), torn=None, reorder=None):
+    def __init__(self, backing, ordering, crash_after, failures=(), torn=None, reorder=None, reorder_drop=()):
         self.backing = os.path.realpath(backing)
         self.ordering = ordering
         self.torn = random.Random(torn) if torn is not None else None
-        self.reorder = random.Random(reorder) if reorder is not None else None
+        self.reorder = random.Random(reorder) if reorder is not None or reorder_drop else None
+        self.reorder_drop = tuple(reorder_drop)  # given: these changes dropped, the others kept
         # --reorder: directory node id -> the changes made to it since its last fsync, in
         # order; each change is a dict (see _record). A change's `unit` is decided as one.
         self.pending = collections.defaultdict(list)
@@ -292,7 +299,10 @@ class PowerLossFS(Operations):
         forced = set()
         on_disk = {node_id for node_id, node in self.nodes.items() if node.on_disk}
         for unit, members in units.items():
-            keep = self.reorder.random() < 0.5
+            if self.reorder_drop:
+                keep = not any(text in "%s %s" % (c["op"], c["path"]) for c in members for text in self.reorder_drop)
+            else:
+                keep = self.reorder.random() < 0.5
             made = {c["creates"] for c in members if c["creates"] is not None}
             if keep and any(c["adds"] is not None and c["adds"] not in on_disk | made for c in members):
                 # A name for an inode that never reached the disk: its creation was dropped
@@ -304,7 +314,10 @@ class PowerLossFS(Operations):
             kept[unit] = keep
 
         def entries_at_cut():
+            """The entries of each directory with changes pending, and the kept units that
+            would put a name over a directory they did not replace when made."""
             result = {}
+            refused = set()
             for directory, log in self.pending.items():
                 entries = dict(self.nodes[directory].entries)
                 for change in log:
@@ -312,21 +325,26 @@ class PowerLossFS(Operations):
                         continue
                     for mutation in change["mutations"]:
                         if mutation[0] == "set":
+                            there = entries.get(mutation[1])
+                            if (there is not None and there != mutation[2] and there != change["removes_dir"]
+                                    and self.nodes[there].kind == "dir"):
+                                refused.add(change["unit"])
                             entries[mutation[1]] = mutation[2]
                         else:
                             entries.pop(mutation[1], None)
                 result[directory] = entries
-            return result
+            return result, refused
 
         while True:
-            result = entries_at_cut()
+            result, refused = entries_at_cut()
             # A directory leaves the disk only empty: a removal whose directory still holds
-            # entries at the cut (their removals dropped) is dropped too.
-            refused = [
+            # entries at the cut (their removals dropped) is dropped too; so is a name put
+            # over a directory that an earlier change, dropped, had moved away.
+            refused |= {
                 unit for unit, members in units.items() if kept[unit] and any(
                     c["removes_dir"] is not None and result.get(c["removes_dir"], self.nodes[c["removes_dir"]].entries)
                     for c in members)
-            ]
+            }
             if not refused:
                 break
             for unit in refused:
@@ -792,8 +810,9 @@ def main():
     parser.add_argument("--fsname", default="powerlossfs")
     parser.add_argument("--torn", metavar="SEED", type=int)
     parser.add_argument("--reorder", metavar="SEED", type=int)
+    parser.add_argument("--reorder-drop", metavar="TEXT", action="append", default=[])
     args = parser.parse_args()
-    if args.reorder is not None and args.ordering != "strict":
+    if (args.reorder is not None or args.reorder_drop) and args.ordering != "strict":
         parser.error("--reorder goes with the strict model (a journal commits its changes in order)")
     crash_after = None
     if args.crash_after:
@@ -810,7 +829,8 @@ def main():
         code = int(parts[2]) if len(parts) == 3 else errno.EIO
         failures.append((parts[0], int(parts[1]), code))
 
-    fs = PowerLossFS(args.backing, args.ordering, crash_after, failures, torn=args.torn, reorder=args.reorder)
+    fs = PowerLossFS(args.backing, args.ordering, crash_after, failures, torn=args.torn, reorder=args.reorder,
+                     reorder_drop=args.reorder_drop)
 
     def on_signal(number, frame):
         fs.signalled = True
