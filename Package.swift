@@ -18,6 +18,9 @@ let package = Package(
         .library(name: "Journal", targets: ["Journal"]),
         .library(name: "Autosave", targets: ["Autosave"]),
         .library(name: "Control", targets: ["Control"]),
+        // For programs that run the store and the control server in-process (the fuzz
+        // targets in Fuzz/), which pass them a Logger.
+        .library(name: "Logging", targets: ["Logging"]),
         .executable(name: "autosaved", targets: ["autosaved"]),
         .executable(name: "autosavectl", targets: ["autosavectl"]),
     ],

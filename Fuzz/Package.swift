@@ -49,6 +49,14 @@ let package = Package(
                 .product(name: "Posix", package: "autosaved"),
             ],
             swiftSettings: strictSettings),
+        .executableTarget(
+            name: "FuzzSession",
+            dependencies: [
+                "FuzzSupport", .product(name: "Autosave", package: "autosaved"),
+                .product(name: "Control", package: "autosaved"), .product(name: "Documents", package: "autosaved"),
+                .product(name: "Logging", package: "autosaved"),
+            ],
+            swiftSettings: strictSettings),
     ],
     swiftLanguageModes: [.v6]
 )
