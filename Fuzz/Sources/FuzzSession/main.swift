@@ -11,30 +11,32 @@ import Logging
 /// gate and `revert`'s release marks are reached), and a client that sends the input's
 /// lines over the control socket one at a time, each once the previous one is answered.
 /// Every line goes the daemon's way: read and split by the connection's reader, decoded,
-/// answered at once on the store's thread or handed to the connection's task.
+/// answered at once on the store's thread or handed to the connection's task (an export
+/// runs on the main actor, whose jobs the main thread runs, as in the daemon).
 ///
 /// The root holds `a.txt`, `b.json`, `z.bin`, `d/e.md`, the package `c.package` (`m.txt`,
 /// `ch/1.txt`, `meta.json`), an export destination `out/`, `ignored/` (with the ignore
 /// file's `*.tmp`), and the links `link` and `flink` to a directory and a file outside.
+/// Every input starts from that tree: the documents the previous one opened are closed,
+/// and the tree is made anew if anything in it changed.
 ///
 /// Input: request lines, one a line (at most 32; empty lines are skipped: the daemon
 /// ignores them). `@EXPORTS@` in a line stands for the export directory's absolute path
-/// (`ExportDirectories=`; it changes with the process). The store root starts each input with the same few documents (text,
-/// JSON, raw data, a package, an ignore file, symbolic links leading out of the root);
-/// the documents the previous input opened are closed and the tree made anew.
+/// (`ExportDirectories=`; it changes with the process).
 ///
 /// Oracles, for every request: one reply line, a JSON object with `ok` true or false; a
 /// refusal has an `error` with a documented `code` (never `internal-error`) and a
 /// message; the reply echoes the request's `id` exactly when the line is a JSON object
-/// with one `id` (and no `id` otherwise — not JSON, `id` given twice — nor for a line over `MaxRequestSize=`, refused
-/// with `too-large`); lines between replies are events. A refused request changes
-/// nothing: the open documents (path, type, change count, contents) and every file under
-/// the root and the export directory are as they were — but for `save-failed` and
-/// `conflict` refusals of `save`, `save-all` and `close`, which report saves that were
-/// tried. Nothing is ever made or changed outside the root, the journal's directory and
-/// the export directory: the tree around the root (its parent, grandparent and their
-/// parent, with a planted file the root's symbolic links lead to) stays as it was.
-/// After the last line a `list` must be answered next (no stray reply before it).
+/// giving it once, and carries none otherwise (not JSON, `id` given twice) nor for a line
+/// over `MaxRequestSize=`, refused with `too-large`; lines between replies are events.
+/// A refused request changes nothing: the open documents (path, type, change count,
+/// contents) and every file under the root and the export directory are as they were —
+/// but for `save-failed` and `conflict` refusals of `save`, `save-all` and `close`, which
+/// report saves that were tried. Nothing is ever made or changed outside the root, the
+/// journal's directory and the export directory: the tree around the root (its parent,
+/// grandparent and their parent, with a planted file the root's symbolic links lead to)
+/// stays as it was. After the last line a `list` must be answered next (no stray reply
+/// before it).
 enum Layout {
     static let scratch = ScratchDirectory("session")
     /// Three levels below the scratch directory: `..`, `../..` and `../../..` all land
