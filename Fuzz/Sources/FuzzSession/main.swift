@@ -21,15 +21,19 @@ import Logging
 /// and the tree is made anew if anything in it changed.
 ///
 /// Input: request lines, one a line (at most 32; empty lines are skipped: the daemon
-/// ignores them). `@EXPORTS@` in a line stands for the export directory's absolute path
-/// (`ExportDirectories=`; it changes with the process).
+/// ignores them), each sent once the one before it is answered — but a line that starts
+/// with a tab, sent in one write with the line before it (and its replies awaited
+/// together): the daemon reads them at once, and the lines after a request that waits go
+/// to the connection's task with it. `@EXPORTS@` in a line stands for the export
+/// directory's absolute path (`ExportDirectories=`; it changes with the process).
 ///
 /// Oracles, for every request: one reply line, a JSON object with `ok` true or false; a
 /// refusal has an `error` with a documented `code` (never `internal-error`) and a
 /// message; the reply echoes the request's `id` exactly when the line is a JSON object
 /// giving it once, and carries none otherwise (not JSON, `id` given twice) nor for a line
-/// over `MaxRequestSize=`, refused with `too-large`; lines between replies are events.
-/// A refused request changes nothing: the open documents (path, type, change count,
+/// over `MaxRequestSize=`, refused with `too-large`; lines between replies are events;
+/// replies come in the order of the requests (an export's excepted). A refused request
+/// (a batch of them, all refused) changes nothing: the open documents (path, type, change count,
 /// contents) and every file under the root and the export directory are as they were —
 /// but for `save-failed` and `conflict` refusals of `save`, `save-all` and `close`, which
 /// report saves that were tried. Nothing is ever made or changed outside the root, the
@@ -416,27 +420,44 @@ func command(_ line: [UInt8]) -> String? {
     return name
 }
 
-/// Sends one request and checks its reply; returns whether it was refused, with its code.
-func exchange(_ request: [UInt8], client: inout Client, input: [UInt8]) -> (ok: Bool, code: String?) {
+/// What a request's reply must carry as `id` (serialized), `nil` for none.
+func echo(for request: [UInt8]) -> [UInt8]? {
+    // The limit counts a carriage return before the newline; such a line is not read.
+    if request.count > Layout.maxRequestSize { return nil }
     var line = request
     if line.last == 13 { line.removeLast() }
-    client.send(request + [10])
-    while true {
+    return expectedID(line)?.serializedBytes()
+}
+
+/// Sends requests in one write and checks their replies; returns each reply's `ok` and
+/// refusal code, in the order the replies came. Replies come in the order of the
+/// requests, but an export's, which may come after later ones: with an export in the
+/// batch, each reply's `id` is matched against those the requests still owed.
+func exchange(_ requests: [[UInt8]], client: inout Client, input: [UInt8]) -> [(ok: Bool, code: String?)] {
+    client.send(requests.flatMap { $0 + [10] })
+    let inOrder = !requests.contains { command($0) == "export" }
+    var owed = requests.map(echo(for:))
+    var outcomes: [(ok: Bool, code: String?)] = []
+    let shown = requests.map(show).joined(separator: "\n")
+    while outcomes.count < requests.count {
         guard let reply = client.line() else {
-            fail("no reply to \(show(request)) (the connection ended or 20 s passed)\ninput: \(show(input))")
+            fail("no reply to \(shown) (the connection ended or 20 s passed)\ninput: \(show(input))")
         }
         let value: JSONValue
         do { value = try JSONValue(parsing: reply) } catch {
-            fail("a reply line that is not JSON (\(error)): \(show(reply))\nrequest: \(show(request))")
+            fail("a reply line that is not JSON (\(error)): \(show(reply))\nrequests: \(shown)")
         }
         guard case .object = value else { fail("a reply line that is not an object: \(show(reply))") }
         if case .string? = member(value, "event") {
             check(member(value, "ok") == nil, "an event line with ok: \(show(reply))")
             continue
         }
-        if Layout.trace { print("> \(show(request))\n< \(show(reply))") }
+        if Layout.trace {
+            print(
+                "> " + (outcomes.count < requests.count ? show(requests[outcomes.count]) : "?") + "\n< " + show(reply))
+        }
         guard case .bool(let ok)? = member(value, "ok") else {
-            fail("a reply without ok true or false: \(show(reply))\nrequest: \(show(request))")
+            fail("a reply without ok true or false: \(show(reply))\nrequests: \(shown)")
         }
         var code: String?
         if !ok {
@@ -444,34 +465,32 @@ func exchange(_ request: [UInt8], client: inout Client, input: [UInt8]) -> (ok: 
                 case .string(let message)? = member(error, "message")
             else { fail("a refusal without error code and message: \(show(reply))") }
             check(documentedCodes.contains(text), "an undocumented error code: \(show(reply))")
-            check(
-                text != "internal-error",
-                "internal-error for \(show(request)): \(show(reply))\ninput: \(show(input))")
+            check(text != "internal-error", "internal-error for \(shown): \(show(reply))\ninput: \(show(input))")
             check(!message.isEmpty, "a refusal with an empty message: \(show(reply))")
             code = text
         }
-        // The limit counts a carriage return before the newline.
-        if request.count > Layout.maxRequestSize {
+        let index = outcomes.count
+        if requests[index].count > Layout.maxRequestSize, inOrder {
             check(code == "too-large", "a line over MaxRequestSize= not refused as too-large: \(show(reply))")
-            check(member(value, "id") == nil, "the too-large refusal carries an id: \(show(reply))")
-        } else {
-            let expected = expectedID(line)
-            let echoed = member(value, "id")
-            check(
-                echoed?.serializedBytes() == expected?.serializedBytes(),
-                "the reply's id is \(echoed.map { show($0.serializedBytes()) } ?? "missing"), the request's "
-                    + "\(expected.map { show($0.serializedBytes()) } ?? "none")\nrequest: \(show(request))\nreply: \(show(reply))"
-            )
         }
-        return (ok, code)
+        let echoed = member(value, "id")?.serializedBytes()
+        let owedIndex = inOrder ? (owed[0] == echoed ? 0 : nil) : owed.firstIndex { $0 == echoed }
+        guard let owedIndex else {
+            fail(
+                "the reply's id is \(echoed.map(show) ?? "missing"), the request's "
+                    + "\(owed[0].map(show) ?? "none")\nrequests: \(shown)\nreply: \(show(reply))")
+        }
+        owed.remove(at: owedIndex)
+        outcomes.append((ok, code))
     }
+    return outcomes
 }
 
 /// Refusals that report saves tried (of other documents too, for `save-all`): what they
 /// saved stays saved.
-func mayChangeWhenRefused(command: String?, code: String?) -> Bool {
-    guard let command, ["save", "save-all", "close"].contains(command) else { return false }
-    return code == "save-failed" || code == "conflict"
+func mayChangeWhenRefused(_ requests: [[UInt8]], _ outcomes: [(ok: Bool, code: String?)]) -> Bool {
+    requests.contains { ["save", "save-all", "close"].contains(command($0) ?? "") }
+        && outcomes.contains { $0.code == "save-failed" || $0.code == "conflict" }
 }
 
 enum Harness {
@@ -502,34 +521,49 @@ func substituteExports(_ line: [UInt8]) -> [UInt8] {
     return out
 }
 
+/// The input's requests in batches: a line that starts with a tab (JSON whitespace: the
+/// request is the same) goes in one write with the line before it.
+func batches(_ input: [UInt8]) -> [[[UInt8]]] {
+    var batches: [[[UInt8]]] = []
+    let lines = input.split(separator: 10, omittingEmptySubsequences: true).lazy
+        .filter { $0 != [13] }.prefix(Layout.maxLines).map { substituteExports(Array($0)) }
+    for line in lines {
+        if line.first == 9, !batches.isEmpty {
+            batches[batches.count - 1].append(line)
+        } else {
+            batches.append([line])
+        }
+    }
+    return batches
+}
+
 func fuzzSession(_ input: [UInt8]) {
     let daemon = Harness.daemon
     let surroundings = Harness.surroundings
     daemon.reset()
-    let lines = input.split(separator: 10, omittingEmptySubsequences: true).lazy
-        .filter { $0 != [13] }.prefix(Layout.maxLines).map { substituteExports(Array($0)) }
     var client = Client()
     var before = daemon.snapshot()
-    for line in lines {
-        let (ok, code) = exchange(line, client: &client, input: input)
+    for batch in batches(input) {
+        let outcomes = exchange(batch, client: &client, input: input)
         let after = daemon.snapshot()
-        if !ok, !mayChangeWhenRefused(command: command(line), code: code) {
+        let shown = batch.map(show).joined(separator: "\n")
+        if !outcomes.contains(where: \.ok), !mayChangeWhenRefused(batch, outcomes) {
+            let codes = outcomes.map { $0.code ?? "?" }
             check(
                 after == before,
-                "\(show(line)) was refused (\(code ?? "?")) and yet changed \(before.difference(to: after))\ninput: \(show(input))"
+                "\(shown) was refused (\(codes)) and yet changed \(before.difference(to: after))\ninput: \(show(input))"
             )
         }
         let now = Harness.around()
         check(
             now == surroundings,
-            "\(show(line)) changed what lies outside the root: \(Set(now).symmetricDifference(surroundings).sorted())\ninput: \(show(input))"
+            "\(shown) changed what lies outside the root: \(Set(now).symmetricDifference(surroundings).sorted())\ninput: \(show(input))"
         )
         before = after
     }
     // Nothing more is on its way: the next reply is the one to this.
     let last = Array(#"{"id":"fuzz-last","cmd":"list"}"#.utf8)
-    let (ok, _) = exchange(last, client: &client, input: input)
-    check(ok, "the closing list was refused\ninput: \(show(input))")
+    check(exchange([last], client: &client, input: input)[0].ok, "the closing list was refused\ninput: \(show(input))")
     client.close()
 }
 
