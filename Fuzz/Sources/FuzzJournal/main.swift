@@ -140,7 +140,8 @@ func fuzzJournal(_ input: [UInt8]) {
             if record.owner == reservedOwner, record.payload.count == 16 {
                 let owner = u64(record.payload, 0)
                 // A mark covers the owner's records before it, never one after it.
-                released[owner] = max(released[owner] ?? 0, min(u64(record.payload, 8), record.lsn == 0 ? 0 : record.lsn - 1))
+                released[owner] = max(
+                    released[owner] ?? 0, min(u64(record.payload, 8), record.lsn == 0 ? 0 : record.lsn - 1))
             }
             candidates.append(record)
         }
