@@ -484,7 +484,11 @@ extension DocumentStore {
             // A base naming no file (a new document) with the file still absent: the creation itself.
             let creates = current == nil
             // A package whose directory was on disk, gone now: another program removed it.
-            let removed = creates && packageWasOnDisk
+            // (Something else at its name — a file, a FIFO — is no removal: the edits are
+            // replayed, and their save finds it in the way.)
+            let removed =
+                creates && packageWasOnDisk
+                && (try? FileDescriptor.currentWorkingDirectory.statusIfPresent(of: root + "/" + path)) == .some(nil)
             if removed {
                 guard !edits.isEmpty else {
                     log.info(

@@ -617,6 +617,27 @@ struct JournalDaemonTests {
     }
 
     @Test(
+        "A package replaced by a FIFO while the daemon was down is no removal: not said to be written again, its edits kept in memory"
+    )
+    func packageReplacedByAFIFOWhileDown() async throws {
+        let rig = try JournalRig()
+        try await rig.start()
+        let client = try rig.client()
+        try rig.ok(["cmd": "create", "doc": "p.package"], on: client)
+        try rig.ok(["cmd": "put-member", "doc": "p.package", "member": "a.txt", "text": "a\n"], on: client)
+        try rig.ok(["cmd": "save", "doc": "p.package", "wait": true], on: client)
+        try rig.ok(["cmd": "put-member", "doc": "p.package", "member": "b.txt", "text": "b\n"], on: client)
+        rig.kill()
+        try FileManager.default.removeItem(atPath: rig.root + "/p.package")
+        #expect(mkfifo(rig.root + "/p.package", 0o644) == 0)
+        let daemon = try await rig.start()
+        #expect(try rig.status()["journal"]?["last_replay"]?["recreated"] == [])
+        #expect(!daemon.output.contains { $0.contains("was removed by another program while the daemon was down") })
+        #expect(try rig.members("p.package")["b.txt"] == "b\n", "the edit is kept")
+        rig.kill()
+    }
+
+    @Test(
         "A new package never saved, killed: the next start makes it, with no word of a removal",
     )
     func newPackageIsNoRemoval() async throws {
