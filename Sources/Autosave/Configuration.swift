@@ -83,6 +83,9 @@ public struct Configuration: Sendable, Equatable {
     public var maxRequestSize = 8 << 20
     /// Directories outside the store root that `export` may write into.
     public var exportDirectories: [String] = []
+    /// How long the event loop polls for a client's next request after serving one,
+    /// before it sleeps; zero: it sleeps at once.
+    public var busyPoll: Duration = .microseconds(50)
 
     // [Log]
     public var logLevel: LogLevel = .info
@@ -332,7 +335,7 @@ extension Configuration {
         "Journal": ["Mode", "SyncInterval", "Directory", "MaxSize"],
         "Control": [
             "Socket", "SocketMode", "AllowUsers", "AllowGroups", "MaxConnections", "MaxRequestSize",
-            "ExportDirectories",
+            "ExportDirectories", "BusyPoll",
         ],
         "Log": ["Level"],
         "Metrics": ["TextfileDirectory", "Interval"],
@@ -482,6 +485,8 @@ extension Configuration {
                 return "expected a size such as 64M or 1G (at least 1M)"
             }
             journalMaxSize = n
+        case ("Control", "BusyPoll"):
+            return parseSpan(value) { busyPoll = $0 }
         case ("Log", "Level"):
             guard let level = LogLevel(name: value.lowercased()) else {
                 return "expected one of \(LogLevel.allCases.map(\.name).joined(separator: ", "))"
@@ -574,6 +579,9 @@ extension Configuration {
         if loopWriteLimit > .seconds(1) {
             fail("[Autosave] LoopWriteLimit= must be from 0 to 1s", keys: ["Autosave.LoopWriteLimit"])
         }
+        if busyPoll > .milliseconds(10) {
+            fail("[Control] BusyPoll= must be from 0 to 10ms", keys: ["Control.BusyPoll"])
+        }
         if journalSyncInterval < .milliseconds(1) || journalSyncInterval > .seconds(3600) {
             fail("[Journal] SyncInterval= must be from 1ms to 1h", keys: ["Journal.SyncInterval"])
         }
@@ -658,6 +666,7 @@ extension Configuration {
             MaxConnections=\(maxConnections)
             MaxRequestSize=\(maxRequestSize)
             ExportDirectories=\(exportDirectories.joined(separator: " "))
+            BusyPoll=\(TimeSpan.format(busyPoll))
 
             [Log]
             Level=\(logLevel.name)

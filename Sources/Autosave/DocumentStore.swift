@@ -336,6 +336,7 @@ public actor DocumentStore {
         var configuration = configuration
         configuration.absoluteRoot()
         self.configuration = configuration
+        loop.setBusyPoll(configuration.busyPoll)
         scheduleDelays = Self.delays(of: configuration)
         refusesEditsWhenSaveFails = configuration.refuseEditsWhenSaveFails
         root = configuration.root
@@ -390,6 +391,7 @@ public actor DocumentStore {
         }
         let old = configuration
         configuration = applied
+        loop.setBusyPoll(applied.busyPoll)
         for path in entries.keys where entries[path]!.isDirty { schedule(path) }
         wake()
         if old.ignoreDefaults != applied.ignoreDefaults || old.ignore != applied.ignore

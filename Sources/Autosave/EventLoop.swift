@@ -138,6 +138,13 @@ final class EventLoop: SerialExecutor, @unchecked Sendable {
     /// The loop thread's `pthread_t`, once it runs.
     private let thread = Atomic<UInt>(0)
     private static let wakeupTag = UInt64.max
+    /// How long the loop polls for new requests before it sleeps, in nanoseconds
+    /// (`[Control] BusyPoll=`); zero: it sleeps at once.
+    private let busyPoll = Atomic<Int64>(0)
+
+    /// Sets how long the loop polls for a client's next request after serving one before
+    /// it sleeps (`[Control] BusyPoll=`); zero: it sleeps at once.
+    func setBusyPoll(_ span: Duration) { busyPoll.store(span.microseconds * 1000, ordering: .relaxed) }
 
     init(name: String = "autosaved-loop") throws {
         epoll = try Epoll()
@@ -375,6 +382,8 @@ final class EventLoop: SerialExecutor, @unchecked Sendable {
         let ready = Epoll.Reports()
         // Descriptors other than the loop's own eventfd the last poll found ready.
         var readyConnections = 0
+        // A poll found a descriptor ready since the loop last slept: it may poll before sleeping.
+        var servedSinceSleep = false
         // Jobs come for the store (as its serial executor) and for the connections' tasks
         // (as their preferred task executor). Both run here, one at a time, so a
         // connection's job may be isolated to the store as well: its next call into the
@@ -457,7 +466,29 @@ final class EventLoop: SerialExecutor, @unchecked Sendable {
                     let wait = (timer.deadline - Moment.now.nanoseconds + 999_999) / 1_000_000
                     return Int32(clamping: max(0, wait))
                 } : nil
-            do { try epoll.wait(into: ready, timeout: sleep ?? 0) } catch { continue }
+            // After a pass that served a client, the loop polls without sleeping for up
+            // to `BusyPoll=` before it blocks, as Linux's busy polling of sockets does: a
+            // client that sends its next request within that time finds the loop awake,
+            // and neither the loop's wake-up nor (on a virtual machine) the exit of its
+            // idle CPU to the host lies on the request's path. Work from other threads
+            // still wakes it: `sleeping` is set, so they signal the eventfd, which the
+            // poll sees.
+            var polled = false
+            if let sleep, servedSinceSleep {
+                servedSinceSleep = false
+                let spin = busyPoll.load(ordering: .relaxed)
+                if spin > 0 {
+                    let start = Moment.now.nanoseconds
+                    let until = sleep >= 0 ? min(start + spin, start + Int64(sleep) * 1_000_000) : start + spin
+                    repeat {
+                        do { try epoll.wait(into: ready, timeout: 0) } catch { break }
+                        polled = ready.count > 0
+                    } while !polled && Moment.now.nanoseconds < until
+                }
+            }
+            if !polled {
+                do { try epoll.wait(into: ready, timeout: sleep ?? 0) } catch { continue }
+            }
             if sleep != nil { jobs.withLock { $0.sleeping = false } }
             readyConnections = ready.count
             var resumed: [UnsafeContinuation<Bool, Never>] = []
@@ -477,6 +508,7 @@ final class EventLoop: SerialExecutor, @unchecked Sendable {
                     }
                 }
             }
+            if readyConnections > 0 { servedSinceSleep = true }
             if !writable.isEmpty { jobs.withLock { $0.flushes += writable } }
             // Served here, in arrival order: their replies go out before the loop next sleeps.
             for (handler, peerClosed) in handlers { handler.readable(peerClosed: peerClosed) }

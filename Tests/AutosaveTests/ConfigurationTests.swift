@@ -34,6 +34,9 @@ struct ConfigurationTests {
             [Conflicts]
             Keep=memory
             WhenRemoved=close
+
+            [Control]
+            BusyPoll=20us
             """, to: path)
         try FileManager.default.createDirectory(atPath: path + ".d", withIntermediateDirectories: false)
         try Disk.write("[Autosave]\nMaxConcurrentSaves=2\n", to: path + ".d/10-first.conf")
@@ -54,6 +57,10 @@ struct ConfigurationTests {
         #expect(configuration.pollInterval == .milliseconds(500))
         #expect(configuration.conflictKeep == .memory && configuration.whenRemoved == .close)
         #expect(configuration.rendered.contains("[Conflicts]\nKeep=memory\nWhenRemoved=close\n"))
+        #expect(configuration.busyPoll == .microseconds(20))
+        #expect(configuration.rendered.contains("\nBusyPoll=20us\n"))
+        try Disk.write("[Control]\nBusyPoll=0\n", to: path)
+        #expect(try Configuration.load(path: path, required: true, environment: [:]).busyPoll == .zero)
     }
 
     @Test("Every problem is reported with its file and line")
@@ -73,6 +80,8 @@ struct ConfigurationTests {
             WhenRemoved=shrug
             [Watch]
             PollInterval=1ms
+            [Control]
+            BusyPoll=1s
             """, to: path)
         #expect {
             try Configuration.load(path: path, required: true, environment: [:])
@@ -88,6 +97,7 @@ struct ConfigurationTests {
                 "\(path):9: Keep=both: expected disk (the other program's file keeps the name) or memory (the unsaved edits do)",
                 "\(path):10: WhenRemoved=shrug: expected one of recreate-unsaved, recreate, close",
                 "\(path):12: PollInterval= must be at least 100ms",
+                "\(path):14: [Control] BusyPoll= must be from 0 to 10ms",
             ]
         }
     }

@@ -1211,6 +1211,61 @@ struct SocketSetupTests {
         #expect(await daemon.stop() == 0)
     }
 
+    struct NoLoopThread: Error, CustomStringConvertible {
+        let pid: Int32
+        var description: String { "no autosaved-loop thread with a CPU account in /proc/\(pid)/task" }
+    }
+
+    /// The CPU time the daemon's loop thread (`autosaved-loop`) has used, in milliseconds:
+    /// the scheduler's own account (`se.sum_exec_runtime`), not the 10-ms ticks of `stat`.
+    static func loopCPU(_ pid: Int32) throws -> Double {
+        for task in try FileManager.default.contentsOfDirectory(atPath: "/proc/\(pid)/task") {
+            let comm = try String(contentsOfFile: "/proc/\(pid)/task/\(task)/comm", encoding: .utf8)
+            guard comm.hasPrefix("autosaved-loop") else { continue }
+            let sched = try String(contentsOfFile: "/proc/\(pid)/task/\(task)/sched", encoding: .utf8)
+            for line in sched.split(separator: "\n") where line.hasPrefix("se.sum_exec_runtime") {
+                let field = line.split(separator: ":").last?.trimmingCharacters(in: .whitespaces)
+                if let value = field.flatMap(Double.init) { return value }
+            }
+        }
+        throw NoLoopThread(pid: pid)
+    }
+
+    @Test(
+        "BusyPoll=: after serving a client the loop polls for that long, then sleeps (an idle daemon uses no CPU); 0, set by a reload, sleeps at once",
+        .enabled(if: FileManager.default.fileExists(atPath: "/proc/self/sched"))
+    )
+    func busyPoll() async throws {
+        let daemon = try await RunningDaemon("BusyPoll=10ms\n")
+        let pid = daemon.process.process.processIdentifier
+        let client = try daemon.client()
+        // The loop's CPU time over the 300 ms after one request is answered.
+        func afterOneRequest() throws -> Double {
+            let before = try Self.loopCPU(pid)
+            #expect(try client.call(["cmd": "status"])["ok"]?.boolValue == true)
+            usleep(300_000)
+            return try Self.loopCPU(pid) - before
+        }
+        _ = try afterOneRequest()  // the first request's own start-up costs
+        for _ in 0..<3 {
+            let used = try afterOneRequest()
+            // 10 ms of polling (less if another thread took the CPU meanwhile), then asleep:
+            // a loop that kept polling would have used most of the 300 ms.
+            #expect(used >= 2 && used < 60, "the loop used \(used) ms of CPU after one request")
+        }
+        let config = daemon.directory.sub("autosaved.conf")
+        let text = try String(contentsOfFile: config, encoding: .utf8)
+        try Disk.write(text.replacingOccurrences(of: "BusyPoll=10ms", with: "BusyPoll=0"), to: config)
+        daemon.process.signal(SIGHUP)
+        await daemon.process.waitForLine(containing: "configuration reloaded from")
+        _ = try afterOneRequest()
+        for _ in 0..<3 {
+            let used = try afterOneRequest()
+            #expect(used < 2, "the loop used \(used) ms of CPU after one request with BusyPoll=0")
+        }
+        #expect(await daemon.stop() == 0)
+    }
+
     @Test("A second daemon on a live socket refuses to start; a stale socket is replaced")
     func liveAndStaleSockets() async throws {
         let daemon = try await RunningDaemon()
