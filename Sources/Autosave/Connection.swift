@@ -144,6 +144,13 @@ final class Connection: Sendable {
     /// Sends under the output's lock (one lock a flush): a non-blocking send is short,
     /// and the replies queued meanwhile by another thread wait for it at most that long.
     func flush() -> Bool {
+        var wrote = false
+        return flush(wrote: &wrote)
+    }
+
+    /// ``flush()``, setting `wrote` when it wrote output (rather than finding none, or
+    /// holding it for the journal).
+    func flush(wrote: inout Bool) -> Bool {
         let fd = FileDescriptor(rawValue: raw)
         var hold = false
         let (done, broke): (Bool, Bool) = output.withLock { state in
@@ -167,6 +174,7 @@ final class Connection: Sendable {
                 switch sent {
                 case .success(let count):
                     offset += count
+                    wrote = true
                 case .failure(.wouldBlock):
                     // The rest waits for the socket to drain (still scheduled: the loop retries).
                     state.pending.removeSubrange(..<offset)

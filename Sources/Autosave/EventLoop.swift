@@ -382,8 +382,9 @@ final class EventLoop: SerialExecutor, @unchecked Sendable {
         let ready = Epoll.Reports()
         // Descriptors other than the loop's own eventfd the last poll found ready.
         var readyConnections = 0
-        // A poll found a descriptor ready since the loop last slept: it may poll before sleeping.
-        var servedSinceSleep = false
+        // Replies were sent since the loop last slept (not merely queued, or held for the
+        // journal's sync): it polls before sleeping (`BusyPoll=`).
+        var answered = false
         // Jobs come for the store (as its serial executor) and for the connections' tasks
         // (as their preferred task executor). Both run here, one at a time, so a
         // connection's job may be isolated to the store as well: its next call into the
@@ -450,7 +451,7 @@ final class EventLoop: SerialExecutor, @unchecked Sendable {
             if let beforeReplies, let wait = beforeReplies() {
                 for connection in flushes { connection.requireDurableIfUnwritten(through: wait) }
             }
-            for connection in flushes where !connection.flush() { blockWriter(connection) }
+            for connection in flushes where !connection.flush(wrote: &answered) { blockWriter(connection) }
             flushes.removeAll(keepingCapacity: true)
             afterReplies?()
             let willSleep = idle && localFlushes.isEmpty
@@ -466,7 +467,7 @@ final class EventLoop: SerialExecutor, @unchecked Sendable {
                     let wait = (timer.deadline - Moment.now.nanoseconds + 999_999) / 1_000_000
                     return Int32(clamping: max(0, wait))
                 } : nil
-            // After a pass that served a client, the loop polls without sleeping for up
+            // After passes that answered clients, the loop polls without sleeping for up
             // to `BusyPoll=` before it blocks, as Linux's busy polling of sockets does: a
             // client that sends its next request within that time finds the loop awake,
             // and neither the loop's wake-up nor (on a virtual machine) the exit of its
@@ -474,8 +475,8 @@ final class EventLoop: SerialExecutor, @unchecked Sendable {
             // still wakes it: `sleeping` is set, so they signal the eventfd, which the
             // poll sees.
             var polled = false
-            if let sleep, servedSinceSleep {
-                servedSinceSleep = false
+            if let sleep, answered {
+                answered = false
                 let spin = busyPoll.load(ordering: .relaxed)
                 if spin > 0 {
                     let start = Moment.now.nanoseconds
@@ -508,7 +509,6 @@ final class EventLoop: SerialExecutor, @unchecked Sendable {
                     }
                 }
             }
-            if readyConnections > 0 { servedSinceSleep = true }
             if !writable.isEmpty { jobs.withLock { $0.flushes += writable } }
             // Served here, in arrival order: their replies go out before the loop next sleeps.
             for (handler, peerClosed) in handlers { handler.readable(peerClosed: peerClosed) }
