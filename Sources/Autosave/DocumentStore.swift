@@ -319,6 +319,13 @@ public actor DocumentStore {
     /// thread each call hops to the store's thread and back.
     public nonisolated var taskExecutor: any TaskExecutor { loop.taskExecutor }
 
+    /// What the event loop's polls before sleeping (`[Control] BusyPoll=`) came to: how
+    /// many found a request (or other work) before the time ran out, how many ran out,
+    /// and the seconds spent polling.
+    public nonisolated var busyPollFigures: (caught: UInt64, ranOut: UInt64, seconds: Double) {
+        loop.busyPollFigures
+    }
+
     deinit {
         if let watcher { loop.forget(watcher.descriptor) }
         watcher?.stop()

@@ -143,6 +143,22 @@ final class EventLoop: SerialExecutor, @unchecked Sendable {
     /// (`[Control] BusyPoll=`); zero: it sleeps at once.
     private let busyPoll = Atomic<Int64>(0)
 
+    /// Busy polls that found work before `BusyPoll=` ran out, those that ran out (the loop
+    /// then slept), and the nanoseconds spent polling: for the metrics. Written by the
+    /// loop's thread only.
+    private let pollsCaught = Atomic<UInt64>(0)
+    private let pollsRanOut = Atomic<UInt64>(0)
+    private let pollNanoseconds = Atomic<UInt64>(0)
+
+    /// What the loop's polls before sleeping (`BusyPoll=`) came to: how many found work,
+    /// how many ran out, and the time they took.
+    var busyPollFigures: (caught: UInt64, ranOut: UInt64, seconds: Double) {
+        (
+            pollsCaught.load(ordering: .relaxed), pollsRanOut.load(ordering: .relaxed),
+            Double(pollNanoseconds.load(ordering: .relaxed)) / 1e9
+        )
+    }
+
     /// Sets how long the loop polls for a client's next request after serving one before
     /// it sleeps (`[Control] BusyPoll=`); zero: it sleeps at once.
     func setBusyPoll(_ span: Duration) { busyPoll.store(span.microseconds * 1000, ordering: .relaxed) }
@@ -482,10 +498,20 @@ final class EventLoop: SerialExecutor, @unchecked Sendable {
                 if spin > 0 {
                     let start = Moment.now.nanoseconds
                     let until = sleep >= 0 ? min(start + spin, start + Int64(sleep) * 1_000_000) : start + spin
+                    var now = start
                     repeat {
                         do { try epoll.wait(into: ready, timeout: 0) } catch { break }
                         polled = ready.count > 0
-                    } while !polled && Moment.now.nanoseconds < until
+                        now = Moment.now.nanoseconds
+                    } while !polled && now < until
+                    // Counted here, on the loop's thread alone: a load and a store, no read-modify-write.
+                    if polled {
+                        pollsCaught.store(pollsCaught.load(ordering: .relaxed) + 1, ordering: .relaxed)
+                    } else {
+                        pollsRanOut.store(pollsRanOut.load(ordering: .relaxed) + 1, ordering: .relaxed)
+                    }
+                    pollNanoseconds.store(
+                        pollNanoseconds.load(ordering: .relaxed) + UInt64(max(0, now - start)), ordering: .relaxed)
                 }
             }
             if !polled {

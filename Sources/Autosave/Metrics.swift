@@ -122,6 +122,15 @@ public final class Metrics: Sendable {
             zip(EditCommand.allCases, edits.counts).map { ("{command=\"\($0.name)\"}", "\($1)") })
         text.family(
             "autosaved_saves_total", "counter", "Saves that completed (durable on disk).", [("", "\(status.saves)")])
+        let polls = store.busyPollFigures
+        text.family(
+            "autosaved_busy_polls_total", "counter",
+            "The event loop's polls for a next request before sleeping ([Control] BusyPoll=), by whether work came before the time ran out.",
+            [("{result=\"work\"}", "\(polls.caught)"), ("{result=\"ran-out\"}", "\(polls.ranOut)")])
+        text.family(
+            "autosaved_busy_poll_seconds_total", "counter",
+            "Time the event loop spent polling before sleeping ([Control] BusyPoll=): the CPU time the setting costs.",
+            [("", MetricsText.number(polls.seconds))])
         text.family(
             "autosaved_edit_to_durable_seconds", "histogram",
             "From a document's first unsaved edit to the end of the save that made it durable.",
