@@ -7,11 +7,12 @@ import Synchronization
 /// client from one thread: it runs the jobs of the tasks isolated to the store (edits
 /// from embedding code, the scheduler, the connections' waiting requests) and, when it
 /// has none, blocks in `epoll_wait` — after polling for up to `[Control] BusyPoll=` when
-/// it has just sent replies, so that a client's next request finds it awake. A readable connection is handed to its
-/// ``ReadinessHandler`` right here (see ``ConnectionReader``), which reads it and answers
-/// what needs no waiting on the spot; other descriptors resume the task waiting for
-/// them. A request then costs its `read` and `send` and no hand-off between threads, and
-/// the replies of one pass go out with one `send` per client before the loop polls again.
+/// it has just sent replies, so that a client's next request finds it awake. A readable
+/// connection is handed to its ``ReadinessHandler`` right here (see
+/// ``ConnectionReader``), which reads it and answers what needs no waiting on the spot;
+/// other descriptors resume the task waiting for them. A request then costs its `read`
+/// and `send` and no hand-off between threads, and the replies of one pass go out with
+/// one `send` per client before the loop polls again.
 ///
 /// Descriptors are registered once, edge-triggered, for reading, and for writing only
 /// once a write had to wait; readiness that arrives while nobody waits is remembered, so
