@@ -403,6 +403,9 @@ final class EventLoop: SerialExecutor, @unchecked Sendable {
         // Replies were sent since the loop last slept (not merely queued, or held for the
         // journal's sync): it polls before sleeping (`BusyPoll=`).
         var answered = false
+        // The length of the next poll before sleeping, in nanoseconds, adapted between zero
+        // and `BusyPoll=` (below); -1: not set yet, `BusyPoll=` itself.
+        var window: Int64 = -1
         // Jobs come for the store (as its serial executor) and for the connections' tasks
         // (as their preferred task executor). Both run here, one at a time, so a
         // connection's job may be isolated to the store as well: its next call into the
@@ -491,32 +494,52 @@ final class EventLoop: SerialExecutor, @unchecked Sendable {
             // and neither the loop's wake-up nor (on a virtual machine) the exit of its
             // idle CPU to the host lies on the request's path. Work from other threads
             // still wakes it: `sleeping` is set, so they signal the eventfd, which the
-            // poll sees.
+            // poll sees. The poll's length adapts as KVM's polling of a halted vCPU does:
+            // when the next work came later than `BusyPoll=` after the poll began (a
+            // client that pauses longer), the next poll is half as long, down to none;
+            // when it came within `BusyPoll=` but after the poll gave up, it doubles, up to
+            // `BusyPoll=`. A slow client soon costs no polling at all.
             var polled = false
+            // When this round's poll began, for the adapting: `nil` when there was none to make.
+            var pollBegan: Int64?
+            let limit = busyPoll.load(ordering: .relaxed)
             if let sleep, answered {
                 answered = false
-                let spin = busyPoll.load(ordering: .relaxed)
-                if spin > 0 {
+                if limit > 0 {
+                    window = window < 0 ? limit : min(window, limit)
                     let start = Moment.now.nanoseconds
-                    let until = sleep >= 0 ? min(start + spin, start + Int64(sleep) * 1_000_000) : start + spin
-                    var now = start
-                    repeat {
-                        do { try epoll.wait(into: ready, timeout: 0) } catch { break }
-                        polled = ready.count > 0
-                        now = Moment.now.nanoseconds
-                    } while !polled && now < until
-                    // Counted here, on the loop's thread alone: a load and a store, no read-modify-write.
-                    if polled {
-                        pollsCaught.store(pollsCaught.load(ordering: .relaxed) + 1, ordering: .relaxed)
-                    } else {
-                        pollsRanOut.store(pollsRanOut.load(ordering: .relaxed) + 1, ordering: .relaxed)
+                    pollBegan = start
+                    if window > 0 {
+                        let until = sleep >= 0 ? min(start + window, start + Int64(sleep) * 1_000_000) : start + window
+                        var now = start
+                        repeat {
+                            do { try epoll.wait(into: ready, timeout: 0) } catch { break }
+                            polled = ready.count > 0
+                            now = Moment.now.nanoseconds
+                        } while !polled && now < until
+                        // Counted on the loop's thread alone: a load and a store, no read-modify-write.
+                        if polled {
+                            pollsCaught.store(pollsCaught.load(ordering: .relaxed) + 1, ordering: .relaxed)
+                        } else {
+                            pollsRanOut.store(pollsRanOut.load(ordering: .relaxed) + 1, ordering: .relaxed)
+                        }
+                        pollNanoseconds.store(
+                            pollNanoseconds.load(ordering: .relaxed) + UInt64(max(0, now - start)), ordering: .relaxed)
                     }
-                    pollNanoseconds.store(
-                        pollNanoseconds.load(ordering: .relaxed) + UInt64(max(0, now - start)), ordering: .relaxed)
+                } else {
+                    window = -1
                 }
             }
             if !polled {
                 do { try epoll.wait(into: ready, timeout: sleep ?? 0) } catch { continue }
+                if let pollBegan {
+                    if Moment.now.nanoseconds - pollBegan <= limit {
+                        window = min(limit, max(2 * window, limit / 4))
+                    } else {
+                        window /= 2
+                        if window < limit / 16 { window = 0 }
+                    }
+                }
             }
             if sleep != nil { jobs.withLock { $0.sleeping = false } }
             readyConnections = ready.count

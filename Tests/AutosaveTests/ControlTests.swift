@@ -1232,37 +1232,60 @@ struct SocketSetupTests {
     }
 
     @Test(
-        "BusyPoll=: after serving a client the loop polls for that long, then sleeps (an idle daemon uses no CPU); 0, set by a reload, sleeps at once",
+        "BusyPoll=: after answering, the loop polls for the next request, then sleeps; for a client slower than BusyPoll= the polls shrink to none, for a quick one they grow back and catch its requests; 0, set by a reload, sleeps at once",
         .enabled(if: FileManager.default.fileExists(atPath: "/proc/self/sched"))
     )
     func busyPoll() async throws {
         let daemon = try await RunningDaemon("BusyPoll=10ms\n")
         let pid = daemon.process.process.processIdentifier
         let client = try daemon.client()
-        // The loop's CPU time over the 300 ms after one request is answered.
-        func afterOneRequest() throws -> Double {
+        // The loop's CPU time in milliseconds over `pause` after one request is answered.
+        func afterOneRequest(pause: UInt32 = 100_000) throws -> Double {
             let before = try Self.loopCPU(pid)
             #expect(try client.call(["cmd": "status"])["ok"]?.boolValue == true)
-            usleep(300_000)
+            usleep(pause)
             return try Self.loopCPU(pid) - before
         }
-        _ = try afterOneRequest()  // the first request's own start-up costs
-        for _ in 0..<3 {
-            let used = try afterOneRequest()
-            // 10 ms of polling (less if another thread took the CPU meanwhile), then asleep:
-            // a loop that kept polling would have used most of the 300 ms.
-            #expect(used >= 2 && used < 60, "the loop used \(used) ms of CPU after one request")
+        func polls() throws -> (work: Double, ranOut: Double) {
+            let text = try client.call(["cmd": "metrics"])["text"]?.stringValue ?? ""
+            return (
+                MetricsTests.value(text, "autosaved_busy_polls_total{result=\"work\"}") ?? -1,
+                MetricsTests.value(text, "autosaved_busy_polls_total{result=\"ran-out\"}") ?? -1
+            )
         }
+        // A client that pauses 100 ms: the first poll (10 ms) ran out long before its next
+        // request, so the next is 5 ms, then 2.5, 1.25, 0.6, then none. A loop that kept
+        // polling for the whole 100 ms would use most of it; one that did not adapt, 10 ms each.
+        _ = try afterOneRequest()
+        let first = try afterOneRequest()
+        #expect(first >= 2 && first < 60, "the loop used \(first) ms of CPU after one request")
+        var used: [Double] = []
+        for _ in 0..<6 { used.append(try afterOneRequest()) }
+        #expect(used.reduce(0, +) < 9, "the loop's CPU after each of six requests 100 ms apart: \(used) ms")
+        #expect(used.suffix(2).allSatisfy { $0 < 1.5 }, "no polling left: \(used) ms")
+        // A quick client (0.5 ms between a reply and its next request): the polls grow back
+        // and find its requests waiting.
+        let before = try polls()
+        for _ in 0..<200 {
+            #expect(try client.call(["cmd": "status"])["ok"]?.boolValue == true)
+            usleep(500)
+        }
+        let after = try polls()
+        #expect(after.work - before.work >= 150, "polls that found the next request: \(before) → \(after)")
+
         let config = daemon.directory.sub("autosaved.conf")
         let text = try String(contentsOfFile: config, encoding: .utf8)
         try Disk.write(text.replacingOccurrences(of: "BusyPoll=10ms", with: "BusyPoll=0"), to: config)
         daemon.process.signal(SIGHUP)
         await daemon.process.waitForLine(containing: "configuration reloaded from")
         _ = try afterOneRequest()
+        let off = try polls()
         for _ in 0..<3 {
-            let used = try afterOneRequest()
+            let used = try afterOneRequest(pause: 300_000)
             #expect(used < 2, "the loop used \(used) ms of CPU after one request with BusyPoll=0")
         }
+        let offAfter = try polls()
+        #expect(offAfter.work == off.work && offAfter.ranOut == off.ranOut, "\(off) → \(offAfter)")
         #expect(await daemon.stop() == 0)
     }
 
