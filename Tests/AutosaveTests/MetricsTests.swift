@@ -34,7 +34,10 @@ struct MetricsTests {
             [Store]
             Root=\(directory.sub("root"))
             [Autosave]
-            QuietPeriod=50ms
+            # Saved when asked only: a save on its own could put a file where the test
+            # is about to put a directory in its way.
+            QuietPeriod=1h
+            MaxDelay=1h
             RetryInterval=1h
             MaxRetryInterval=1h
             [Control]
