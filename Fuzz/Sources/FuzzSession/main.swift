@@ -8,11 +8,12 @@ import Logging
 /// The daemon's control sessions, through the code that serves a connection: a
 /// ``DocumentStore`` and a ``ControlServer`` started in this process as `autosaved`
 /// starts them (with the edit journal on, `Mode=periodic`, so that `durable`, the reply
-/// gate and `revert`'s release marks are reached), and a client that sends the input's
-/// lines over the control socket one at a time, each once the previous one is answered.
-/// Every line goes the daemon's way: read and split by the connection's reader, decoded,
-/// answered at once on the store's thread or handed to the connection's task (an export
-/// runs on the main actor, whose jobs the main thread runs, as in the daemon).
+/// gate and `revert`'s release marks are reached), and a client with two connections to
+/// the control socket that sends the input's lines one at a time, each once the one before
+/// it (on either connection) is answered. Every line goes the daemon's way: read and split
+/// by the connection's reader, decoded, answered at once on the store's thread or handed
+/// to the connection's task (an export runs on the main actor, whose jobs the main thread
+/// runs, as in the daemon).
 ///
 /// The root holds `a.txt`, `b.json`, `z.bin`, `d/e.md`, the package `c.package` (`m.txt`,
 /// `ch/1.txt`, `meta.json`), an export destination `out/`, `ignored/` (with the ignore
@@ -21,26 +22,36 @@ import Logging
 /// and the tree is made anew if anything in it changed.
 ///
 /// Input: request lines, one a line (at most 32; empty lines are skipped: the daemon
-/// ignores them), each sent once the one before it is answered — but a line that starts
-/// with a tab, sent in one write with the line before it (and its replies awaited
-/// together): the daemon reads them at once, and the lines after a request that waits go
-/// to the connection's task with it. `@EXPORTS@` in a line stands for the export
-/// directory's absolute path (`ExportDirectories=`; it changes with the process).
+/// ignores them). A line goes on connection 1, opened as the input starts — but a line
+/// that starts with `2>` goes, without those two bytes, on connection 2, opened at its
+/// first such line (a line empty without them is skipped too); both are closed at the
+/// end of the input. Each line is sent once the one before it is answered, so the order
+/// of the requests across the connections is the input's — but a line that starts (after
+/// `2>`) with a tab is sent in one write with the line just before it when that line went
+/// on the same connection (and their replies are awaited together): the daemon reads them
+/// at once, and the lines after a request that waits go to the connection's task with it.
+/// A tab line whose line before went on the other connection (or that comes first) is
+/// sent alone (the tab is JSON whitespace: the request is the same). `@EXPORTS@` in a
+/// line stands for the export directory's absolute path (`ExportDirectories=`; it changes
+/// with the process).
 ///
-/// Oracles, for every request: one reply line, a JSON object with `ok` true or false; a
-/// refusal has an `error` with a documented `code` (never `internal-error`) and a
-/// message; the reply echoes the request's `id` exactly when the line is a JSON object
-/// giving it once, and carries none otherwise (not JSON, `id` given twice) nor for a line
-/// over `MaxRequestSize=`, refused with `too-large`; lines between replies are events;
-/// replies come in the order of the requests (an export's excepted). A refused request
-/// (a batch of them, all refused) changes nothing: the open documents (path, type, change count,
+/// Oracles, for every request: one reply line, on its own connection, a JSON object with
+/// `ok` true or false; a refusal has an `error` with a documented `code` (never
+/// `internal-error`) and a message; the reply echoes the request's `id` exactly when the
+/// line is a JSON object giving it once, and carries none otherwise (not JSON, `id` given
+/// twice) nor for a line over `MaxRequestSize=`, refused with `too-large`. Lines that are
+/// objects with a string `event` (and no `ok`) are events, on either connection, and are
+/// skipped; any other line on the connection that owes no reply (while the other one's
+/// replies are awaited) is a reply to no request of its own. Replies on a connection come
+/// in the order of its requests (an export's excepted). A refused request (a batch of
+/// them, all refused) changes nothing: the open documents (path, type, change count,
 /// contents) and every file under the root and the export directory are as they were —
 /// but for `save-failed` and `conflict` refusals of `save`, `save-all` and `close`, which
 /// report saves that were tried. Nothing is ever made or changed outside the root, the
 /// journal's directory and the export directory: the tree around the root (its parent,
 /// grandparent and their parent, with a planted file the root's symbolic links lead to)
-/// stays as it was. After the last line a `list` must be answered next (no stray reply
-/// before it).
+/// stays as it was. After the last line a `list` on each open connection (connection 1's
+/// first) must be answered next on it (no stray reply before it).
 enum Layout {
     static let scratch = ScratchDirectory("session")
     /// Three levels below the scratch directory: `..`, `../..` and `../../..` all land
@@ -53,7 +64,8 @@ enum Layout {
     static let maxRequestSize = 3072
     static let maxLines = 32
     static let ignoreFile = "ignored/\n*.tmp\n"
-    /// `FUZZ_SESSION_TRACE=1` prints every request and its reply (to follow an input replayed).
+    /// `FUZZ_SESSION_TRACE=1` prints every request and its reply, and every event, each
+    /// after its connection's number (to follow an input replayed).
     static let trace = getenv("FUZZ_SESSION_TRACE") != nil
 }
 
@@ -378,21 +390,84 @@ struct Client {
         }
     }
 
-    /// The next line the daemon sends (without its newline); `nil` at the end or after 20 s of silence.
-    mutating func line() -> [UInt8]? {
-        while true {
-            if let newline = buffer.firstIndex(of: 10) {
-                defer { buffer.removeSubrange(...newline) }
-                return Array(buffer[..<newline])
-            }
-            var chunk = [UInt8](repeating: 0, count: 65536)
-            let n = chunk.withUnsafeMutableBytes { recv(fd, $0.baseAddress!, $0.count, 0) }
-            if n <= 0 { return nil }
-            buffer += chunk[..<n]
-        }
+    /// The next whole line received (without its newline), if one is buffered.
+    mutating func bufferedLine() -> [UInt8]? {
+        guard let newline = buffer.firstIndex(of: 10) else { return nil }
+        defer { buffer.removeSubrange(...newline) }
+        return Array(buffer[..<newline])
+    }
+
+    /// Reads once (blocking, up to the 20-s timeout) into the buffer; false at the end
+    /// of the connection, on an error or after the timeout.
+    mutating func receive() -> Bool {
+        var chunk = [UInt8](repeating: 0, count: 65536)
+        let n = chunk.withUnsafeMutableBytes { recv(fd, $0.baseAddress!, $0.count, 0) }
+        if n <= 0 { return false }
+        buffer += chunk[..<n]
+        return true
     }
 
     func close() { _ = Glibc.close(fd) }
+}
+
+/// The input's two connections: connection 1 opened as the input starts, connection 2
+/// at the first line sent on it.
+struct Connections {
+    private var clients: [Client?] = [Client(), nil]
+
+    /// Whether connection `number` (1 or 2) is open.
+    func isOpen(_ number: Int) -> Bool { clients[number - 1] != nil }
+
+    /// Sends `bytes` on connection `number`, opening it first if need be.
+    mutating func send(_ bytes: [UInt8], on number: Int) {
+        if clients[number - 1] == nil { clients[number - 1] = Client() }
+        clients[number - 1]!.send(bytes)
+    }
+
+    /// The next line connection `number` sends (without its newline); `nil` at its end or
+    /// after 20 s of silence. Meanwhile what the other connection, which owes no reply,
+    /// sends is read as it comes: events only, or the oracle fails.
+    mutating func line(on number: Int, input: [UInt8]) -> [UInt8]? {
+        let mine = number - 1
+        let other = 1 - mine
+        let deadline = ContinuousClock.now + .seconds(20)
+        while true {
+            if let line = clients[mine]!.bufferedLine() { return line }
+            guard clients[other] != nil else {
+                if !clients[mine]!.receive() { return nil }
+                continue
+            }
+            var fds = [
+                pollfd(fd: clients[mine]!.fd, events: Int16(POLLIN), revents: 0),
+                pollfd(fd: clients[other]!.fd, events: Int16(POLLIN), revents: 0),
+            ]
+            let milliseconds = Int32(max(0, (deadline - ContinuousClock.now) / .milliseconds(1)))
+            let ready = poll(&fds, 2, milliseconds)
+            if ready == 0 { return nil }
+            if ready < 0 {
+                check(errno == EINTR, "poll: errno \(errno)")
+                continue
+            }
+            if fds[1].revents != 0 {
+                check(
+                    clients[other]!.receive(),
+                    "connection \(other + 1) ended while connection \(number)'s replies were awaited\ninput: \(show(input))"
+                )
+                while let line = clients[other]!.bufferedLine() {
+                    if Layout.trace { print("\(other + 1)~ " + show(line)) }
+                    check(
+                        (try? JSONValue(parsing: line)).map { isEvent($0, line: line) } ?? false,
+                        "a line on connection \(other + 1), which owes no reply, while connection \(number)'s "
+                            + "replies were awaited: \(show(line))\ninput: \(show(input))")
+                }
+            }
+            if fds[0].revents != 0, !clients[mine]!.receive() { return nil }
+        }
+    }
+
+    func close() {
+        for client in clients { client?.close() }
+    }
 }
 
 // MARK: The oracles
@@ -420,6 +495,13 @@ func command(_ line: [UInt8]) -> String? {
     return name
 }
 
+/// Whether a line the daemon sent is an event: an object with a string `event` (and then no `ok`).
+func isEvent(_ value: JSONValue, line: [UInt8]) -> Bool {
+    guard case .string? = member(value, "event") else { return false }
+    check(member(value, "ok") == nil, "an event line with ok: \(show(line))")
+    return true
+}
+
 /// What a request's reply must carry as `id` (serialized), `nil` for none.
 func echo(for request: [UInt8]) -> [UInt8]? {
     // The limit counts a carriage return before the newline; such a line is not read.
@@ -429,32 +511,46 @@ func echo(for request: [UInt8]) -> [UInt8]? {
     return expectedID(line)?.serializedBytes()
 }
 
-/// Sends requests in one write and checks their replies; returns each reply's `ok` and
-/// refusal code, in the order the replies came. Replies come in the order of the
-/// requests, but an export's, which may come after later ones: with an export in the
-/// batch, each reply's `id` is matched against those the requests still owed.
-func exchange(_ requests: [[UInt8]], client: inout Client, input: [UInt8]) -> [(ok: Bool, code: String?)] {
-    client.send(requests.flatMap { $0 + [10] })
+/// One write of the input: the connection it goes on (1 or 2) and its request lines.
+struct Batch {
+    var connection: Int
+    var requests: [[UInt8]]
+
+    /// Its lines as failure messages show them.
+    var shown: String {
+        requests.map { (connection == 2 ? "2>" : "") + show($0) }.joined(separator: "\n")
+    }
+}
+
+/// Sends a batch's requests in one write on its connection and checks their replies;
+/// returns each reply's `ok` and refusal code, in the order the replies came. Replies
+/// come in the order of the requests, but an export's, which may come after later ones:
+/// with an export in the batch, each reply's `id` is matched against those the requests
+/// still owed.
+func exchange(_ batch: Batch, connections: inout Connections, input: [UInt8]) -> [(ok: Bool, code: String?)] {
+    let requests = batch.requests
+    connections.send(requests.flatMap { $0 + [10] }, on: batch.connection)
     let inOrder = !requests.contains { command($0) == "export" }
     var owed = requests.map(echo(for:))
     var outcomes: [(ok: Bool, code: String?)] = []
-    let shown = requests.map(show).joined(separator: "\n")
+    let shown = batch.shown
     while outcomes.count < requests.count {
-        guard let reply = client.line() else {
-            fail("no reply to \(shown) (the connection ended or 20 s passed)\ninput: \(show(input))")
+        guard let reply = connections.line(on: batch.connection, input: input) else {
+            fail(
+                "no reply on connection \(batch.connection) to \(shown) (the connection ended or 20 s passed)"
+                    + "\ninput: \(show(input))")
         }
         let value: JSONValue
         do { value = try JSONValue(parsing: reply) } catch {
             fail("a reply line that is not JSON (\(error)): \(show(reply))\nrequests: \(shown)")
         }
         guard case .object = value else { fail("a reply line that is not an object: \(show(reply))") }
-        if case .string? = member(value, "event") {
-            check(member(value, "ok") == nil, "an event line with ok: \(show(reply))")
+        if isEvent(value, line: reply) {
+            if Layout.trace { print("\(batch.connection)~ " + show(reply)) }
             continue
         }
         if Layout.trace {
-            print(
-                "> " + (outcomes.count < requests.count ? show(requests[outcomes.count]) : "?") + "\n< " + show(reply))
+            print("\(batch.connection)> " + show(requests[outcomes.count]) + "\n\(batch.connection)< " + show(reply))
         }
         guard case .bool(let ok)? = member(value, "ok") else {
             fail("a reply without ok true or false: \(show(reply))\nrequests: \(shown)")
@@ -521,17 +617,21 @@ func substituteExports(_ line: [UInt8]) -> [UInt8] {
     return out
 }
 
-/// The input's requests in batches: a line that starts with a tab (JSON whitespace: the
-/// request is the same) goes in one write with the line before it.
-func batches(_ input: [UInt8]) -> [[[UInt8]]] {
-    var batches: [[[UInt8]]] = []
+/// The input's requests in batches: a line that starts with `2>` goes, without it, on
+/// connection 2, any other on connection 1; a line that then starts with a tab (JSON
+/// whitespace: the request is the same) goes in one write with the line just before it
+/// when that one went on the same connection.
+func batches(_ input: [UInt8]) -> [Batch] {
+    var batches: [Batch] = []
     let lines = input.split(separator: 10, omittingEmptySubsequences: true).lazy
-        .filter { $0 != [13] }.prefix(Layout.maxLines).map { substituteExports(Array($0)) }
-    for line in lines {
-        if line.first == 9, !batches.isEmpty {
-            batches[batches.count - 1].append(line)
+        .map { line in line.starts(with: [50, 62]) ? (2, line.dropFirst(2)) : (1, line) }
+        .filter { !$0.1.isEmpty && $0.1 != [13] }.prefix(Layout.maxLines)
+        .map { ($0.0, substituteExports(Array($0.1))) }
+    for (connection, line) in lines {
+        if line.first == 9, batches.last?.connection == connection {
+            batches[batches.count - 1].requests.append(line)
         } else {
-            batches.append([line])
+            batches.append(Batch(connection: connection, requests: [line]))
         }
     }
     return batches
@@ -541,13 +641,13 @@ func fuzzSession(_ input: [UInt8]) {
     let daemon = Harness.daemon
     let surroundings = Harness.surroundings
     daemon.reset()
-    var client = Client()
+    var connections = Connections()
     var before = daemon.snapshot()
     for batch in batches(input) {
-        let outcomes = exchange(batch, client: &client, input: input)
+        let outcomes = exchange(batch, connections: &connections, input: input)
         let after = daemon.snapshot()
-        let shown = batch.map(show).joined(separator: "\n")
-        if !outcomes.contains(where: \.ok), !mayChangeWhenRefused(batch, outcomes) {
+        let shown = batch.shown
+        if !outcomes.contains(where: \.ok), !mayChangeWhenRefused(batch.requests, outcomes) {
             let codes = outcomes.map { $0.code ?? "?" }
             check(
                 after == before,
@@ -561,10 +661,14 @@ func fuzzSession(_ input: [UInt8]) {
         )
         before = after
     }
-    // Nothing more is on its way: the next reply is the one to this.
-    let last = Array(#"{"id":"fuzz-last","cmd":"list"}"#.utf8)
-    check(exchange([last], client: &client, input: input)[0].ok, "the closing list was refused\ninput: \(show(input))")
-    client.close()
+    // Nothing more is on its way: the next reply on each connection is the one to this.
+    for connection in [1, 2] where connections.isOpen(connection) {
+        let last = Batch(connection: connection, requests: [Array(#"{"id":"fuzz-last","cmd":"list"}"#.utf8)])
+        check(
+            exchange(last, connections: &connections, input: input)[0].ok,
+            "the closing list on connection \(connection) was refused\ninput: \(show(input))")
+    }
+    connections.close()
 }
 
 @_cdecl("LLVMFuzzerTestOneInput")
