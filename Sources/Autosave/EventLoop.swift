@@ -502,6 +502,8 @@ final class EventLoop: SerialExecutor, @unchecked Sendable {
             var polled = false
             // When this round's poll began, for the adapting: `nil` when there was none to make.
             var pollBegan: Int64?
+            // The sleep's timeout, less what a poll took of it: the timer is not made late.
+            var timeout = sleep ?? 0
             let limit = busyPoll.load(ordering: .relaxed)
             if let sleep, answered {
                 answered = false
@@ -525,13 +527,17 @@ final class EventLoop: SerialExecutor, @unchecked Sendable {
                         }
                         pollNanoseconds.store(
                             pollNanoseconds.load(ordering: .relaxed) + UInt64(max(0, now - start)), ordering: .relaxed)
+                        if sleep > 0 {
+                            let left = start + Int64(sleep) * 1_000_000 - now
+                            timeout = Int32(clamping: max(0, (left + 999_999) / 1_000_000))
+                        }
                     }
                 } else {
                     window = -1
                 }
             }
             if !polled {
-                do { try epoll.wait(into: ready, timeout: sleep ?? 0) } catch { continue }
+                do { try epoll.wait(into: ready, timeout: timeout) } catch { continue }
                 if let pollBegan {
                     if Moment.now.nanoseconds - pollBegan <= limit {
                         window = min(limit, max(2 * window, limit / 4))
