@@ -145,8 +145,7 @@ final class EventLoop: SerialExecutor, @unchecked Sendable {
     private let busyPoll = Atomic<Int64>(0)
 
     /// Busy polls that found work before `BusyPoll=` ran out, those that ran out (the loop
-    /// then slept), and the nanoseconds spent polling: for the metrics. Written by the
-    /// loop's thread only.
+    /// then slept), and the nanoseconds spent polling: for the metrics.
     private let pollsCaught = Atomic<UInt64>(0)
     private let pollsRanOut = Atomic<UInt64>(0)
     private let pollNanoseconds = Atomic<UInt64>(0)
@@ -519,14 +518,12 @@ final class EventLoop: SerialExecutor, @unchecked Sendable {
                             polled = ready.count > 0
                             now = Moment.now.nanoseconds
                         } while !polled && now < until
-                        // Counted on the loop's thread alone: a load and a store, no read-modify-write.
                         if polled {
-                            pollsCaught.store(pollsCaught.load(ordering: .relaxed) + 1, ordering: .relaxed)
+                            pollsCaught.wrappingAdd(1, ordering: .relaxed)
                         } else {
-                            pollsRanOut.store(pollsRanOut.load(ordering: .relaxed) + 1, ordering: .relaxed)
+                            pollsRanOut.wrappingAdd(1, ordering: .relaxed)
                         }
-                        pollNanoseconds.store(
-                            pollNanoseconds.load(ordering: .relaxed) + UInt64(max(0, now - start)), ordering: .relaxed)
+                        pollNanoseconds.wrappingAdd(UInt64(max(0, now - start)), ordering: .relaxed)
                         if sleep > 0 {
                             let left = start + Int64(sleep) * 1_000_000 - now
                             timeout = Int32(clamping: max(0, (left + 999_999) / 1_000_000))
