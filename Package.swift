@@ -26,7 +26,8 @@ let package = Package(
     ],
     targets: [
         // _GNU_SOURCE-only pieces of glibc (renameat2, RENAME_*, O_TMPFILE, struct ucred, openat2).
-        .target(name: "CLinux"),
+        // With Debian's liburing (liburing-dev) for the loop's batched sends.
+        .target(name: "CLinux", linkerSettings: [.linkedLibrary("uring")]),
         // libsystemd through pkg-config; the shim header suppresses sd-journal's automatic CODE_* fields.
         .systemLibrary(
             name: "CSystemd",

@@ -86,6 +86,9 @@ public struct Configuration: Sendable, Equatable {
     /// How long the event loop polls for a client's next request after serving one,
     /// before it sleeps; zero: it sleeps at once.
     public var busyPoll: Duration = .microseconds(50)
+    /// Whether the event loop makes a pass's reads, and its replies' sends, together
+    /// through io_uring (one system call for many clients) when the kernel allows.
+    public var ioURing = true
 
     // [Log]
     public var logLevel: LogLevel = .info
@@ -335,7 +338,7 @@ extension Configuration {
         "Journal": ["Mode", "SyncInterval", "Directory", "MaxSize"],
         "Control": [
             "Socket", "SocketMode", "AllowUsers", "AllowGroups", "MaxConnections", "MaxRequestSize",
-            "ExportDirectories", "BusyPoll",
+            "ExportDirectories", "BusyPoll", "IOUring",
         ],
         "Log": ["Level"],
         "Metrics": ["TextfileDirectory", "Interval"],
@@ -487,6 +490,9 @@ extension Configuration {
             journalMaxSize = n
         case ("Control", "BusyPoll"):
             return parseSpan(value) { busyPoll = $0 }
+        case ("Control", "IOUring"):
+            guard let flag = Self.boolean(value) else { return "expected yes or no" }
+            ioURing = flag
         case ("Log", "Level"):
             guard let level = LogLevel(name: value.lowercased()) else {
                 return "expected one of \(LogLevel.allCases.map(\.name).joined(separator: ", "))"
@@ -667,6 +673,7 @@ extension Configuration {
             MaxRequestSize=\(maxRequestSize)
             ExportDirectories=\(exportDirectories.joined(separator: " "))
             BusyPoll=\(TimeSpan.format(busyPoll))
+            IOUring=\(ioURing ? "yes" : "no")
 
             [Log]
             Level=\(logLevel.name)

@@ -200,6 +200,82 @@ final class Connection: Sendable {
         return done
     }
 
+    /// What ``stage(into:room:)`` did with the queued output.
+    enum Staging {
+        /// Nothing to send now: nothing queued, the connection broken, or the output held
+        /// for the journal.
+        case nothing
+        /// This many bytes were moved out of the queue, to be sent with the batch.
+        case staged(Int)
+        /// More than the room: ``flush(wrote:)`` sends it from the queue.
+        case tooLarge
+    }
+
+    /// The first half of a flush for the loop's batched sends (``SendBatch``): moves the
+    /// queued output to `destination` when it fits in `room` bytes. The connection stays
+    /// scheduled, so output queued meanwhile by another thread waits for
+    /// ``sent(_:result:wrote:)``. Called by the loop only.
+    func stage(into destination: UnsafeMutableRawPointer, room: Int) -> Staging {
+        var hold = false
+        let staging: Staging = output.withLock { state in
+            if state.pending.isEmpty || state.broken {
+                state.scheduled = false
+                return .nothing
+            }
+            if state.held { return .nothing }
+            if let gate, gate.mustHold(needingWritten: state.writtenNeed, durable: state.durableNeed) {
+                state.held = true
+                hold = true
+                return .nothing
+            }
+            let count = state.pending.count
+            guard count <= room else { return .tooLarge }
+            state.pending.withUnsafeBytes { destination.copyMemory(from: $0.baseAddress!, byteCount: count) }
+            // Kept for the next reply, unless it grew past what edits' replies need.
+            if state.pending.capacity > 4 << 10 {
+                state.pending = []
+            } else {
+                state.pending.removeAll(keepingCapacity: true)
+            }
+            return .staged(count)
+        }
+        if hold, let gate { gate.hold(self) }
+        return staging
+    }
+
+    /// The second half: the batched send of `staged` (what ``stage(into:room:)`` moved out)
+    /// sent `result` bytes of it, or failed with -`result` (an errno). What was not sent
+    /// goes back to the front of the queue. Returns `false` when the socket is full and
+    /// output remains — call ``flush()`` again once it is writable — as ``flush(wrote:)``.
+    func sent(_ staged: UnsafeRawBufferPointer, result: Int, wrote: inout Bool) -> Bool {
+        if result < 0, result != -Int(Errno.wouldBlock.rawValue) {
+            output.withLock { state in
+                state.broken = true
+                state.scheduled = false
+            }
+            brokenFlag.store(true, ordering: .releasing)
+            return true
+        }
+        if result > 0 { wrote = true }
+        let rest = UnsafeRawBufferPointer(rebasing: staged[max(0, result)...])
+        let more: Bool = output.withLock { state in
+            if rest.isEmpty {
+                if state.pending.isEmpty || state.broken {
+                    state.scheduled = false
+                    return false
+                }
+                return true
+            }
+            state.pending.insert(contentsOf: rest, at: 0)
+            return false
+        }
+        // The socket is full: the rest waits for it to drain (still scheduled).
+        if !rest.isEmpty { return false }
+        // Output queued by another thread during the send goes out now, as it would have
+        // with the rest.
+        return more ? flush(wrote: &wrote) : true
+    }
+
     /// Writes what is queued now, on the loop's thread, rather than at the end of the
     /// loop's pass: for a reply whose client has waited long (a `save` with `wait`). What
     /// cannot be written yet stays queued for the loop (the queueing scheduled it).

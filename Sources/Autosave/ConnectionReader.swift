@@ -83,7 +83,18 @@ final class ConnectionReader: ReadinessHandler, @unchecked Sendable {
         }
     }
 
-    func readable(peerClosed: Bool) {
+    /// The loop read for this reader in its batch, and has yet to call ``readable(peerClosed:ahead:)``.
+    private var readAheadClaimed = false
+
+    func claimReadAhead() -> Int32? {
+        // Only when a call now would read (the task waits for readiness), once.
+        guard waiting != nil, !readAheadClaimed, !ended, !connection.isBroken else { return nil }
+        readAheadClaimed = true
+        return fd.rawValue
+    }
+
+    func readable(peerClosed: Bool, ahead: ReadAhead?) {
+        readAheadClaimed = false
         if peerClosed { self.peerClosed = true }
         // The task is busy with requests that wait: it reads again once it is done.
         guard let waiting else {
@@ -91,7 +102,7 @@ final class ConnectionReader: ReadinessHandler, @unchecked Sendable {
             return
         }
         precondition(store.loop.isCurrent, "a connection read off the store's thread")
-        let work = Self.pumpOnLoop(self, store)
+        let work = Self.pumpOnLoop(self, store, ahead)
         guard let work else { return }
         self.waiting = nil
         waiting.resume(returning: work)
@@ -103,9 +114,11 @@ final class ConnectionReader: ReadinessHandler, @unchecked Sendable {
     /// every readiness event; a closure capturing the reader, an allocation.) The
     /// isolated parameter is an ordinary one in the calling convention.
     private static let pumpOnLoop = unsafeBitCast(
-        { (reader: ConnectionReader, store: isolated DocumentStore) in reader.pump(store: store) }
-            as @Sendable (ConnectionReader, isolated DocumentStore) -> Work?,
-        to: (@Sendable (ConnectionReader, DocumentStore) -> Work?).self)
+        { (reader: ConnectionReader, store: isolated DocumentStore, ahead: ReadAhead?) in
+            reader.pump(store: store, ahead: ahead)
+        }
+            as @Sendable (ConnectionReader, isolated DocumentStore, ReadAhead?) -> Work?,
+        to: (@Sendable (ConnectionReader, DocumentStore, ReadAhead?) -> Work?).self)
 
     func loopStopped() {
         ended = true
@@ -115,21 +128,35 @@ final class ConnectionReader: ReadinessHandler, @unchecked Sendable {
 
     /// Reads once (until the end of file once the peer has closed its side) and answers
     /// the requests that need no waiting. Returns work for the task, or `nil` to wait for
-    /// the next readiness.
-    private func pump(store: isolated DocumentStore) -> Work? {
+    /// the next readiness. `ahead`: the first read, made already by the loop's batch.
+    private func pump(store: isolated DocumentStore, ahead: ReadAhead? = nil) -> Work? {
+        var ahead = ahead
         while true {
             if ended || connection.isBroken { return .end }
-            // Every connection reads into the loop's one buffer: what a read brings is
-            // answered, or copied for the task, before the next connection's turn.
-            let buffer = readBuffer
+            // Every connection reads into the loop's one buffer (or its slice of the loop's
+            // batch): what a read brings is answered, or copied for the task, before the
+            // next connection's turn.
+            let buffer: UnsafeMutableRawBufferPointer
             let count: Int
-            do {
-                count = try fd.read(into: buffer)
-            } catch .wouldBlock {
-                return nil
-            } catch {
-                ended = true
-                return .end
+            if let first = ahead {
+                ahead = nil
+                buffer = first.buffer
+                if first.result == -Int(Errno.wouldBlock.rawValue) { return nil }
+                if first.result < 0 {
+                    ended = true
+                    return .end
+                }
+                count = first.result
+            } else {
+                buffer = readBuffer
+                do {
+                    count = try fd.read(into: buffer)
+                } catch .wouldBlock {
+                    return nil
+                } catch {
+                    ended = true
+                    return .end
+                }
             }
             if count == 0 {
                 ended = true

@@ -456,6 +456,7 @@ final class ControlSession: Sendable {
         let mode = store.configuration.journalMode
         let watch = store.watchSummary
         let connections = server.connectionCount
+        let ioURing = store.ioURingSummary
         let root = store.root
         let allocator = Allocator.usage()
         let resident = MemoryTrimmer.residentBytes()
@@ -478,6 +479,21 @@ final class ControlSession: Sendable {
             writer.number(Date().timeIntervalSince(status.startedAt).rounded())
             writer.key("connections")
             writer.integer(connections)
+            writer.key("io_uring")
+            writer.beginObject()
+            writer.key("state")
+            writer.string(ioURing.state)
+            writer.key("error")
+            if let refusal = ioURing.refusal { writer.string(refusal) } else { writer.null() }
+            writer.key("receive_batches")
+            writer.integer(Int(clamping: ioURing.receiveBatches))
+            writer.key("receives")
+            writer.integer(Int(clamping: ioURing.receives))
+            writer.key("send_batches")
+            writer.integer(Int(clamping: ioURing.sendBatches))
+            writer.key("sends")
+            writer.integer(Int(clamping: ioURing.sends))
+            writer.endObject()
             writer.key("memory")
             writer.beginObject()
             writer.key("resident_bytes")

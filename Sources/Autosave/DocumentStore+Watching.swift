@@ -1050,6 +1050,7 @@ extension DocumentStore {
 private final class WatcherKicker: ReadinessHandler {
     let watcher: FileWatcher
     init(_ watcher: FileWatcher) { self.watcher = watcher }
-    func readable(peerClosed: Bool) { watcher.kick() }
+    func readable(peerClosed: Bool, ahead: ReadAhead?) { watcher.kick() }
+    func claimReadAhead() -> Int32? { nil }
     func loopStopped() {}
 }

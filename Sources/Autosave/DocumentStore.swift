@@ -326,6 +326,32 @@ public actor DocumentStore {
         loop.busyPollFigures
     }
 
+    /// Whether the event loop batches its reads and sends through io_uring
+    /// (`[Control] IOUring=`): `in-use`, `off`, `unavailable` (with the kernel's errno) or
+    /// `failed`; and the batches made and the calls in them.
+    public nonisolated var ioURingSummary:
+        (
+            state: String, refusal: String?, receiveBatches: UInt64, receives: UInt64, sendBatches: UInt64,
+            sends: UInt64
+        )
+    {
+        let batched = loop.batched
+        let figures = batched.figures
+        return (
+            batched.state.name, batched.unavailable?.name, figures.receiveBatches, figures.receives,
+            figures.sendBatches, figures.sends
+        )
+    }
+
+    /// Says when io_uring was asked for (`[Control] IOUring=yes`) and the kernel refused it.
+    private nonisolated static func logIOURing(_ batched: BatchedIO, log: Logger) {
+        guard batched.state == .unavailable else { return }
+        let reason = batched.unavailable.map { "\($0)" } ?? "unknown"
+        log.notice(
+            "io_uring is unavailable: \(reason); the event loop makes a system call for each client's read and reply ([Control] IOUring=)"
+        )
+    }
+
     deinit {
         if let watcher { loop.forget(watcher.descriptor) }
         watcher?.stop()
@@ -335,7 +361,7 @@ public actor DocumentStore {
 
     public init(configuration: Configuration, registry: DocumentTypeRegistry? = nil, log: Logger = Logger()) {
         do {
-            loop = try EventLoop()
+            loop = try EventLoop(ioURing: configuration.ioURing)
         } catch {
             fatalError("cannot create the store's event loop (epoll and eventfd): \(error)")
         }
@@ -350,6 +376,7 @@ public actor DocumentStore {
         writer = DurableWriter(symlinkPolicy: .refuse, keepsWrittenContents: false, confinedTo: configuration.root)
         self.registry = registry ?? DocumentTypeRegistry(packageExtensions: configuration.packageExtensions)
         self.log = log
+        Self.logIOURing(loop.batched, log: log)
         ignore = SharedIgnoreRules(IgnoreRules(configuration: configuration))
         // Set on the loop's thread, the only one that reads it.
         let loop = loop
@@ -399,6 +426,9 @@ public actor DocumentStore {
         let old = configuration
         configuration = applied
         loop.setBusyPoll(applied.busyPoll)
+        if applied.ioURing != old.ioURing || loop.batched.state == .failed {
+            loop.setIOURing(applied.ioURing) { [log] in Self.logIOURing($0, log: log) }
+        }
         for path in entries.keys where entries[path]!.isDirty { schedule(path) }
         wake()
         if old.ignoreDefaults != applied.ignoreDefaults || old.ignore != applied.ignore

@@ -10,9 +10,10 @@ import Synchronization
 /// it has just sent replies, so that a client's next request finds it awake. A readable
 /// connection is handed to its ``ReadinessHandler`` right here (see
 /// ``ConnectionReader``), which reads it and answers what needs no waiting on the spot;
-/// other descriptors resume the task waiting for them. A request then costs its `read`
-/// and `send` and no hand-off between threads, and the replies of one pass go out with
-/// one `send` per client before the loop polls again.
+/// other descriptors resume the task waiting for them. A request then costs its read and
+/// its send and no hand-off between threads, and the replies of one pass go out with one
+/// send per client before the loop polls again. The reads of a pass, and then its sends,
+/// are made together, through io_uring with one system call for all (``BatchedIO``).
 ///
 /// Descriptors are registered once, edge-triggered, for reading, and for writing only
 /// once a write had to wait; readiness that arrives while nobody waits is remembered, so
@@ -163,7 +164,22 @@ final class EventLoop: SerialExecutor, @unchecked Sendable {
     /// it sleeps (`[Control] BusyPoll=`); zero: it sleeps at once.
     func setBusyPoll(_ span: Duration) { busyPoll.store(span.microseconds * 1000, ordering: .relaxed) }
 
-    init(name: String = "autosaved-loop") throws {
+    /// The pass's reads and replies, each made together (``BatchedIO``).
+    let batched: BatchedIO
+
+    /// Has the loop make a pass's reads, and its sends, together through io_uring
+    /// (`[Control] IOUring=`), or one system call each; applied in the loop's next pass.
+    /// `done` runs on the loop's thread once it is.
+    func setIOURing(_ on: Bool, done: @escaping @Sendable (BatchedIO) -> Void = { _ in }) {
+        execute { [batched] in
+            batched.setRing(on)
+            done(batched)
+        }
+    }
+
+    /// `ioURing`: whether a pass's reads and sends go through io_uring (``BatchedIO``).
+    init(name: String = "autosaved-loop", ioURing: Bool = true) throws {
+        batched = BatchedIO(ring: ioURing)
         epoll = try Epoll()
         wakeup = try FileDescriptor.eventFD()
         try epoll.add(wakeup, events: .readable, tag: Self.wakeupTag)
@@ -396,6 +412,17 @@ final class EventLoop: SerialExecutor, @unchecked Sendable {
         var flushes: [Connection] = []
         var reads: [Int32] = []
         var handlers: [(handler: any ReadinessHandler, peerClosed: Bool)] = []
+        var ahead: [ReadAhead?] = []
+        // The handlers of readable descriptors are called in order, after the reads they
+        // would make first are made together (see ``BatchedIO``).
+        func serve() {
+            batched.receive(handlers, into: &ahead)
+            for index in handlers.indices {
+                handlers[index].handler.readable(peerClosed: handlers[index].peerClosed, ahead: ahead[index])
+            }
+            handlers.removeAll(keepingCapacity: true)
+            ahead.removeAll(keepingCapacity: true)
+        }
         let ready = Epoll.Reports()
         // Descriptors other than the loop's own eventfd the last poll found ready.
         var readyConnections = 0
@@ -444,8 +471,7 @@ final class EventLoop: SerialExecutor, @unchecked Sendable {
                     }
                 }
                 reads.removeAll(keepingCapacity: true)
-                for (handler, peerClosed) in handlers { handler.readable(peerClosed: peerClosed) }
-                handlers.removeAll(keepingCapacity: true)
+                serve()
             }
             // Once no job is left, the replies of this round go out, one write per client.
             let queueEmpty: Bool = jobs.withLock { jobs in
@@ -471,7 +497,7 @@ final class EventLoop: SerialExecutor, @unchecked Sendable {
             if let beforeReplies, let wait = beforeReplies() {
                 for connection in flushes { connection.requireDurableIfUnwritten(through: wait) }
             }
-            for connection in flushes where !connection.flush(wrote: &answered) { blockWriter(connection) }
+            batched.send(flushes, wrote: &answered) { blockWriter($0) }
             flushes.removeAll(keepingCapacity: true)
             afterReplies?()
             let willSleep = idle && localFlushes.isEmpty
@@ -565,8 +591,7 @@ final class EventLoop: SerialExecutor, @unchecked Sendable {
             }
             if !writable.isEmpty { jobs.withLock { $0.flushes += writable } }
             // Served here, in arrival order: their replies go out before the loop next sleeps.
-            for (handler, peerClosed) in handlers { handler.readable(peerClosed: peerClosed) }
-            handlers.removeAll(keepingCapacity: true)
+            serve()
             // Each resumed task is queued on its executor: this loop, for connections, so
             // they run in the next pass without waking anyone.
             for continuation in resumed { continuation.resume(returning: true) }
@@ -595,8 +620,13 @@ final class EventLoop: SerialExecutor, @unchecked Sendable {
 protocol ReadinessHandler: AnyObject, Sendable {
     /// The descriptor became readable, its peer hung up, or ``EventLoop/readAgain(_:)``
     /// asked for it. `peerClosed`: the peer has closed its side (or the socket broke),
-    /// so no further readiness will come — read on to the end of file.
-    func readable(peerClosed: Bool)
+    /// so no further readiness will come — read on to the end of file. `ahead`: what the
+    /// loop read from ``readsAhead`` for it (its first read's outcome), if it did.
+    func readable(peerClosed: Bool, ahead: ReadAhead?)
+    /// The socket the loop may read for the handler, in its batch, before it calls
+    /// ``readable(peerClosed:ahead:)``: only when that call would begin by reading it, and
+    /// once until that call (`nil` after, and for handlers that read nothing).
+    func claimReadAhead() -> Int32?
     /// The loop stopped: no readiness will come any more.
     func loopStopped()
 }

@@ -131,6 +131,19 @@ public final class Metrics: Sendable {
             "autosaved_busy_poll_seconds_total", "counter",
             "Time the event loop spent polling before sleeping ([Control] BusyPoll=): the CPU time the setting costs.",
             [("", MetricsText.number(polls.seconds))])
+        let ring = store.ioURingSummary
+        text.family(
+            "autosaved_io_uring", "gauge",
+            "1 while the event loop batches its reads and sends through io_uring ([Control] IOUring=), 0 otherwise.",
+            [("", ring.state == "in-use" ? "1" : "0")])
+        text.family(
+            "autosaved_io_uring_batches_total", "counter",
+            "Batches of reads (receive) and of replies (send) the event loop made through io_uring, each one system call.",
+            [("{call=\"receive\"}", "\(ring.receiveBatches)"), ("{call=\"send\"}", "\(ring.sendBatches)")])
+        text.family(
+            "autosaved_io_uring_calls_total", "counter",
+            "Reads (receive) and sends (send) made in those batches.",
+            [("{call=\"receive\"}", "\(ring.receives)"), ("{call=\"send\"}", "\(ring.sends)")])
         text.family(
             "autosaved_edit_to_durable_seconds", "histogram",
             "From a document's first unsaved edit to the end of the save that made it durable.",

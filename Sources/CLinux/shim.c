@@ -403,3 +403,103 @@ uint32_t clinux_crc32c_word_then(uint32_t word, const void *bytes, size_t length
     return 0;
 }
 #endif
+
+#include <liburing.h>
+#include <stdlib.h>
+
+struct clinux_io_batch {
+    struct io_uring ring;
+    unsigned entries;
+    /// The ring failed (a submission the kernel refused): calls are one by one from then on.
+    int failed;
+};
+
+// Measured on 6.18 (batches of 150-byte sends to Unix stream sockets, and their receives):
+// one sendto(2) costs 0.87-0.89 us; through the ring a send costs 1.26 us alone, 0.93-1.0 us
+// in twos, 0.82-0.89 in fours, 0.61-0.63 in fifties (a receive 0.84-0.90 us alone, 1.22 us
+// through the ring alone, 0.81-0.89 in fours, 0.68-0.70 in fifties).
+const int clinux_io_batch_minimum = 3;
+
+clinux_io_batch *clinux_io_batch_create(unsigned entries) {
+    clinux_io_batch *batch = calloc(1, sizeof *batch);
+    if (!batch) {
+        errno = ENOMEM;
+        return NULL;
+    }
+    // SUBMIT_ALL: a send refused at submission (a closed descriptor) gets its completion
+    // and the rest of the batch still goes.
+    int result = io_uring_queue_init(entries, &batch->ring, IORING_SETUP_SUBMIT_ALL);
+    if (result == -EINVAL) result = io_uring_queue_init(entries, &batch->ring, 0);
+    if (result < 0) {
+        free(batch);
+        errno = -result;
+        return NULL;
+    }
+    batch->entries = entries;
+    return batch;
+}
+
+void clinux_io_batch_destroy(clinux_io_batch *batch) {
+    if (!batch) return;
+    io_uring_queue_exit(&batch->ring);
+    free(batch);
+}
+
+int clinux_io_batch_usable(const clinux_io_batch *batch) { return batch && !batch->failed; }
+
+static long one(int receive, int fd, void *buffer, size_t length) {
+    long done = receive ? syscall(SYS_recvfrom, fd, buffer, length, MSG_DONTWAIT, (void *)0, (void *)0)
+                        : syscall(SYS_sendto, fd, buffer, length, MSG_NOSIGNAL | MSG_DONTWAIT, (void *)0, 0);
+    return done < 0 ? -errno : done;
+}
+
+int clinux_io_batch_run(clinux_io_batch *batch, int receive, int count, const int *fds, void *const *buffers,
+                        const size_t *lengths, long *results) {
+    int start = 0;
+    int through = 0;
+    while (batch && !batch->failed && count - start >= clinux_io_batch_minimum) {
+        int piece = count - start < (int)batch->entries ? count - start : (int)batch->entries;
+        for (int i = start; i < start + piece; i++) {
+            struct io_uring_sqe *entry = io_uring_get_sqe(&batch->ring);
+            if (receive) {
+                io_uring_prep_recv(entry, fds[i], buffers[i], lengths[i], MSG_DONTWAIT);
+            } else {
+                io_uring_prep_send(entry, fds[i], buffers[i], lengths[i], MSG_NOSIGNAL | MSG_DONTWAIT);
+            }
+            io_uring_sqe_set_data64(entry, (uint64_t)i);
+            results[i] = -EIO;
+        }
+        int submitted;
+        do {
+            submitted = io_uring_submit(&batch->ring);
+        } while (submitted == -EINTR);
+        if (submitted != piece) {
+            // Entries the kernel did not take would stay queued in the ring, to be made with
+            // a later batch on buffers reused by then: the ring is given up instead (its
+            // queued entries go with it), and its calls are made one by one below. Those it
+            // did take, it made already (each non-blocking call completes as it is submitted).
+            batch->failed = 1;
+            if (submitted < 0) submitted = 0;
+        }
+        for (int reaped = 0; reaped < submitted; reaped++) {
+            struct io_uring_cqe *completion;
+            int waited;
+            do {
+                waited = io_uring_wait_cqe(&batch->ring, &completion);
+            } while (waited == -EINTR);
+            if (waited < 0) {
+                // Calls whose outcome cannot be learned: left at -EIO (their connections
+                // are closed), and the ring is given up.
+                batch->failed = 1;
+                break;
+            }
+            results[io_uring_cqe_get_data64(completion)] = completion->res;
+            io_uring_cqe_seen(&batch->ring, completion);
+        }
+        for (int i = start + submitted; i < start + piece; i++) results[i] = one(receive, fds[i], buffers[i], lengths[i]);
+        through += submitted;
+        start += piece;
+    }
+    for (int i = start; i < count; i++) results[i] = one(receive, fds[i], buffers[i], lengths[i]);
+    return through;
+}

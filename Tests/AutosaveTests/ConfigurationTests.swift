@@ -37,6 +37,7 @@ struct ConfigurationTests {
 
             [Control]
             BusyPoll=20us
+            IOUring=no
             """, to: path)
         try FileManager.default.createDirectory(atPath: path + ".d", withIntermediateDirectories: false)
         try Disk.write("[Autosave]\nMaxConcurrentSaves=2\n", to: path + ".d/10-first.conf")
@@ -58,9 +59,12 @@ struct ConfigurationTests {
         #expect(configuration.conflictKeep == .memory && configuration.whenRemoved == .close)
         #expect(configuration.rendered.contains("[Conflicts]\nKeep=memory\nWhenRemoved=close\n"))
         #expect(configuration.busyPoll == .microseconds(20))
-        #expect(configuration.rendered.contains("\nBusyPoll=20us\n"))
+        #expect(configuration.rendered.contains("\nBusyPoll=20us\nIOUring=no\n"))
+        #expect(!configuration.ioURing)
         try Disk.write("[Control]\nBusyPoll=0\n", to: path)
-        #expect(try Configuration.load(path: path, required: true, environment: [:]).busyPoll == .zero)
+        let defaults = try Configuration.load(path: path, required: true, environment: [:])
+        #expect(defaults.busyPoll == .zero)
+        #expect(defaults.ioURing && defaults.rendered.contains("\nIOUring=yes\n"))
     }
 
     @Test("Every problem is reported with its file and line")
@@ -82,6 +86,7 @@ struct ConfigurationTests {
             PollInterval=1ms
             [Control]
             BusyPoll=1s
+            IOUring=sometimes
             """, to: path)
         #expect {
             try Configuration.load(path: path, required: true, environment: [:])
@@ -96,6 +101,7 @@ struct ConfigurationTests {
                 "\(path):7: Port= is outside any section (or in an unknown one)",
                 "\(path):9: Keep=both: expected disk (the other program's file keeps the name) or memory (the unsaved edits do)",
                 "\(path):10: WhenRemoved=shrug: expected one of recreate-unsaved, recreate, close",
+                "\(path):15: IOUring=sometimes: expected yes or no",
                 "\(path):12: PollInterval= must be at least 100ms",
                 "\(path):14: [Control] BusyPoll= must be from 0 to 10ms",
             ]

@@ -35,6 +35,7 @@ struct PackageTests {
         let fields = try Machine.run("dpkg-deb", ["--field", deb, "Package", "Version", "Depends"]).stdout
         #expect(fields.contains("Version: \(AutosaveVersion.current)\n"))
         #expect(fields.contains("libsystemd0"))
+        #expect(fields.contains("liburing2"), "the event loop's batched reads and sends: \(fields)")
         let contents = try Machine.run("dpkg-deb", ["--contents", deb]).stdout
         for path in [
             "./usr/sbin/autosaved", "./usr/bin/autosavectl", "./lib/systemd/system/autosaved.service",

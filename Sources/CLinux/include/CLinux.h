@@ -184,4 +184,31 @@ static inline void clinux_prefetch_lines(const void *address, int lines) {
     for (int i = 0; i < lines; i++) __builtin_prefetch((const char *)address + 64 * i);
 }
 
+/// A pass's sends, or its receives, made together: one io_uring_enter(2) for a batch of
+/// non-blocking calls (send with MSG_NOSIGNAL | MSG_DONTWAIT, recv with MSG_DONTWAIT) on many
+/// sockets, instead of one sendto(2) or recvfrom(2) each. A call that would block completes
+/// at once with -EAGAIN, as the system call would return it.
+typedef struct clinux_io_batch clinux_io_batch;
+
+/// A ring for batches of up to `entries` calls (larger batches go in pieces); NULL with
+/// errno when the kernel offers no io_uring (ENOSYS; EPERM under a seccomp filter or
+/// kernel.io_uring_disabled; ENOMEM).
+clinux_io_batch *clinux_io_batch_create(unsigned entries);
+void clinux_io_batch_destroy(clinux_io_batch *batch);
+/// 1 while the ring is in use; 0 once a submission failed and it was given up.
+int clinux_io_batch_usable(const clinux_io_batch *batch);
+
+/// Sends (`receive` 0) `lengths[i]` bytes from `buffers[i]` to `fds[i]`, or receives
+/// (`receive` 1) up to `lengths[i]` bytes from `fds[i]` into `buffers[i]`, for every
+/// i < count, and sets `results[i]` to the bytes sent or received or -errno. With a ring, a
+/// batch of at least `clinux_io_batch_minimum` calls is submitted with one system call (a
+/// batch larger than the ring, in pieces); a smaller one (or any, with `batch` NULL) is one
+/// system call each, which costs less for so few. Returns how many calls went through the
+/// ring.
+int clinux_io_batch_run(clinux_io_batch *batch, int receive, int count, const int *fds, void *const *buffers,
+                        const size_t *lengths, long *results);
+
+/// The smallest batch made through the ring (below it, a system call each costs less).
+extern const int clinux_io_batch_minimum;
+
 #endif
