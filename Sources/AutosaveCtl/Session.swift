@@ -226,6 +226,24 @@ final class Session {
                 "memory: \(mib("resident_bytes")) resident, \(mib("allocated_bytes")) allocated, \(mib("allocator_free_bytes")) free in the allocator"
             )
         }
+        if let ring = reply["io_uring"], let state = ring["state"]?.stringValue {
+            let count = { (key: String) in ring[key]?.intValue ?? 0 }
+            let clients = "clients: \(int("connections"))"
+            switch state {
+            case "in-use":
+                say(
+                    "\(clients); reads and replies through io_uring: \(count("receives")) reads in \(count("receive_batches")) batches, \(count("sends")) sends in \(count("send_batches"))"
+                )
+            case "unavailable":
+                say(
+                    "\(clients); io_uring unavailable (\(ring["error"]?.stringValue ?? "?")): a system call for each read and reply"
+                )
+            case "failed":
+                say("\(clients); io_uring failed and was given up: a system call for each read and reply until a reload")
+            default:
+                say("\(clients); io_uring off (IOUring=no): a system call for each read and reply")
+            }
+        }
         if let last = reply["last_save"], !last.isNull {
             say(
                 "last save: \((last["doc"]?.stringValue ?? "").escapingControlCharacters) at \(last["at"]?.stringValue ?? "")"

@@ -105,6 +105,12 @@ struct BatchedIOTests {
                 if batched >= 3 { break }
             }
         }
+        let summary = try daemon.ctl("status").stdout
+        #expect(
+            summary.contains(
+                setting == "yes"
+                    ? "; reads and replies through io_uring: "
+                    : "; io_uring off (IOUring=no): a system call for each read and reply"), "\(summary)")
         let end = try Self.ioURing(control)
         if setting == "yes" {
             #expect(batched >= 3, "no batch through io_uring in 12 rounds: \(end)")
@@ -194,6 +200,8 @@ struct BatchedIOTests {
         let refused = try Self.ioURing(control)
         #expect(
             refused["state"]?.stringValue == "unavailable" && refused["error"]?.stringValue == "EPERM", "\(refused)")
+        let summary = try daemon.ctl("status").stdout
+        #expect(summary.contains("; io_uring unavailable (EPERM): a system call for each read and reply"), "\(summary)")
         let clients = try (0..<6).map { _ in try Client(daemon.socket) }
         for round in 0..<20 {
             for (index, client) in clients.enumerated() {
