@@ -239,7 +239,9 @@ final class Session {
                     "\(clients); io_uring unavailable (\(ring["error"]?.stringValue ?? "?")): a system call for each read and reply"
                 )
             case "failed":
-                say("\(clients); io_uring failed and was given up: a system call for each read and reply until a reload")
+                say(
+                    "\(clients); io_uring failed and was given up: a system call for each read and reply until a reload"
+                )
             default:
                 say("\(clients); io_uring off (IOUring=no): a system call for each read and reply")
             }

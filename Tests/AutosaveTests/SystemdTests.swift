@@ -373,6 +373,8 @@ struct NspawnTests {
         // file there is opened without a request.
         let watching = try container.inside(ctl + ["status"]).stdout
         #expect(watching.contains("watching: 2 directories"), "\(watching)")
+        // The unit's system call filter (@system-service) lets the loop batch through io_uring.
+        #expect(watching.contains("; reads and replies through io_uring: "), "\(watching)")
         #expect(
             try container.inside("sh", "-c", "printf 'theirs\\n' > /var/lib/autosaved/notes/theirs.txt").status == 0)
         try await container.waitUntil("another program's file opened") {
