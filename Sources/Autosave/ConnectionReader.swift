@@ -96,8 +96,11 @@ final class ConnectionReader: ReadinessHandler, @unchecked Sendable {
     func readable(peerClosed: Bool, ahead: ReadAhead?) {
         readAheadClaimed = false
         if peerClosed { self.peerClosed = true }
-        // The task is busy with requests that wait: it reads again once it is done.
+        // The task is busy with requests that wait: it reads again once it is done. (The
+        // loop reads ahead only for a reader whose task waits, and nothing between that
+        // read and this call resumes the task.)
         guard let waiting else {
+            precondition(ahead == nil, "a batched read for a connection whose task is busy")
             drained = false
             return
         }

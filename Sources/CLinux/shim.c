@@ -461,6 +461,14 @@ int clinux_io_batch_run(clinux_io_batch *batch, int receive, int count, const in
         int piece = count - start < (int)batch->entries ? count - start : (int)batch->entries;
         for (int i = start; i < start + piece; i++) {
             struct io_uring_sqe *entry = io_uring_get_sqe(&batch->ring);
+            if (!entry) {
+                // Never while every batch is submitted whole; should it happen, the
+                // entries prepared go, the ring is given up, and the rest are made one by
+                // one below.
+                batch->failed = 1;
+                piece = i - start;
+                break;
+            }
             if (receive) {
                 io_uring_prep_recv(entry, fds[i], buffers[i], lengths[i], MSG_DONTWAIT);
             } else {
