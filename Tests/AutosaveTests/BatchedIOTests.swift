@@ -9,19 +9,14 @@ import Testing
 /// io_uring together or one system call each.
 @Suite("The loop's reads and replies made together through io_uring (IOUring=)", .serialized)
 struct BatchedIOTests {
-    /// A client socket read a buffer at a time (a reply of megabytes in a few reads).
+    /// A client socket (``ControlSocketTests/Raw``'s: connected, with a read timeout) read a
+    /// buffer at a time, so that a reply of megabytes takes a few reads.
     final class Client {
-        let fd: FileDescriptor
+        private let raw: ControlSocketTests.Raw
+        var fd: FileDescriptor { raw.fd }
         private var buffer: [UInt8] = []
 
-        init(_ path: String) throws {
-            fd = try FileDescriptor.unixSocket()
-            try fd.connect(toPath: path)
-            // A reply that never comes fails the test (the read says EAGAIN) instead of hanging it.
-            var timeout = timeval(tv_sec: 30, tv_usec: 0)
-            setsockopt(fd.rawValue, SOL_SOCKET, SO_RCVTIMEO, &timeout, socklen_t(MemoryLayout<timeval>.size))
-        }
-        deinit { try? fd.close() }
+        init(_ path: String) throws { raw = try ControlSocketTests.Raw(path) }
 
         func send(_ text: String) throws { try fd.writeAll(Array(text.utf8)) }
 
