@@ -211,7 +211,7 @@ final class Connection: Sendable {
         case tooLarge
     }
 
-    /// The first half of a flush for the loop's batched sends (``SendBatch``): moves the
+    /// The first half of a flush for the loop's batched sends (``BatchedIO``): moves the
     /// queued output to `destination` when it fits in `room` bytes. The connection stays
     /// scheduled, so output queued meanwhile by another thread waits for
     /// ``sent(_:result:wrote:)``. Called by the loop only.

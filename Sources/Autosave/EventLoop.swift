@@ -621,7 +621,7 @@ protocol ReadinessHandler: AnyObject, Sendable {
     /// The descriptor became readable, its peer hung up, or ``EventLoop/readAgain(_:)``
     /// asked for it. `peerClosed`: the peer has closed its side (or the socket broke),
     /// so no further readiness will come — read on to the end of file. `ahead`: what the
-    /// loop read from ``readsAhead`` for it (its first read's outcome), if it did.
+    /// loop read for it after ``claimReadAhead()`` (its first read's outcome), if it did.
     func readable(peerClosed: Bool, ahead: ReadAhead?)
     /// The socket the loop may read for the handler, in its batch, before it calls
     /// ``readable(peerClosed:ahead:)``: only when that call would begin by reading it, and
