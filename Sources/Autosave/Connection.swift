@@ -148,23 +148,32 @@ final class Connection: Sendable {
         return flush(wrote: &wrote)
     }
 
+    /// Whether the queued output may be written now, under the output's lock: not when
+    /// there is none or the connection is broken (it is no longer scheduled), nor while the
+    /// gate holds it for the journal (`hold` is set when it has just begun to: park the
+    /// connection in the gate once the lock is released).
+    private func hasOutputToWrite(_ state: inout Output, hold: inout Bool) -> Bool {
+        if state.pending.isEmpty || state.broken {
+            state.scheduled = false
+            return false
+        }
+        if state.held { return false }
+        if let gate, gate.mustHold(needingWritten: state.writtenNeed, durable: state.durableNeed) {
+            // Still scheduled: replies queued meanwhile wait behind it, the gate reschedules.
+            state.held = true
+            hold = true
+            return false
+        }
+        return true
+    }
+
     /// ``flush()``, setting `wrote` when it wrote output (rather than finding none, or
     /// holding it for the journal).
     func flush(wrote: inout Bool) -> Bool {
         let fd = FileDescriptor(rawValue: raw)
         var hold = false
         let (done, broke): (Bool, Bool) = output.withLock { state in
-            if state.pending.isEmpty || state.broken {
-                state.scheduled = false
-                return (true, false)
-            }
-            if state.held { return (true, false) }
-            if let gate, gate.mustHold(needingWritten: state.writtenNeed, durable: state.durableNeed) {
-                // Still scheduled: replies queued meanwhile wait behind it, the gate reschedules.
-                state.held = true
-                hold = true
-                return (true, false)
-            }
+            guard hasOutputToWrite(&state, hold: &hold) else { return (true, false) }
             var offset = 0
             let total = state.pending.count
             while offset < total {
@@ -218,16 +227,7 @@ final class Connection: Sendable {
     func stage(into destination: UnsafeMutableRawPointer, room: Int) -> Staging {
         var hold = false
         let staging: Staging = output.withLock { state in
-            if state.pending.isEmpty || state.broken {
-                state.scheduled = false
-                return .nothing
-            }
-            if state.held { return .nothing }
-            if let gate, gate.mustHold(needingWritten: state.writtenNeed, durable: state.durableNeed) {
-                state.held = true
-                hold = true
-                return .nothing
-            }
+            guard hasOutputToWrite(&state, hold: &hold) else { return .nothing }
             let count = state.pending.count
             guard count <= room else { return .tooLarge }
             state.pending.withUnsafeBytes { destination.copyMemory(from: $0.baseAddress!, byteCount: count) }
